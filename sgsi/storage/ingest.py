@@ -216,7 +216,7 @@ def _load_text_graph(con, path):
     try:
         con.execute(
             "CREATE TABLE txt AS SELECT * FROM read_csv(?, delim=' ', header=false, null_padding=true, "
-            "columns={'k': 'VARCHAR', 'a': 'BIGINT', 'b': 'BIGINT', 'c': 'BIGINT'}, ignore_errors=false)",
+            "columns={'k': 'VARCHAR', 'a': 'BIGINT', 'b': 'BIGINT', 'c': 'BIGINT', 'x': 'BIGINT'}, auto_detect=false)",
             [path])
     except duckdb.Error as e:
         raise InputError(f"{path} is not a graph file in the t/v/e text format: {str(e).splitlines()[0]}") from None

@@ -1,0 +1,85 @@
+"""The backend seam: every array step of the engine runs on one of these.
+
+:class:`CpuBackend` runs on NumPy. :class:`GpuBackend` (in
+:mod:`sgsi.join.gpu`) runs on CuPy and replaces some steps with CUDA
+kernels; CuPy is imported only when a GPU backend is asked for, so CPU
+users never need it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import SgsiError
+
+
+class CpuBackend:
+    """NumPy backend: segments are used in place from the memory-mapped store."""
+
+    name = "cpu"
+    xp = np
+
+    def __init__(self):
+        self.stats = {"segments": 0, "segment_bytes": 0}
+
+    # -- moving data ---------------------------------------------------------------
+    def to_device(self, a):
+        return np.asarray(a)
+
+    def to_host(self, a):
+        return np.asarray(a)
+
+    def segments(self, store, seg_ids):
+        """Yield (seg_id, groups, ci) for each segment, in order (streamed)."""
+        for s in seg_ids:
+            groups, ci = store.segment(int(s))
+            self.stats["segments"] += 1
+            self.stats["segment_bytes"] += groups.nbytes + ci.nbytes
+            yield int(s), groups, ci
+
+    def synchronize(self):
+        pass
+
+    # -- bitsets -------------------------------------------------------------------
+    def pack_bits(self, mask):
+        """Bool array (length a multiple of 32, or padded) -> uint32 words."""
+        n = mask.size
+        pad = (-n) % 32
+        if pad:
+            mask = np.concatenate([mask, np.zeros(pad, bool)])
+        return np.packbits(mask, bitorder="little").view(np.uint32)
+
+    def test_bits(self, bits, v):
+        """Membership of vertex ids ``v`` in a bitset."""
+        v = v.astype(np.int64, copy=False)
+        return ((bits[v >> 5] >> (v & 31).astype(np.uint32)) & np.uint32(1)).astype(bool)
+
+
+def gpu_available() -> bool:
+    """True where CuPy imports and sees a CUDA device."""
+    try:
+        import cupy
+        return cupy.cuda.runtime.getDeviceCount() > 0
+    except Exception:  # noqa: BLE001 - any failure means no usable GPU
+        return False
+
+
+def gpu_free_memory() -> int:
+    import cupy
+    free, _total = cupy.cuda.runtime.memGetInfo()
+    return int(free)
+
+
+def get_backend(device: str = "auto", memory_budget: int | None = None):
+    """The backend for ``device``: ``cpu``, ``gpu`` or ``auto`` (GPU where present)."""
+    if device not in ("cpu", "gpu", "auto"):
+        raise SgsiError(f"unknown device {device!r}: use cpu, gpu or auto")
+    if device == "auto":
+        device = "gpu" if gpu_available() else "cpu"
+    if device == "cpu":
+        return CpuBackend()
+    if not gpu_available():
+        raise SgsiError("device 'gpu' asked for, but no CUDA GPU with CuPy is available "
+                        "(install sgsi[gpu], or use --device cpu)")
+    from .gpu import GpuBackend
+    return GpuBackend(memory_budget)

@@ -1,0 +1,298 @@
+"""The join engine: one vertex-at-a-time step per pattern vertex (§5, §6).
+
+Each step extends a chunk of the intermediate table M' (columnar: one int32
+array per matched pattern vertex) by the next pattern vertex u:
+
+1. **Prealloc-Combine** (Algorithm 3). e0 is the linking edge whose label is
+   least frequent; F is the exclusive prefix sum of |N(v'_i, l0)| over the
+   rows, and one buffer GBA of F[|M'|] entries holds buf_i = GBA[F_i:F_i+1].
+2. **First edge** (Algorithm 4). The segments of e0's partition are
+   streamed in order; for the rows whose vertex lies in a segment, N_x(v, l0)
+   is read through the segment's PCSR, tested against the C(u) bitset, the
+   row's own vertices are subtracted (injective matching), and the survivors
+   are appended to buf_i. A row is done once its vertex is behind the
+   segment; the stream stops when every row is done.
+3. **Other linking edges** (Algorithm 5). Each buffer entry is kept only if
+   it is in N(v'_j, l_j), found segment by segment.
+4. **Columnar extension** (Algorithm 6). A prefix sum of num(buf_i) sizes the
+   new table; each old column is repeated num(buf_i) times and the buffer
+   entries become the new column. The join runs once: no count-then-join.
+
+Chunks are bounded by the memory budget: a chunk whose GBA would overflow is
+split, and the pieces are carried through the remaining steps depth first,
+so memory stays bounded whatever the number of matches. In count-only mode
+the last step counts without materialising.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..partition import pcsr
+from .plan import QueryPlan, Step
+
+#: Bytes a GBA entry and its bookkeeping take (value, row id, flags).
+_GBA_ENTRY_BYTES = 16
+
+
+@dataclass
+class Limits:
+    """Chunk sizes derived from a memory budget."""
+
+    gba_entries: int     # most buffer entries of one piece
+    chunk_rows: int      # most rows of one intermediate chunk (before a step)
+
+    @classmethod
+    def from_budget(cls, budget: int, width: int):
+        room = budget // 4
+        gba = max(64, room // _GBA_ENTRY_BYTES)
+        rows = max(32, room // (4 * max(width, 1) + 8))
+        return cls(gba, rows)
+
+
+class Engine:
+    """Runs a :class:`QueryPlan` over a store on one backend."""
+
+    def __init__(self, store, plan: QueryPlan, backend, budget: int):
+        self.store, self.plan, self.backend = store, plan, backend
+        self.xp = backend.xp
+        self.limits = Limits.from_budget(budget, len(plan.order))
+        self.stats = {"chunks": 0, "steps": 0}
+
+    # -- driving -------------------------------------------------------------------
+
+    def count(self) -> int:
+        """Number of embeddings, counted without materialising the last step."""
+        if self.plan.empty:
+            return 0
+        total = 0
+        for kind, value in self._run(count_only=True):
+            total += value
+        return total
+
+    def chunks(self):
+        """Yield result chunks: dicts pattern vertex -> int32 dense ids (on the host)."""
+        if self.plan.empty:
+            return
+        for _kind, chunk in self._run(count_only=False):
+            yield {u: self.backend.to_host(col) for u, col in chunk.items()}
+
+    def _run(self, count_only):
+        xp = self.xp
+        first = self.plan.order[0]
+        bits = self.plan.candidates[first]
+        words = xp.nonzero(bits)[0]
+        # Candidate ids of the first vertex, produced chunk by chunk from the bitset.
+        step_words = max(1, self.limits.chunk_rows // 32)
+        n_words = int(words.size)
+        for w0 in range(0, n_words, step_words):
+            w = words[w0:w0 + step_words]
+            vals = bits[w]
+            bit_idx = xp.arange(32, dtype=xp.uint32)
+            hit = ((vals[:, None] >> bit_idx[None, :]) & xp.uint32(1)).astype(bool)
+            ids = (w[:, None].astype(xp.int64) * 32 + bit_idx[None, :].astype(xp.int64))[hit]
+            ids = ids[ids < self.store.n_vertices].astype(xp.int32)
+            if not self.plan.steps:
+                yield ("count", int(ids.size)) if count_only else ("chunk", {first: ids})
+                continue
+            yield from self._extend({first: ids}, 0, count_only)
+
+    def _extend(self, chunk, k, count_only):
+        """Depth first: join ``chunk`` with step k, then recurse on the pieces."""
+        step = self.plan.steps[k]
+        last = k == len(self.plan.steps) - 1
+        for piece, deg in self._pieces(chunk, step):
+            self.stats["chunks"] += 1
+            if last and count_only:
+                yield ("count", self._join(piece, deg, step, count_only=True))
+                continue
+            new = self._join(piece, deg, step, count_only=False)
+            n = int(next(iter(new.values())).size)
+            if n == 0:
+                continue
+            if last:
+                yield ("chunk", new)
+                continue
+            rows = self.limits.chunk_rows
+            for a in range(0, n, rows):
+                sub = {u: col[a:a + rows] for u, col in new.items()} if n > rows else new
+                yield from self._extend(sub, k + 1, count_only)
+
+    def _pieces(self, chunk, step: Step):
+        """Split a chunk so that each piece's GBA holds at most about ``gba_entries``."""
+        xp = self.xp
+        e0 = step.links[0]
+        deg = self._degrees(e0, chunk[e0.other])
+        n = int(deg.size)
+        if n == 0:
+            return
+        cum = xp.cumsum(deg)
+        total = int(cum[-1])
+        cap = self.limits.gba_entries
+        if total <= cap:
+            yield chunk, deg
+            return
+        # Rows whose buffer starts in [k*cap, (k+1)*cap) form piece k.
+        piece_of = (cum - deg) // cap
+        bounds = xp.flatnonzero(xp.diff(piece_of)) + 1
+        cuts = [0] + [int(b) for b in self.backend.to_host(bounds)] + [n]
+        for a, b in zip(cuts[:-1], cuts[1:]):
+            yield {u: col[a:b] for u, col in chunk.items()}, deg[a:b]
+
+    # -- one join step -------------------------------------------------------------
+
+    def _degrees(self, link, v):
+        """|N(v, l)| for each entry of ``v``, from the partition's degree index."""
+        xp = self.xp
+        store, backend = self.store, self.backend
+        p = store.partition(link.label_id, link.direction)
+        deg = xp.zeros(v.shape, dtype=xp.int64)
+        if v.size == 0 or p.idx_batches.size == 0:
+            return deg
+        lo, hi = int(v.min()), int(v.max())
+        import numpy as np
+        b0 = int(np.searchsorted(p.idx_last, lo, "left"))
+        b1 = int(np.searchsorted(p.idx_first, hi, "right"))
+        for bi in range(b0, b1):      # index batches overlapping the rows' vertices
+            verts, d = store.index_batch(p.idx_batches[bi])
+            verts, d = backend.to_device(verts), backend.to_device(d)
+            pos = xp.searchsorted(verts, v)
+            pos = xp.minimum(pos, verts.size - 1)
+            hit = verts[pos] == v
+            deg = xp.where(hit, d[pos].astype(xp.int64), deg)
+        return deg
+
+    def _segment_range(self, p, v_sorted_unique):
+        """Indices (into the partition) of the segments holding any of these vertices."""
+        import numpy as np
+        xp = self.xp
+        if v_sorted_unique.size == 0 or p.seg_ids.size == 0:
+            return []
+        v = self.backend.to_host(v_sorted_unique)
+        first = np.searchsorted(p.last_src, v, "left")     # first segment whose last source >= v
+        last = np.searchsorted(p.first_src, v, "right") - 1  # last segment whose first source <= v
+        ok = first <= last
+        first, last = first[ok], last[ok]
+        if first.size == 0:
+            return []
+        mark = np.zeros(p.seg_ids.size + 1, np.int64)
+        np.add.at(mark, first, 1)
+        np.add.at(mark, last + 1, -1)
+        del xp
+        return np.flatnonzero(np.cumsum(mark[:-1]) > 0)
+
+    def _join(self, piece, deg, step: Step, count_only):
+        xp = self.xp
+        backend, store = self.backend, self.store
+        self.stats["steps"] += 1
+        links = step.links
+        e0 = links[0]
+        v0 = piece[e0.other]
+        n = int(v0.size)
+        cbits = self.plan.candidates[step.vertex]
+
+        # Prealloc-Combine: F = exclusive prefix sum of |N(v'_i, l0)|; one GBA.
+        F = xp.zeros(n + 1, dtype=xp.int64)
+        F[1:] = xp.cumsum(deg)
+        gba = xp.empty(int(F[-1]), dtype=xp.int32)
+        fill = xp.zeros(n, dtype=xp.int64)
+
+        # First edge, streamed over the segments of l0 (Algorithm 4).
+        order = xp.argsort(v0, kind="stable")
+        sv = v0[order]
+        uniq = sv[xp.concatenate([xp.ones(1, bool), sv[1:] != sv[:-1]])] if n else sv
+        p0 = store.partition(e0.label_id, e0.direction)
+        conflict_cols = [piece[c] for c in step.conflicts]
+        for x in self._segment_range(p0, uniq):
+            seg = int(p0.seg_ids[x])
+            groups, ci = next(backend.segments(store, [seg]))[1:]
+            lo = int(xp.searchsorted(sv, int(p0.first_src[x]), "left"))
+            hi = int(xp.searchsorted(sv, int(p0.last_src[x]), "right"))
+            if lo == hi:
+                continue
+            rows = order[lo:hi]
+            rv = sv[lo:hi]
+            # Distinct vertices of these rows: read each one's N_x(v, l0) once, filter by C(u).
+            new = xp.concatenate([xp.ones(1, bool), rv[1:] != rv[:-1]])
+            dv = rv[new]
+            run = xp.cumsum(new) - 1                       # row -> distinct vertex
+            st, en = pcsr.lookup(groups, dv, xp)
+            cnt = en - st
+            nb = ci[pcsr.ragged_indices(st, cnt, xp)]
+            keep = backend.test_bits(cbits, nb)
+            owner = xp.repeat(xp.arange(dv.size), cnt)
+            fcnt = xp.bincount(owner[keep], minlength=dv.size) if dv.size else cnt
+            flist = nb[keep]
+            fstart = xp.cumsum(fcnt) - fcnt
+            # Expand per row: buf_i += (N_x(v'_i, l0) ∩ C(u)) \ m_i.
+            rc = fcnt[run]
+            idx = pcsr.ragged_indices(fstart[run], rc, xp)
+            vals = flist[idx]
+            rid = xp.repeat(rows, rc)
+            ok = xp.ones(vals.size, dtype=bool)
+            for col in conflict_cols:
+                ok &= vals != col[rid]
+            rid, vals = rid[ok], vals[ok]
+            if vals.size == 0:
+                continue
+            # Position in buf_i: F_i + fill_i + rank among this row's survivors.
+            seg_first = xp.concatenate([xp.ones(1, bool), rid[1:] != rid[:-1]])
+            grp_start = xp.flatnonzero(seg_first)
+            rank = xp.arange(vals.size) - xp.repeat(grp_start, xp.diff(xp.concatenate(
+                [grp_start, xp.asarray([vals.size])])))
+            gba[F[rid] + fill[rid] + rank] = vals
+            fill += xp.bincount(rid, minlength=n)
+
+        # The GBA's live entries, row by row: entry j belongs to row erow[j].
+        erow = xp.repeat(xp.arange(n), fill)
+        epos = (F[:-1][erow] + (xp.arange(erow.size) - (xp.cumsum(fill) - fill)[erow])) if erow.size else erow
+        evals = gba[epos]
+        alive = xp.ones(evals.size, dtype=bool)
+
+        # Other linking edges (Algorithm 5): keep entries found in N(v'_j, l_j).
+        for link in links[1:]:
+            if not bool(alive.any()):
+                break
+            alive &= self._member(link, piece[link.other], erow, evals)
+
+        if count_only:
+            return int(alive.sum())
+        erow, evals = erow[alive], evals[alive]
+        # Columnar extension (Algorithm 6).
+        out = {u: col[erow] for u, col in piece.items()}
+        out[step.vertex] = evals
+        return out
+
+    def _member(self, link, vcol, erow, evals):
+        """For each buffer entry (row erow, value evals): is it in N(vcol[row], l)?"""
+        xp = self.xp
+        backend, store = self.backend, self.store
+        found = xp.zeros(evals.size, dtype=bool)
+        if evals.size == 0:
+            return found
+        ev = vcol[erow].astype(xp.int64)
+        order = xp.argsort(ev, kind="stable")
+        sev = ev[order]
+        uniq = sev[xp.concatenate([xp.ones(1, bool), sev[1:] != sev[:-1]])]
+        p = store.partition(link.label_id, link.direction)
+        keys = (ev << 32) | evals.astype(xp.int64)
+        for x in self._segment_range(p, uniq):
+            seg = int(p.seg_ids[x])
+            lo = int(xp.searchsorted(sev, int(p.first_src[x]), "left"))
+            hi = int(xp.searchsorted(sev, int(p.last_src[x]), "right"))
+            if lo == hi:
+                continue
+            groups, ci = next(backend.segments(store, [seg]))[1:]
+            sel = order[lo:hi]
+            dv = xp.unique(sev[lo:hi])
+            st, en = pcsr.lookup(groups, dv, xp)
+            cnt = en - st
+            nb = ci[pcsr.ragged_indices(st, cnt, xp)].astype(xp.int64)
+            # Keys (v, neighbour) are sorted: distinct v ascending, each list sorted.
+            skeys = (xp.repeat(dv.astype(xp.int64), cnt) << 32) | nb
+            if skeys.size == 0:
+                continue
+            q = keys[sel]
+            pos = xp.minimum(xp.searchsorted(skeys, q), skeys.size - 1)
+            found[sel] |= skeys[pos] == q
+        return found
