@@ -131,16 +131,18 @@ class Graph:
             left = limit
             if left == 0 or not names:
                 return
-            for chunk in engine.chunks():
-                n = int(next(iter(chunk.values())).size)
-                if left is not None and n > left:
-                    chunk = {u: c[:left] for u, c in chunk.items()}
-                    n = left
-                yield pa.record_batch([self.store.vertex_ids(chunk[u]) for u in cols], schema=schema)
-                if left is not None:
-                    left -= n
-                    if left == 0:
-                        return
-            self.last_stats = {"device": backend.name, **engine.stats, **backend.stats}
+            try:
+                for chunk in engine.chunks():
+                    n = int(next(iter(chunk.values())).size)
+                    if left is not None and n > left:
+                        chunk = {u: c[:left] for u, c in chunk.items()}
+                        n = left
+                    yield pa.record_batch([self.store.vertex_ids(chunk[u]) for u in cols], schema=schema)
+                    if left is not None:
+                        left -= n
+                        if left == 0:
+                            return
+            finally:   # also when stopped early by the limit
+                self.last_stats = {"device": backend.name, **engine.stats, **backend.stats}
 
         return pa.RecordBatchReader.from_batches(schema, batches())

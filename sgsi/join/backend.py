@@ -30,12 +30,16 @@ class CpuBackend:
         return np.asarray(a)
 
     def segments(self, store, seg_ids):
-        """Yield (seg_id, groups, ci) for each segment, in order (streamed)."""
-        for s in seg_ids:
+        """Yield (position, groups, ci) for each segment of a partition, in order.
+
+        ``seg_ids`` are global segment numbers; ``position`` is the index of
+        the segment within the list given.
+        """
+        for i, s in enumerate(seg_ids):
             groups, ci = store.segment(int(s))
             self.stats["segments"] += 1
             self.stats["segment_bytes"] += groups.nbytes + ci.nbytes
-            yield int(s), groups, ci
+            yield i, groups, ci
 
     def synchronize(self):
         pass
@@ -48,6 +52,18 @@ class CpuBackend:
         if pad:
             mask = np.concatenate([mask, np.zeros(pad, bool)])
         return np.packbits(mask, bitorder="little").view(np.uint32)
+
+    def repeat_index(self, counts):
+        """For each output slot of ``repeat(x, counts)``, the index into x."""
+        return np.repeat(np.arange(counts.size), counts)
+
+    def bits_to_ids(self, bits, n):
+        """Sorted vertex ids (int32) whose bit is set."""
+        ids = np.flatnonzero(np.unpackbits(bits.view(np.uint8), bitorder="little"))
+        return ids[ids < n].astype(np.int32)
+
+    def popcount(self, bits):
+        return int(np.unpackbits(bits.view(np.uint8)).sum())
 
     def test_bits(self, bits, v):
         """Membership of vertex ids ``v`` in a bitset."""

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..partition import signatures
+from ..partition import pcsr, signatures
 from ..pattern import Pattern
 from ..storage.format import ANY_LABEL
 
@@ -66,7 +66,7 @@ def _incident(pattern: Pattern, edge_ids):
             yield e.dst, e.src, lab, "both"
 
 
-def make_plan(store, pattern: Pattern, backend, injective=True) -> QueryPlan:
+def make_plan(store, pattern: Pattern, backend, injective=True, refine_rounds=2) -> QueryPlan:
     """Resolve, filter and order ``pattern`` on ``store``."""
     n = len(pattern.vertices)
     vlabel = []
@@ -90,9 +90,12 @@ def make_plan(store, pattern: Pattern, backend, injective=True) -> QueryPlan:
         return QueryPlan(pattern, True, [], [], [], [], injective)
 
     inc = list(_incident(pattern, edge_ids))
-    cand = [_candidates(store, backend, u, vlabel, inc, injective) for u in range(n)]
-    counts = [int(c[1]) for c in cand]
+    degree_masks = {}
+    cand = [_candidates(store, backend, u, vlabel, inc, injective, degree_masks) for u in range(n)]
     bits = [c[0] for c in cand]
+    for _ in range(refine_rounds):
+        bits = _refine(store, backend, bits, inc)
+    counts = [int(backend.popcount(b)) for b in bits]
     order = _order(store, pattern, inc, counts)
     steps = []
     joined = [order[0]]
@@ -114,7 +117,7 @@ def make_plan(store, pattern: Pattern, backend, injective=True) -> QueryPlan:
     return QueryPlan(pattern, False, order, steps, bits, counts, injective)
 
 
-def _candidates(store, backend, u, vlabel, inc, injective):
+def _candidates(store, backend, u, vlabel, inc, injective, degree_masks):
     """C(u) as a bitset over all data vertices, and its size."""
     xp = backend.xp
     n = store.n_vertices
@@ -151,14 +154,84 @@ def _candidates(store, backend, u, vlabel, inc, injective):
             mask[start:start + count] = ok
     for (lab, direction), k in need.items():
         k = k if injective else 1
-        p = store.partition(lab, direction)
-        has = xp.zeros(n, dtype=bool)
-        for bid in p.idx_batches:
-            v, d = store.index_batch(bid)
-            v, d = backend.to_device(v), backend.to_device(d)
-            has[v[d >= k]] = True
+        has = degree_masks.get((lab, direction, k))
+        if has is None:     # vertices with at least k l-neighbours in this direction
+            p = store.partition(lab, direction)
+            has = xp.zeros(n, dtype=bool)
+            for bid in p.idx_batches:
+                v, d = store.index_batch(bid)
+                v, d = backend.to_device(v), backend.to_device(d)
+                has[v[d >= k]] = True
+            degree_masks[(lab, direction, k)] = has
         mask &= has
     return backend.pack_bits(mask), int(mask.sum())
+
+
+def _refine(store, backend, bits, inc):
+    """One round of neighbourhood refinement of the candidate bitsets.
+
+    v stays in C(u) only if, for every pattern edge (u, u') of label l, v has
+    an l-neighbour (in that direction) in C(u'). The neighbour lists of C(u)
+    are read through the PCSR of the segments that hold them, streamed in
+    order. Sound for isomorphism and homomorphism alike.
+    """
+    xp = backend.xp
+    new = list(bits)
+    by_list = {}
+    for (a, b, lab, direction) in inc:          # read each N(C(a), l) once for all its edges
+        by_list.setdefault((a, lab, direction), []).append(b)
+    for (a, lab, direction), others in by_list.items():
+        ids = backend.bits_to_ids(new[a], store.n_vertices)
+        if ids.size == 0:
+            continue
+        p = store.partition(lab, direction)
+        found = xp.zeros((len(others), ids.size), dtype=bool)
+        for lo, hi, nb, owner in neighbour_lists(store, backend, p, ids):
+            for j, b in enumerate(others):
+                ok = backend.test_bits(new[b], nb)
+                found[j, lo:hi] |= xp.bincount(owner[ok], minlength=hi - lo) > 0
+        keep = found.all(axis=0)
+        mask = xp.zeros(store.n_vertices, dtype=bool)
+        mask[ids[keep]] = True
+        new[a] = backend.pack_bits(mask)
+    return new
+
+
+def neighbour_lists(store, backend, p, vertices):
+    """Stream N(v, l) for sorted distinct ``vertices`` over partition ``p``.
+
+    Yields ``(lo, hi, nb, owner)`` per segment holding any of them: the
+    vertices ``vertices[lo:hi]`` lie in the segment, ``nb`` holds their
+    neighbours there (each vertex's sorted), ``owner`` the index (0..hi-lo)
+    of the vertex each neighbour belongs to. A vertex's list may continue in
+    the next segment.
+    """
+    xp = backend.xp
+    positions = segment_range(p, backend.to_host(vertices))
+    for i, groups, ci in backend.segments(store, p.seg_ids[positions]):
+        x = positions[i]
+        lo = int(xp.searchsorted(vertices, int(p.first_src[x]), "left"))
+        hi = int(xp.searchsorted(vertices, int(p.last_src[x]), "right"))
+        if lo == hi:
+            continue
+        st, en = pcsr.lookup(groups, vertices[lo:hi], xp)
+        cnt = en - st
+        nb = ci[pcsr.ragged_indices(st, cnt, xp)]
+        yield lo, hi, nb, backend.repeat_index(cnt)
+
+
+def segment_range(p, v_sorted):
+    """Positions (in partition ``p``) of the segments holding any of the sorted vertex ids."""
+    if len(v_sorted) == 0 or p.seg_ids.size == 0:
+        return np.zeros(0, np.int64)
+    first = np.searchsorted(p.last_src, v_sorted, "left")      # first segment whose last source >= v
+    last = np.searchsorted(p.first_src, v_sorted, "right") - 1  # last segment whose first source <= v
+    ok = first <= last
+    first, last = first[ok], last[ok]
+    mark = np.zeros(p.seg_ids.size + 1, np.int64)
+    np.add.at(mark, first, 1)
+    np.add.at(mark, last + 1, -1)
+    return np.flatnonzero(np.cumsum(mark[:-1]) > 0)
 
 
 def _order(store, pattern, inc, counts):

@@ -73,6 +73,7 @@ class Store:
         self._idx_first = idx.column("first_vertex").to_numpy()
         self._idx_last = idx.column("last_vertex").to_numpy()
         self._partitions = {}
+        self._segments = {}
         self.max_segment_bytes = int(max((self._seg_edges * 4 + self._seg_groups * self.theta * 8).max(initial=0), 0))
 
     # -- files ----------------------------------------------------------------------
@@ -132,8 +133,12 @@ class Store:
 
     def segment(self, seg_id: int):
         """(groups, ci) of a segment: views over the memory-mapped files."""
+        hit = self._segments.get(seg_id)
+        if hit is not None:
+            return hit
         groups = self._column("pcsr_groups.arrow", seg_id).reshape(-1, self.theta, 2)
         ci = self._column("pcsr_ci.arrow", seg_id)
+        self._segments[seg_id] = (groups, ci)   # views: they cost no memory of their own
         return groups, ci
 
     def segment_bytes(self, seg_id: int) -> int:
@@ -189,6 +194,7 @@ class Store:
     def close(self):
         self._readers.clear()
         self._partitions.clear()
+        self._segments.clear()
         self._vid = None
 
 

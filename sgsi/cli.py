@@ -1,0 +1,382 @@
+"""The ``sgsi`` command line: build, info, count, match, demo.
+
+Every error a user can cause prints one line, ``sgsi: error: MESSAGE``, on
+stderr and exits with status 1; an interrupt exits with 130. Results go to
+stdout (``sgsi count`` prints the number of matches as its last line);
+progress, timings and statistics go to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+from . import __version__
+
+_DESCRIPTION = """\
+sgsi finds every occurrence of a small labeled pattern graph in a large
+labeled graph (subgraph isomorphism), out of core, on the CPU or a GPU.
+Build a graph store from Parquet edge files once, then count or list the
+matches of patterns written like Cypher:
+
+    (a:Person)-[:KNOWS]->(b:Person)-[:KNOWS]->(c), (a)-[:LIKES]->(c)
+
+The same queries run from DuckDB SQL after `sgsi.register(con)`:
+    SELECT * FROM match('social.sgsi', '(a)-[:KNOWS]->(b)');
+"""
+
+_EPILOG = """\
+examples:
+  sgsi demo                                        # a 20k-vertex example, end to end
+  sgsi build --edges knows.parquet --vertices people.parquet --out social.sgsi
+  sgsi info social.sgsi
+  sgsi count social.sgsi '(a:Person)-[:KNOWS]->(b)-[:KNOWS]->(a)'
+  sgsi match social.sgsi '(a)-[:KNOWS]->(b)' --output pairs.parquet --limit 1000
+
+Run `sgsi COMMAND --help` for the options of a command.
+"""
+
+_PATTERN_HELP = """\
+pattern language:
+  (a:Person)-[:KNOWS]->(b)   a directed edge labeled KNOWS from a Person a to b
+  (a)<-[:L]-(b)  (a)-[:L]-(b) an edge from b to a; an edge in either direction
+  (a)-->(b)  (a)--(b)        an edge of any label, directed or either way
+  ()                         an anonymous vertex: matched, not returned
+  p1, p2                     comma-separated paths share the vertices they name
+Named vertices are the output columns, in order of first appearance. A
+path to a query file (pattern text, or the benchmark t/v/e format) works
+in place of the pattern.
+"""
+
+
+class _Formatter(argparse.RawDescriptionHelpFormatter):
+    pass
+
+
+def _say(msg=""):
+    print(msg, file=sys.stderr, flush=True)
+
+
+def _add_query_options(p, homomorphism=True):
+    p.add_argument("--device", choices=("cpu", "gpu", "auto"), default="auto",
+                   help="where to run: cpu (NumPy), gpu (CuPy), or auto = the GPU when one is present "
+                        "(default: %(default)s)")
+    p.add_argument("--memory-budget", metavar="SIZE",
+                   help="memory one join step may use on the device, e.g. 512MB or 2GB "
+                        "(default: half the free GPU memory, or a quarter of RAM)")
+    if homomorphism:
+        p.add_argument("--homomorphism", action="store_true",
+                       help="allow two pattern vertices to match the same data vertex "
+                            "(default: injective matching, i.e. subgraph isomorphism)")
+
+
+def _parser():
+    parser = argparse.ArgumentParser(
+        prog="sgsi", description=_DESCRIPTION, epilog=_EPILOG, formatter_class=_Formatter)
+    parser.add_argument("--version", action="version", version=f"sgsi {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", title="commands")
+    sub.required = True
+
+    # -- build ----------------------------------------------------------------------
+    p = sub.add_parser(
+        "build", formatter_class=_Formatter, help="build a graph store from Parquet edge files",
+        description="Build a graph store (a directory) from Parquet edge files and optional vertex files, "
+                    "or from a graph in the benchmark text format. The store is written to a temporary "
+                    "directory and renamed into place only when complete.",
+        epilog="""\
+input columns:
+  edge files    SRC and DST (integers or strings), optional LABEL (edge label)
+  vertex files  ID, optional LABEL (vertex label); vertices on no edge are kept
+Column names default to src, dst, label and id; rename them with the options.
+
+examples:
+  sgsi build --edges knows.parquet --edges likes.parquet --out social.sgsi
+  sgsi build --edges 'edges/*.parquet' --vertices people.parquet --out social.sgsi
+  sgsi build --edges e.parquet --src from --dst to --label type --out g.sgsi --undirected
+  sgsi build --graph data.graph --out yeast.sgsi           # t/v/e text format
+""")
+    p.add_argument("--edges", action="append", metavar="FILE",
+                   help="Parquet edge file or glob; repeat for several")
+    p.add_argument("--vertices", action="append", metavar="FILE",
+                   help="Parquet vertex file or glob (vertex labels); repeat for several")
+    p.add_argument("--graph", metavar="FILE", help="a data graph in the benchmark t/v/e text format instead")
+    p.add_argument("--out", required=True, metavar="DIR", help="the store to write, e.g. social.sgsi")
+    p.add_argument("--src", default="src", help="edge source column (default: %(default)s)")
+    p.add_argument("--dst", default="dst", help="edge destination column (default: %(default)s)")
+    p.add_argument("--label", help="edge label column (default: 'label' when present)")
+    p.add_argument("--id", default="id", help="vertex id column (default: %(default)s)")
+    p.add_argument("--vertex-label", help="vertex label column (default: 'label' when present)")
+    p.add_argument("--undirected", action="store_true", help="store every edge in both directions")
+    p.add_argument("--memory-budget", metavar="SIZE",
+                   help="device memory one join step may use, e.g. 2GB; sets segment sizes "
+                        "(default: a quarter of RAM)")
+    p.add_argument("--force", action="store_true", help="replace an existing store")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
+    p.set_defaults(func=_cmd_build)
+
+    # -- info -----------------------------------------------------------------------
+    p = sub.add_parser(
+        "info", formatter_class=_Formatter, help="describe a graph store",
+        description="Describe a graph store: vertices, edges, labels and their frequencies, partitions "
+                    "and segments, file sizes, build parameters.",
+        epilog="examples:\n  sgsi info social.sgsi\n  sgsi info social.sgsi --verify\n")
+    p.add_argument("store", metavar="STORE", help="a graph store directory")
+    p.add_argument("--verify", action="store_true", help="also check every file against its checksum")
+    p.set_defaults(func=_cmd_info)
+
+    # -- count ----------------------------------------------------------------------
+    p = sub.add_parser(
+        "count", formatter_class=_Formatter, help="count the matches of a pattern",
+        description="Count the embeddings of a pattern (every automorphic copy counted). The count is the "
+                    "last line of stdout; timings and statistics go to stderr.",
+        epilog=_PATTERN_HELP + """
+examples:
+  sgsi count social.sgsi '(a:Person)-[:KNOWS]->(b:Person)-[:KNOWS]->(a)'
+  sgsi count yeast.sgsi queries/query_dense_16_1.graph --device cpu
+  sgsi count social.sgsi '(a)--(b)--(c)--(a)' --memory-budget 64MB
+""")
+    p.add_argument("store", metavar="STORE", help="a graph store directory")
+    p.add_argument("pattern", metavar="PATTERN", help="a pattern, or a query file")
+    _add_query_options(p)
+    p.set_defaults(func=_cmd_count)
+
+    # -- match ----------------------------------------------------------------------
+    p = sub.add_parser(
+        "match", formatter_class=_Formatter, help="write the matches of a pattern to Parquet",
+        description="Write every embedding of a pattern to a Parquet file: one row per embedding, one "
+                    "column per named pattern vertex, holding the original vertex ids. Results stream to "
+                    "disk in bounded memory; the file appears only when complete.",
+        epilog=_PATTERN_HELP + """
+examples:
+  sgsi match social.sgsi '(a:Person)-[:KNOWS]->(b:Person)' --output knows.parquet
+  sgsi match social.sgsi '(a)-[:KNOWS]->(b)-[:KNOWS]->(a)' --output mutual.parquet --limit 100
+""")
+    p.add_argument("store", metavar="STORE", help="a graph store directory")
+    p.add_argument("pattern", metavar="PATTERN", help="a pattern, or a query file")
+    p.add_argument("--output", "-o", required=True, metavar="FILE", help="the Parquet file to write")
+    p.add_argument("--limit", type=_non_negative, metavar="N", help="stop after N rows")
+    p.add_argument("--force", action="store_true", help="replace an existing output file")
+    _add_query_options(p)
+    p.set_defaults(func=_cmd_match)
+
+    # -- demo -----------------------------------------------------------------------
+    p = sub.add_parser(
+        "demo", formatter_class=_Formatter, help="run a small example end to end",
+        description="Generate a small social graph (20,000 vertices, ~110,000 edges; no download), build a "
+                    "store, and run pattern queries through DuckDB SQL. Everything is made in a temporary "
+                    "directory and removed afterwards.",
+        epilog="examples:\n  sgsi demo\n  sgsi demo --device cpu\n")
+    p.add_argument("--device", choices=("cpu", "gpu", "auto"), default="auto",
+                   help="where to run the queries (default: %(default)s)")
+    p.add_argument("--keep", action="store_true", help="keep the generated files and print where they are")
+    p.set_defaults(func=_cmd_demo)
+    return parser
+
+
+def _non_negative(text):
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"must not be negative: {n}")
+    return n
+
+
+# ---------------------------------------------------------------------------
+# Commands
+# ---------------------------------------------------------------------------
+
+
+def _cmd_build(args):
+    from .errors import InputError
+    from .graph import build
+    from .storage.ingest import stderr_progress
+
+    if args.edges and args.graph:
+        raise InputError("give --edges (Parquet) or --graph (text format), not both")
+    if not args.edges and not args.graph:
+        raise InputError("nothing to build from: give --edges FILE (Parquet) or --graph FILE (t/v/e text format)")
+    if args.graph and args.vertices:
+        raise InputError("--vertices goes with --edges; a --graph file holds its own vertex labels")
+    t0 = time.perf_counter()
+    g = build(args.out, edges=args.edges, vertices=args.vertices, graph=args.graph, src=args.src, dst=args.dst,
+              label=args.label, id=args.id, vertex_label=args.vertex_label, undirected=args.undirected,
+              memory_budget=args.memory_budget, force=args.force,
+              progress=None if args.quiet else stderr_progress)
+    total = sum(f["bytes"] for f in g.store.manifest["files"].values())
+    print(f"built {args.out}: {g.store.n_vertices:,} vertices, {g.store.n_edges:,} edges, "
+          f"{_size(total)} in {time.perf_counter() - t0:.1f} s")
+    g.close()
+    return 0
+
+
+def _cmd_info(args):
+    from .storage.store import Store
+
+    store = Store(args.store)
+    m = store.manifest
+    out = []
+    out.append(f"store          {os.path.abspath(args.store)}")
+    out.append(f"format         version {m['version']}, created {m.get('created', '?')}")
+    out.append(f"vertices       {m['vertices']:,}")
+    direction = "undirected (both directions stored)" if m["undirected"] else "directed"
+    out.append(f"edges          {m['edges']:,} {direction}, from {m.get('input_rows', 0):,} input rows")
+    el = m["edge_labels"]
+    if el["present"]:
+        out += _label_lines("edge labels", el["values"], el["frequency"])
+    else:
+        out.append("edge labels    none")
+    vl = m["vertex_labels"]
+    out += _label_lines("vertex labels", vl["values"], vl["frequency"], unlabeled=vl.get("unlabeled", 0))
+    parts = m["partitions"]
+    stored = [p for p in parts.values() if "alias" not in p]
+    segments = sum(p["segments"][1] for p in stored)
+    out.append(f"partitions     {len(stored)} stored ({len(parts) - len(stored)} aliases), {segments:,} segments")
+    deg = [d["max"] for d in m.get("degree", {}).values()]
+    if deg:
+        out.append(f"max degree     {max(deg):,}")
+    out.append("parameters")
+    for k, v in m["parameters"].items():
+        shown = f"{_size(v)} ({v:,} bytes)" if k == "memory_budget" else (f"{v:,}" if isinstance(v, int) else v)
+        out.append(f"  {k:<26} {shown}")
+    files = m["files"]
+    out.append("files")
+    width = max((len(n) for n in files), default=0)
+    for name, info in sorted(files.items()):
+        out.append(f"  {name:<{width}}  {info['bytes']:>14,} bytes")
+    total = sum(f["bytes"] for f in files.values())
+    out.append(f"  {'total':<{width}}  {total:>14,} bytes ({_size(total)})")
+    if m.get("sources"):
+        out.append("sources")
+        out += [f"  {s}" for s in m["sources"]]
+    print("\n".join(out))
+    if args.verify:
+        store.verify()
+        print(f"checksums      all {len(files)} files OK")
+    store.close()
+    return 0
+
+
+def _label_lines(title, values, freqs, top=10, unlabeled=0):
+    pairs = sorted(zip(values, freqs), key=lambda x: (-x[1], str(x[0])))
+    head = f"{title:<14} {len(pairs):,}"
+    if unlabeled:
+        head += f" (+ {unlabeled:,} unlabeled vertices)"
+    lines = [head]
+    width = max((len(str(v)) for v, _ in pairs[:top]), default=0)
+    for v, f in pairs[:top]:
+        lines.append(f"  {str(v):<{width}}  {f:>12,}")
+    if len(pairs) > top:
+        rest = sum(f for _, f in pairs[top:])
+        lines.append(f"  ... {len(pairs) - top:,} more labels with {rest:,} in all")
+    return lines
+
+
+def _cmd_count(args):
+    from .graph import open as open_graph
+
+    with open_graph(args.store) as g:
+        t0 = time.perf_counter()
+        n = g.count(args.pattern, device=args.device, memory_budget=args.memory_budget,
+                    injective=not args.homomorphism)
+        dt = time.perf_counter() - t0
+        _say(f"sgsi: {_stats_line(g.last_stats)}, {dt:.3f} s")
+    print(n)
+    return 0
+
+
+def _cmd_match(args):
+    from .errors import InputError, PatternError
+    from .graph import open as open_graph
+    from .results import write_parquet
+
+    out = args.output
+    if os.path.exists(out) and not args.force:
+        raise InputError(f"output file exists: {out} (use --force to replace it)")
+    if os.path.isdir(out):
+        raise InputError(f"output path is a directory: {out}")
+    parent = os.path.dirname(os.path.abspath(out))
+    if not os.path.isdir(parent):
+        raise InputError(f"output directory does not exist: {parent}")
+    with open_graph(args.store) as g:
+        t0 = time.perf_counter()
+        reader = g.match(args.pattern, device=args.device, memory_budget=args.memory_budget,
+                         injective=not args.homomorphism, limit=args.limit)
+        if len(reader.schema) == 0:
+            raise PatternError("the pattern names no vertex, so there are no columns to write: name one, "
+                               "e.g. (a), or use sgsi count")
+        rows = write_parquet(reader, out)
+        dt = time.perf_counter() - t0
+        _say(f"sgsi: {_stats_line(g.last_stats)}, {dt:.3f} s")
+    print(f"{rows} rows written to {out}")
+    return 0
+
+
+def _cmd_demo(args):
+    from .demo import run_demo
+
+    return run_demo(device=args.device, keep=args.keep)
+
+
+# ---------------------------------------------------------------------------
+# Helpers
+# ---------------------------------------------------------------------------
+
+
+def _size(n):
+    from .budget import format_size
+    return format_size(n)
+
+
+def _stats_line(stats):
+    if not stats:
+        return "done"
+    parts = [f"device {stats.get('device', '?')}"]
+    for key in ("chunks", "steps", "segments"):
+        if key in stats:
+            parts.append(f"{key} {stats[key]:,}")
+    if "segment_bytes" in stats:
+        parts.append(f"segment bytes read {_size(stats['segment_bytes'])}")
+    return ", ".join(parts)
+
+
+def _one_line(text):
+    lines = [ln.strip() for ln in str(text).strip().splitlines() if ln.strip()]
+    return lines[0] if lines else "unknown error"
+
+
+def main(argv=None):
+    """Run the command line; returns the exit status (0 ok, 1 error, 130 interrupted)."""
+    parser = _parser()
+    args = parser.parse_args(argv)
+    try:
+        import duckdb
+
+        from .errors import SgsiError
+        try:
+            return args.func(args) or 0
+        except SgsiError as e:
+            _say(f"sgsi: error: {_one_line(e)}")
+        except duckdb.Error as e:
+            _say(f"sgsi: error: {_one_line(e)}")
+        except BrokenPipeError:
+            # the reader of our output went away (sgsi info | head): not an error
+            try:
+                sys.stdout = open(os.devnull, "w")
+            except OSError:
+                pass
+            return 0
+        except OSError as e:
+            where = f": {e.filename}" if e.filename else ""
+            _say(f"sgsi: error: {e.strerror or _one_line(e)}{where}")
+        return 1
+    except KeyboardInterrupt:
+        _say("sgsi: interrupted")
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

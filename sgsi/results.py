@@ -1,0 +1,108 @@
+"""Writing a stream of result batches to Parquet with bounded memory.
+
+Both the command line (``sgsi match --output``) and the SQL ``match()``
+function turn the :class:`pyarrow.RecordBatchReader` of
+:meth:`sgsi.Graph.match` into Parquet. Batches are gathered into row
+groups of a fixed size, so memory holds at most one row group whatever
+the size of the result, and nothing is ever truncated.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+#: Rows per Parquet row group (the unit DuckDB reads in parallel).
+ROW_GROUP_ROWS = 1 << 17
+
+
+class _RowGroupWriter:
+    """Gathers batches into row groups of ``ROW_GROUP_ROWS`` rows for one file."""
+
+    def __init__(self, path, schema, compression):
+        self.writer = pq.ParquetWriter(path, schema, compression=compression)
+        self.schema = schema
+        self.pending = []
+        self.pending_rows = 0
+        self.rows = 0
+
+    def write(self, batch):
+        self.pending.append(batch)
+        self.pending_rows += batch.num_rows
+        self.rows += batch.num_rows
+        if self.pending_rows >= ROW_GROUP_ROWS:
+            self._flush()
+
+    def _flush(self):
+        if self.pending_rows:
+            table = pa.Table.from_batches(self.pending, schema=self.schema)
+            self.writer.write_table(table, row_group_size=ROW_GROUP_ROWS)
+        self.pending, self.pending_rows = [], 0
+
+    def close(self):
+        self._flush()
+        self.writer.close()
+
+
+def write_parquet(reader: pa.RecordBatchReader, path, *, compression="snappy") -> int:
+    """Write every batch of ``reader`` into one Parquet file at ``path``.
+
+    The file is written under a temporary name in the same directory and
+    renamed into place when complete, so ``path`` never holds a partial
+    file. Returns the number of rows written.
+    """
+    path = os.fspath(path)
+    parent = os.path.dirname(os.path.abspath(path))
+    tmp = os.path.join(parent, f".{os.path.basename(path)}.tmp-{uuid.uuid4().hex[:8]}")
+    try:
+        out = _RowGroupWriter(tmp, reader.schema, compression)
+        try:
+            for batch in reader:
+                out.write(batch)
+        finally:
+            out.close()
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
+    return out.rows
+
+
+def write_parquet_parts(reader: pa.RecordBatchReader, directory, *, rows_per_file=1 << 22,
+                        compression="snappy") -> tuple[int, int]:
+    """Write ``reader`` as ``part-00000.parquet``, ``part-00001.parquet``, ... in ``directory``.
+
+    A new file is started every ``rows_per_file`` rows. At least one file
+    is written (empty when the stream is), so that a glob over the
+    directory always finds the schema. Returns (rows, files).
+    """
+    directory = os.fspath(directory)
+    schema = reader.schema
+    rows = files = 0
+    out = None
+    try:
+        for batch in reader:
+            start = 0
+            while start < batch.num_rows:
+                if out is None:
+                    out = _RowGroupWriter(os.path.join(directory, f"part-{files:05d}.parquet"), schema, compression)
+                    files += 1
+                take = min(batch.num_rows - start, rows_per_file - out.rows)
+                out.write(batch.slice(start, take))
+                start += take
+                if out.rows >= rows_per_file:
+                    rows += out.rows
+                    out.close()
+                    out = None
+        if out is None and files == 0:
+            out = _RowGroupWriter(os.path.join(directory, "part-00000.parquet"), schema, compression)
+            files = 1
+    finally:
+        if out is not None:
+            rows += out.rows
+            out.close()
+    return rows, files
