@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import textwrap
 import time
 
 from . import __version__
@@ -55,6 +56,10 @@ class _Formatter(argparse.RawDescriptionHelpFormatter):
     pass
 
 
+def _wrap(text):
+    return textwrap.fill(text, 78)
+
+
 def _say(msg=""):
     print(msg, file=sys.stderr, flush=True)
 
@@ -82,9 +87,9 @@ def _parser():
     # -- build ----------------------------------------------------------------------
     p = sub.add_parser(
         "build", formatter_class=_Formatter, help="build a graph store from Parquet edge files",
-        description="Build a graph store (a directory) from Parquet edge files and optional vertex files, "
-                    "or from a graph in the benchmark text format. The store is written to a temporary "
-                    "directory and renamed into place only when complete.",
+        description=_wrap("Build a graph store (a directory) from Parquet edge files and optional vertex files, "
+                          "or from a graph in the benchmark text format. The store is written to a temporary "
+                          "directory and renamed into place only when complete."),
         epilog="""\
 input columns:
   edge files    SRC and DST (integers or strings), optional LABEL (edge label)
@@ -119,8 +124,8 @@ examples:
     # -- info -----------------------------------------------------------------------
     p = sub.add_parser(
         "info", formatter_class=_Formatter, help="describe a graph store",
-        description="Describe a graph store: vertices, edges, labels and their frequencies, partitions "
-                    "and segments, file sizes, build parameters.",
+        description=_wrap("Describe a graph store: vertices, edges, labels and their frequencies, partitions "
+                          "and segments, file sizes, build parameters."),
         epilog="examples:\n  sgsi info social.sgsi\n  sgsi info social.sgsi --verify\n")
     p.add_argument("store", metavar="STORE", help="a graph store directory")
     p.add_argument("--verify", action="store_true", help="also check every file against its checksum")
@@ -129,8 +134,8 @@ examples:
     # -- count ----------------------------------------------------------------------
     p = sub.add_parser(
         "count", formatter_class=_Formatter, help="count the matches of a pattern",
-        description="Count the embeddings of a pattern (every automorphic copy counted). The count is the "
-                    "last line of stdout; timings and statistics go to stderr.",
+        description=_wrap("Count the embeddings of a pattern (every automorphic copy counted). The count is the "
+                          "last line of stdout; timings and statistics go to stderr."),
         epilog=_PATTERN_HELP + """
 examples:
   sgsi count social.sgsi '(a:Person)-[:KNOWS]->(b:Person)-[:KNOWS]->(a)'
@@ -145,9 +150,9 @@ examples:
     # -- match ----------------------------------------------------------------------
     p = sub.add_parser(
         "match", formatter_class=_Formatter, help="write the matches of a pattern to Parquet",
-        description="Write every embedding of a pattern to a Parquet file: one row per embedding, one "
-                    "column per named pattern vertex, holding the original vertex ids. Results stream to "
-                    "disk in bounded memory; the file appears only when complete.",
+        description=_wrap("Write every embedding of a pattern to a Parquet file: one row per embedding, one "
+                          "column per named pattern vertex, holding the original vertex ids. Results stream to "
+                          "disk in bounded memory; the file appears only when complete."),
         epilog=_PATTERN_HELP + """
 examples:
   sgsi match social.sgsi '(a:Person)-[:KNOWS]->(b:Person)' --output knows.parquet
@@ -164,9 +169,9 @@ examples:
     # -- demo -----------------------------------------------------------------------
     p = sub.add_parser(
         "demo", formatter_class=_Formatter, help="run a small example end to end",
-        description="Generate a small social graph (20,000 vertices, ~110,000 edges; no download), build a "
-                    "store, and run pattern queries through DuckDB SQL. Everything is made in a temporary "
-                    "directory and removed afterwards.",
+        description=_wrap("Generate a small social graph (20,000 vertices, ~110,000 edges; no download), build a "
+                          "store, and run pattern queries through DuckDB SQL. Everything is made in a temporary "
+                          "directory and removed afterwards."),
         epilog="examples:\n  sgsi demo\n  sgsi demo --device cpu\n")
     p.add_argument("--device", choices=("cpu", "gpu", "auto"), default="auto",
                    help="where to run the queries (default: %(default)s)")

@@ -215,7 +215,7 @@ def _macro_sql(token, literals) -> str:
 def _database_state(con) -> "_Database":
     """The sgsi state of ``con``'s database, installing the Python functions on first use."""
     try:
-        (sid,) = con.execute("SELECT sgsi_state_id()").fetchone()
+        ((sid,),) = con.execute("SELECT sgsi_state_id()").fetchall()
     except duckdb.CatalogException:
         state = _Database()
         state.install(con)
@@ -514,7 +514,9 @@ def _copy_query(con, query, path, what, separate=False):
 
 
 def _sweep_stale_scratch():
-    """Remove scratch directories whose process no longer runs."""
+    """Remove scratch directories whose process no longer runs (POSIX only)."""
+    if os.name != "posix":      # os.kill(pid, 0) is no liveness test elsewhere
+        return
     tmp = tempfile.gettempdir()
     try:
         names = os.listdir(tmp)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import SgsiError
+from ..partition import pcsr, signatures
 
 
 class CpuBackend:
@@ -53,6 +54,12 @@ class CpuBackend:
             mask = np.concatenate([mask, np.zeros(pad, bool)])
         return np.packbits(mask, bitorder="little").view(np.uint32)
 
+    def bincount(self, x, n):
+        return np.bincount(x, minlength=n)[:n] if x.size else np.zeros(n, np.int64)
+
+    def argsort(self, a):
+        return np.argsort(a, kind="stable")
+
     def repeat_index(self, counts):
         """For each output slot of ``repeat(x, counts)``, the index into x."""
         return np.repeat(np.arange(counts.size), counts)
@@ -61,6 +68,36 @@ class CpuBackend:
         """Sorted vertex ids (int32) whose bit is set."""
         ids = np.flatnonzero(np.unpackbits(bits.view(np.uint8), bitorder="little"))
         return ids[ids < n].astype(np.int32)
+
+    def pcsr_lookup(self, groups, v):
+        return pcsr.lookup(groups, v, np)
+
+    def signature_filter(self, mask, columns, qwords, labels, label):
+        """mask &= (label matches) & (signature covers the query's), for one segment."""
+        if labels is not None:
+            mask &= labels == label
+        ok = signatures.signature_pass(columns, qwords, np)
+        if ok is not None:
+            mask &= ok
+        return mask
+
+    def first_edge_rows(self, rows, run, flist, fstart, fcnt, conflict_cols, F, fill, gba):
+        """buf_i += (flist of row i's vertex) minus the row's conflict vertices, in GBA."""
+        rc = fcnt[run]
+        vals = flist[pcsr.ragged_indices(fstart[run], rc, np)]
+        rid = rows[self.repeat_index(rc)]
+        ok = np.ones(vals.size, dtype=bool)
+        for col in conflict_cols:
+            ok &= vals != col[rid]
+        rid, vals = rid[ok], vals[ok]
+        if vals.size == 0:
+            return
+        # Rank of each survivor within its row (rows come in runs).
+        new = np.r_[True, rid[1:] != rid[:-1]]
+        start = np.flatnonzero(new)
+        rank = np.arange(rid.size) - np.repeat(start, np.diff(np.r_[start, rid.size]))
+        gba[F[rid] + fill[rid] + rank] = vals
+        fill += np.bincount(rid, minlength=fill.size)
 
     def popcount(self, bits):
         return int(np.unpackbits(bits.view(np.uint8)).sum())

@@ -28,8 +28,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..partition import pcsr
+import numpy as np
+
 from .plan import QueryPlan, Step
+from .stream import neighbour_lists
 
 #: Bytes a GBA entry and its bookkeeping take (value, row id, flags).
 _GBA_ENTRY_BYTES = 16
@@ -78,20 +80,11 @@ class Engine:
             yield {u: self.backend.to_host(col) for u, col in chunk.items()}
 
     def _run(self, count_only):
-        xp = self.xp
         first = self.plan.order[0]
-        bits = self.plan.candidates[first]
-        words = xp.nonzero(bits)[0]
-        # Candidate ids of the first vertex, produced chunk by chunk from the bitset.
-        step_words = max(1, self.limits.chunk_rows // 32)
-        n_words = int(words.size)
-        for w0 in range(0, n_words, step_words):
-            w = words[w0:w0 + step_words]
-            vals = bits[w]
-            bit_idx = xp.arange(32, dtype=xp.uint32)
-            hit = ((vals[:, None] >> bit_idx[None, :]) & xp.uint32(1)).astype(bool)
-            ids = (w[:, None].astype(xp.int64) * 32 + bit_idx[None, :].astype(xp.int64))[hit]
-            ids = ids[ids < self.store.n_vertices].astype(xp.int32)
+        ids_all = self.backend.bits_to_ids(self.plan.candidates[first], self.store.n_vertices)
+        rows = self.limits.chunk_rows
+        for a in range(0, int(ids_all.size), rows):
+            ids = ids_all[a:a + rows]
             if not self.plan.steps:
                 yield ("count", int(ids.size)) if count_only else ("chunk", {first: ids})
                 continue
@@ -150,7 +143,6 @@ class Engine:
         if v.size == 0 or p.idx_batches.size == 0:
             return deg
         lo, hi = int(v.min()), int(v.max())
-        import numpy as np
         b0 = int(np.searchsorted(p.idx_last, lo, "left"))
         b1 = int(np.searchsorted(p.idx_first, hi, "right"))
         for bi in range(b0, b1):      # index batches overlapping the rows' vertices
@@ -161,25 +153,6 @@ class Engine:
             hit = verts[pos] == v
             deg = xp.where(hit, d[pos].astype(xp.int64), deg)
         return deg
-
-    def _segment_range(self, p, v_sorted_unique):
-        """Indices (into the partition) of the segments holding any of these vertices."""
-        import numpy as np
-        xp = self.xp
-        if v_sorted_unique.size == 0 or p.seg_ids.size == 0:
-            return []
-        v = self.backend.to_host(v_sorted_unique)
-        first = np.searchsorted(p.last_src, v, "left")     # first segment whose last source >= v
-        last = np.searchsorted(p.first_src, v, "right") - 1  # last segment whose first source <= v
-        ok = first <= last
-        first, last = first[ok], last[ok]
-        if first.size == 0:
-            return []
-        mark = np.zeros(p.seg_ids.size + 1, np.int64)
-        np.add.at(mark, first, 1)
-        np.add.at(mark, last + 1, -1)
-        del xp
-        return np.flatnonzero(np.cumsum(mark[:-1]) > 0)
 
     def _join(self, piece, deg, step: Step, count_only):
         xp = self.xp
@@ -197,54 +170,27 @@ class Engine:
         gba = xp.empty(int(F[-1]), dtype=xp.int32)
         fill = xp.zeros(n, dtype=xp.int64)
 
-        # First edge, streamed over the segments of l0 (Algorithm 4).
-        order = xp.argsort(v0, kind="stable")
+        # First edge, streamed over the segments of l0 (Algorithm 4). Rows are
+        # visited in vertex order; each distinct vertex's N_x(v, l0) is read once.
+        order = backend.argsort(v0)
         sv = v0[order]
-        uniq = sv[xp.concatenate([xp.ones(1, bool), sv[1:] != sv[:-1]])] if n else sv
+        uniq, ustart, uend = _runs(xp, sv)
         p0 = store.partition(e0.label_id, e0.direction)
         conflict_cols = [piece[c] for c in step.conflicts]
-        for x in self._segment_range(p0, uniq):
-            seg = int(p0.seg_ids[x])
-            groups, ci = next(backend.segments(store, [seg]))[1:]
-            lo = int(xp.searchsorted(sv, int(p0.first_src[x]), "left"))
-            hi = int(xp.searchsorted(sv, int(p0.last_src[x]), "right"))
-            if lo == hi:
-                continue
-            rows = order[lo:hi]
-            rv = sv[lo:hi]
-            # Distinct vertices of these rows: read each one's N_x(v, l0) once, filter by C(u).
-            new = xp.concatenate([xp.ones(1, bool), rv[1:] != rv[:-1]])
-            dv = rv[new]
-            run = xp.cumsum(new) - 1                       # row -> distinct vertex
-            st, en = pcsr.lookup(groups, dv, xp)
-            cnt = en - st
-            nb = ci[pcsr.ragged_indices(st, cnt, xp)]
+        for lo, hi, nb, owner in neighbour_lists(store, backend, p0, uniq):
+            r0, r1 = int(ustart[lo]), int(uend[hi - 1])
+            rows = order[r0:r1]
+            run = backend.repeat_index(uend[lo:hi] - ustart[lo:hi])      # row -> distinct vertex
+            # N_x(v, l0) ∩ C(u) once per distinct vertex ...
             keep = backend.test_bits(cbits, nb)
-            owner = xp.repeat(xp.arange(dv.size), cnt)
-            fcnt = xp.bincount(owner[keep], minlength=dv.size) if dv.size else cnt
+            fcnt = backend.bincount(owner[keep], hi - lo)
             flist = nb[keep]
             fstart = xp.cumsum(fcnt) - fcnt
-            # Expand per row: buf_i += (N_x(v'_i, l0) ∩ C(u)) \ m_i.
-            rc = fcnt[run]
-            idx = pcsr.ragged_indices(fstart[run], rc, xp)
-            vals = flist[idx]
-            rid = xp.repeat(rows, rc)
-            ok = xp.ones(vals.size, dtype=bool)
-            for col in conflict_cols:
-                ok &= vals != col[rid]
-            rid, vals = rid[ok], vals[ok]
-            if vals.size == 0:
-                continue
-            # Position in buf_i: F_i + fill_i + rank among this row's survivors.
-            seg_first = xp.concatenate([xp.ones(1, bool), rid[1:] != rid[:-1]])
-            grp_start = xp.flatnonzero(seg_first)
-            rank = xp.arange(vals.size) - xp.repeat(grp_start, xp.diff(xp.concatenate(
-                [grp_start, xp.asarray([vals.size])])))
-            gba[F[rid] + fill[rid] + rank] = vals
-            fill += xp.bincount(rid, minlength=n)
+            # ... then per row, minus the row's own vertices: buf_i += (N_x ∩ C(u)) \ m_i.
+            backend.first_edge_rows(rows, run, flist, fstart, fcnt, conflict_cols, F, fill, gba)
 
         # The GBA's live entries, row by row: entry j belongs to row erow[j].
-        erow = xp.repeat(xp.arange(n), fill)
+        erow = backend.repeat_index(fill)
         epos = (F[:-1][erow] + (xp.arange(erow.size) - (xp.cumsum(fill) - fill)[erow])) if erow.size else erow
         evals = gba[epos]
         alive = xp.ones(evals.size, dtype=bool)
@@ -270,29 +216,31 @@ class Engine:
         found = xp.zeros(evals.size, dtype=bool)
         if evals.size == 0:
             return found
-        ev = vcol[erow].astype(xp.int64)
-        order = xp.argsort(ev, kind="stable")
+        ev = vcol[erow]
+        order = backend.argsort(ev)
         sev = ev[order]
-        uniq = sev[xp.concatenate([xp.ones(1, bool), sev[1:] != sev[:-1]])]
+        uniq, ustart, uend = _runs(xp, sev)
+        keys = (ev.astype(xp.int64) << 32) | evals.astype(xp.int64)
         p = store.partition(link.label_id, link.direction)
-        keys = (ev << 32) | evals.astype(xp.int64)
-        for x in self._segment_range(p, uniq):
-            seg = int(p.seg_ids[x])
-            lo = int(xp.searchsorted(sev, int(p.first_src[x]), "left"))
-            hi = int(xp.searchsorted(sev, int(p.last_src[x]), "right"))
-            if lo == hi:
-                continue
-            groups, ci = next(backend.segments(store, [seg]))[1:]
-            sel = order[lo:hi]
-            dv = xp.unique(sev[lo:hi])
-            st, en = pcsr.lookup(groups, dv, xp)
-            cnt = en - st
-            nb = ci[pcsr.ragged_indices(st, cnt, xp)].astype(xp.int64)
-            # Keys (v, neighbour) are sorted: distinct v ascending, each list sorted.
-            skeys = (xp.repeat(dv.astype(xp.int64), cnt) << 32) | nb
+        for lo, hi, nb, owner in neighbour_lists(store, backend, p, uniq):
+            # Keys (v, neighbour) come sorted: distinct v ascending, each list sorted.
+            skeys = (uniq[lo:hi][owner].astype(xp.int64) << 32) | nb.astype(xp.int64)
             if skeys.size == 0:
                 continue
+            sel = order[int(ustart[lo]):int(uend[hi - 1])]
             q = keys[sel]
             pos = xp.minimum(xp.searchsorted(skeys, q), skeys.size - 1)
             found[sel] |= skeys[pos] == q
         return found
+
+
+def _runs(xp, sorted_values):
+    """Distinct values of a sorted array, and where each one's run starts and ends."""
+    n = sorted_values.size
+    if n == 0:
+        e = xp.zeros(0, xp.int64)
+        return sorted_values, e, e
+    new = xp.concatenate([xp.ones(1, bool), sorted_values[1:] != sorted_values[:-1]])
+    start = xp.flatnonzero(new)
+    end = xp.concatenate([start[1:], xp.asarray([n], dtype=start.dtype)])
+    return sorted_values[start], start, end

@@ -19,9 +19,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..partition import pcsr, signatures
+from ..partition import signatures
 from ..pattern import Pattern
 from ..storage.format import ANY_LABEL
+from .stream import neighbour_lists
 
 _FLIP = {"out": "in", "in": "out", "both": "both"}
 
@@ -136,22 +137,19 @@ def _candidates(store, backend, u, vlabel, inc, injective, degree_masks):
                 pairs.append((lab, signatures.OUT if direction == "out" else signatures.IN, vlabel[b]))
     qsig = signatures.query_signature(vlabel[u], pairs, store.signature_bits, store.label_bits, injective)
     cols = store.bucket_columns
-    mask = xp.zeros(n, dtype=bool)
+    mask = xp.ones(n, dtype=bool)
     for start, count, seg in store.vertex_segments():
-        ok = None
-        if vlabel[u] is not None:
-            ok = backend.to_device(store.vertex_labels(seg)) == vlabel[u]
+        labels = backend.to_device(store.vertex_labels(seg)) if vlabel[u] is not None else None
+        part = mask[start:start + count]
         for b in range(store.n_buckets):
             q = qsig[b * cols:(b + 1) * cols]
-            if not q.any():
+            if not q.any() and labels is None:
                 continue
-            words = [backend.to_device(c) for c in store.signature_columns(seg, b)]
-            t = signatures.signature_pass(words, q, xp)
-            ok = t if ok is None else ok & t
-        if ok is None:
-            mask[start:start + count] = True
-        else:
-            mask[start:start + count] = ok
+            words = [backend.to_device(c) for c in store.signature_columns(seg, b)] if q.any() else []
+            backend.signature_filter(part, words, q if q.any() else q[:0], labels, vlabel[u])
+            labels = None           # the label test is done once per segment
+        if labels is not None:
+            backend.signature_filter(part, [], qsig[:0], labels, vlabel[u])
     for (lab, direction), k in need.items():
         k = k if injective else 1
         has = degree_masks.get((lab, direction, k))
@@ -189,49 +187,12 @@ def _refine(store, backend, bits, inc):
         for lo, hi, nb, owner in neighbour_lists(store, backend, p, ids):
             for j, b in enumerate(others):
                 ok = backend.test_bits(new[b], nb)
-                found[j, lo:hi] |= xp.bincount(owner[ok], minlength=hi - lo) > 0
+                found[j, lo:hi] |= backend.bincount(owner[ok], hi - lo) > 0
         keep = found.all(axis=0)
         mask = xp.zeros(store.n_vertices, dtype=bool)
         mask[ids[keep]] = True
         new[a] = backend.pack_bits(mask)
     return new
-
-
-def neighbour_lists(store, backend, p, vertices):
-    """Stream N(v, l) for sorted distinct ``vertices`` over partition ``p``.
-
-    Yields ``(lo, hi, nb, owner)`` per segment holding any of them: the
-    vertices ``vertices[lo:hi]`` lie in the segment, ``nb`` holds their
-    neighbours there (each vertex's sorted), ``owner`` the index (0..hi-lo)
-    of the vertex each neighbour belongs to. A vertex's list may continue in
-    the next segment.
-    """
-    xp = backend.xp
-    positions = segment_range(p, backend.to_host(vertices))
-    for i, groups, ci in backend.segments(store, p.seg_ids[positions]):
-        x = positions[i]
-        lo = int(xp.searchsorted(vertices, int(p.first_src[x]), "left"))
-        hi = int(xp.searchsorted(vertices, int(p.last_src[x]), "right"))
-        if lo == hi:
-            continue
-        st, en = pcsr.lookup(groups, vertices[lo:hi], xp)
-        cnt = en - st
-        nb = ci[pcsr.ragged_indices(st, cnt, xp)]
-        yield lo, hi, nb, backend.repeat_index(cnt)
-
-
-def segment_range(p, v_sorted):
-    """Positions (in partition ``p``) of the segments holding any of the sorted vertex ids."""
-    if len(v_sorted) == 0 or p.seg_ids.size == 0:
-        return np.zeros(0, np.int64)
-    first = np.searchsorted(p.last_src, v_sorted, "left")      # first segment whose last source >= v
-    last = np.searchsorted(p.first_src, v_sorted, "right") - 1  # last segment whose first source <= v
-    ok = first <= last
-    first, last = first[ok], last[ok]
-    mark = np.zeros(p.seg_ids.size + 1, np.int64)
-    np.add.at(mark, first, 1)
-    np.add.at(mark, last + 1, -1)
-    return np.flatnonzero(np.cumsum(mark[:-1]) > 0)
 
 
 def _order(store, pattern, inc, counts):

@@ -26,7 +26,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .. import budget as budget_mod
-from ..errors import InputError, SgsiError
+from ..errors import InputError
 from ..partition import pcsr, signatures
 from ..partition.plan import plan as make_plan
 from . import format as fmt

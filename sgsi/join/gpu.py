@@ -1,0 +1,191 @@
+"""GPU backend on CuPy: segments streamed through pinned double buffers (§6).
+
+Segments move host-to-device on their own stream from two pinned staging
+buffers: while the join computes on segment k, segment k+1 is already being
+copied. Segments that fit are kept on the device in an LRU cache bounded by
+half the memory budget (in-core is then the special case of one pass). Hot
+steps use the kernels of :mod:`sgsi.join.kernels`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+
+import cupy as cp
+import numpy as np
+
+from . import kernels
+
+_BLOCK = 256
+
+
+def _grid(n_threads):
+    return (max(1, (int(n_threads) + _BLOCK - 1) // _BLOCK),)
+
+
+class GpuBackend:
+    name = "gpu"
+    xp = cp
+
+    def __init__(self, memory_budget=None):
+        from .. import budget as budget_mod
+        self.budget = budget_mod.resolve_budget(memory_budget, "gpu")
+        self.copy_stream = cp.cuda.Stream(non_blocking=True)
+        self._pinned = [None, None]
+        self._cache = OrderedDict()
+        self._cache_bytes = 0
+        self._cache_limit = self.budget // 2
+        self.stats = {"segments": 0, "segment_bytes": 0, "h2d_bytes": 0, "h2d_seconds": 0.0,
+                      "cache_hits": 0}
+
+    # -- moving data ---------------------------------------------------------------
+    def to_device(self, a):
+        return cp.asarray(a)
+
+    def to_host(self, a):
+        return cp.asnumpy(a) if isinstance(a, cp.ndarray) else np.asarray(a)
+
+    def synchronize(self):
+        cp.cuda.get_current_stream().synchronize()
+
+    def _pinned_buffer(self, slot, nbytes):
+        buf = self._pinned[slot]
+        if buf is None or buf.size < nbytes:
+            mem = cp.cuda.alloc_pinned_memory(max(nbytes, 1 << 20))
+            buf = np.frombuffer(mem, np.uint8, max(nbytes, 1 << 20))
+            self._pinned[slot] = buf
+        return buf
+
+    def _stage(self, store, seg, slot):
+        """Start the copy of one segment; returns (groups, ci, event)."""
+        hit = self._cache.get(seg)
+        if hit is not None:
+            self._cache.move_to_end(seg)
+            self.stats["cache_hits"] += 1
+            return hit[0], hit[1], None
+        groups, ci = store.segment(seg)
+        g_bytes, c_bytes = groups.nbytes, ci.nbytes
+        pinned = self._pinned_buffer(slot, g_bytes + c_bytes)
+        t0 = time.perf_counter()
+        pinned[:g_bytes] = groups.reshape(-1).view(np.uint8)
+        pinned[g_bytes:g_bytes + c_bytes] = ci.view(np.uint8)
+        dev = cp.empty(g_bytes + c_bytes, dtype=cp.uint8)
+        dev.set(pinned[:g_bytes + c_bytes], stream=self.copy_stream)
+        event = self.copy_stream.record()
+        d_groups = dev[:g_bytes].view(cp.int32).reshape(groups.shape)
+        d_ci = dev[g_bytes:].view(cp.int32)
+        self.stats["h2d_bytes"] += g_bytes + c_bytes
+        self.stats["h2d_seconds"] += time.perf_counter() - t0
+        nbytes = g_bytes + c_bytes
+        if nbytes <= self._cache_limit:
+            self._cache[seg] = (d_groups, d_ci, nbytes)
+            self._cache_bytes += nbytes
+            while self._cache_bytes > self._cache_limit:
+                _k, (_g, _c, b) = self._cache.popitem(last=False)
+                self._cache_bytes -= b
+        return d_groups, d_ci, event
+
+    def segments(self, store, seg_ids):
+        """Yield (position, groups, ci) on the device; segment k+1 copies while k computes."""
+        seg_ids = [int(s) for s in seg_ids]
+        if not seg_ids:
+            return
+        nxt = self._stage(store, seg_ids[0], 0)
+        for i in range(len(seg_ids)):
+            groups, ci, event = nxt
+            if event is not None:
+                cp.cuda.get_current_stream().wait_event(event)
+            if i + 1 < len(seg_ids):
+                # The slot reused here held segment i-1, whose copy the stream already waited for.
+                nxt = self._stage(store, seg_ids[i + 1], (i + 1) % 2)
+            self.stats["segments"] += 1
+            self.stats["segment_bytes"] += groups.nbytes + ci.nbytes
+            yield i, groups, ci
+
+    # -- small array helpers (the CPU backend has NumPy twins) -----------------------
+    def bincount(self, x, n):
+        out = cp.zeros(n, cp.int64)
+        if x.size:
+            cp.add.at(out, x, 1)
+        return out
+
+    def argsort(self, a):
+        return cp.argsort(a)
+
+    def repeat_index(self, counts):
+        """For each output slot of ``repeat(x, counts)``, the index into x (scatter + scan)."""
+        counts = counts.astype(cp.int64, copy=False)
+        nz = cp.flatnonzero(counts)
+        if nz.size == 0:
+            return cp.zeros(0, cp.int64)
+        ends = cp.cumsum(counts)
+        total = int(ends[-1])
+        mark = cp.zeros(total, cp.int64)
+        mark[(ends - counts)[nz[1:]]] = nz[1:] - nz[:-1]
+        mark[0] = nz[0]
+        return cp.cumsum(mark)
+
+    def pack_bits(self, mask):
+        n = int(mask.size)
+        bits = cp.zeros((n + 31) // 32, dtype=cp.uint32)
+        if n:
+            kernels.kernel("pack_bits")(_grid(((n + 31) // 32) * 32), (_BLOCK,), (mask, np.int64(n), bits))
+        return bits
+
+    def test_bits(self, bits, v):
+        out = cp.empty(v.size, dtype=cp.bool_)
+        if v.size:
+            v32 = v.astype(cp.int32, copy=False)
+            kernels.kernel("test_bits")(_grid(v.size), (_BLOCK,), (bits, v32, np.int64(v.size), out))
+        return out
+
+    def bits_to_ids(self, bits, n):
+        words = cp.flatnonzero(bits)
+        vals = bits[words]
+        bit = cp.arange(32, dtype=cp.uint32)
+        hit = ((vals[:, None] >> bit[None, :]) & cp.uint32(1)).astype(cp.bool_)
+        ids = (words[:, None].astype(cp.int64) * 32 + bit[None, :].astype(cp.int64))[hit]
+        return ids[ids < n].astype(cp.int32)
+
+    def popcount(self, bits):
+        return int(cp.unpackbits(bits.view(cp.uint8)).sum())
+
+    # -- kernels for the hot steps ------------------------------------------------------
+    def pcsr_lookup(self, groups, v):
+        n = int(v.size)
+        start = cp.zeros(n, cp.int64)
+        end = cp.zeros(n, cp.int64)
+        if n and groups.shape[0]:
+            kernels.kernel("pcsr_lookup")(_grid(n * 32), (_BLOCK,),
+                                          (groups, np.int64(groups.shape[0]), np.int32(groups.shape[1]),
+                                           v.astype(cp.int32, copy=False), np.int64(n), start, end))
+        return start, end
+
+    def signature_filter(self, mask, columns, qwords, labels, label):
+        n = int(mask.size)
+        cols = cp.ascontiguousarray(cp.stack([cp.asarray(c) for c in columns])) if columns else cp.zeros((0, n), cp.uint32)
+        q = cp.asarray(np.asarray(qwords, np.uint32))
+        has_label = labels is not None
+        lab = cp.asarray(labels) if has_label else cp.zeros(1, cp.int32)
+        kernels.kernel("signature_filter")(_grid(n), (_BLOCK,),
+                                           (cols, np.int32(len(columns)), np.int64(n), q, lab,
+                                            np.int32(has_label), np.int32(label if has_label else -1), mask))
+        return mask
+
+    def first_edge_rows(self, rows, run, flist, fstart, fcnt, conflict_cols, F, fill, gba):
+        n_rows = int(rows.size)
+        if n_rows == 0:
+            return
+        if conflict_cols:
+            conf = cp.ascontiguousarray(cp.stack(conflict_cols).astype(cp.int32, copy=False))
+            table_rows = conf.shape[1]
+        else:
+            conf = cp.zeros((1, 1), cp.int32)
+            table_rows = 1
+        kernels.kernel("first_edge_rows")(
+            _grid(n_rows * 32), (_BLOCK,),
+            (rows.astype(cp.int64, copy=False), run.astype(cp.int64, copy=False), np.int64(n_rows),
+             flist.astype(cp.int32, copy=False), fstart.astype(cp.int64, copy=False),
+             fcnt.astype(cp.int64, copy=False), conf, np.int32(len(conflict_cols)), np.int64(table_rows),
+             F, fill, gba))

@@ -1,0 +1,147 @@
+"""CUDA kernels of the GPU backend (CuPy RawModule), each small and named.
+
+Every kernel has a vectorized array version that is its reference: the
+NumPy code path of the CPU backend (see the ``reference`` named in each
+docstring); the GPU tests compare the two on random inputs.
+
+Kernels are compiled on first use; importing this module needs no GPU.
+"""
+
+from __future__ import annotations
+
+_PREAMBLE_HASH = r"""
+// Group of vertex v in a PCSR of n_groups groups: (v * 2654435761 mod 2^32) mod n_groups.
+__device__ __forceinline__ long long pcsr_group(int v, long long n_groups) {
+    unsigned int h = (unsigned int)v * 2654435761u;
+    return (long long)(h % (unsigned long long)n_groups);
+}
+"""
+
+_PREAMBLE_BITS = r"""
+__device__ __forceinline__ bool test_bit(const unsigned int* bits, int v) {
+    return (bits[v >> 5] >> (v & 31)) & 1u;
+}
+"""
+
+_SOURCE = _PREAMBLE_HASH + _PREAMBLE_BITS + r"""
+#define FULL 0xffffffffu
+
+// PCSR lookup (reference: sgsi.partition.pcsr.lookup). One warp per query
+// vertex: lane l reads pair l of the group, so one group is one transaction;
+// the warp votes on a match and follows GID on a miss.
+extern "C" __global__ void pcsr_lookup(const int* __restrict__ groups, long long n_groups, int theta,
+                                       const int* __restrict__ v, long long n,
+                                       long long* __restrict__ start, long long* __restrict__ end) {
+    long long warp = ((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    int lane = threadIdx.x & 31;
+    if (warp >= n) return;
+    int vv = v[warp];
+    long long g = pcsr_group(vv, n_groups);
+    while (true) {
+        int pv = -2, po = 0;
+        if (lane < theta) {
+            pv = groups[(g * theta + lane) * 2];
+            po = groups[(g * theta + lane) * 2 + 1];
+        }
+        unsigned int m = __ballot_sync(FULL, lane < theta - 1 && pv == vv);
+        if (m) {
+            int s = __ffs(m) - 1;
+            int st = __shfl_sync(FULL, po, s);
+            int en = __shfl_sync(FULL, po, s + 1);
+            if (lane == 0) { start[warp] = st; end[warp] = en; }
+            return;
+        }
+        int gid = __shfl_sync(FULL, pv, theta - 1);
+        if (gid < 0) {
+            if (lane == 0) { start[warp] = 0; end[warp] = 0; }
+            return;
+        }
+        g = gid;
+    }
+}
+
+// Signature filter over one vertex segment (reference: signatures.signature_pass
+// plus the label test). Columns are stored column-first, so consecutive threads
+// read consecutive words of one column: coalesced. Writes one bool per vertex.
+extern "C" __global__ void signature_filter(const unsigned int* __restrict__ cols, int n_cols, long long n,
+                                            const unsigned int* __restrict__ q,
+                                            const int* __restrict__ labels, int has_label, int label,
+                                            bool* __restrict__ out) {
+    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    bool ok = !has_label || labels[i] == label;
+    for (int c = 0; c < n_cols && ok; ++c) {
+        unsigned int w = q[c];
+        if (w) ok = (cols[(long long)c * n + i] & w) == w;
+    }
+    out[i] = out[i] && ok;
+}
+
+// Pack a bool array into uint32 words, bit v&31 of word v>>5 (reference: np.packbits little).
+extern "C" __global__ void pack_bits(const bool* __restrict__ mask, long long n, unsigned int* __restrict__ bits) {
+    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    bool b = i < n ? mask[i] : false;
+    unsigned int w = __ballot_sync(FULL, b);
+    if ((threadIdx.x & 31) == 0 && (i >> 5) < (n + 31) / 32) bits[i >> 5] = w;
+}
+
+extern "C" __global__ void test_bits(const unsigned int* __restrict__ bits, const int* __restrict__ v, long long n,
+                                     bool* __restrict__ out) {
+    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = test_bit(bits, v[i]);
+}
+
+// First edge of a join step, the per-row part (reference: the NumPy path of
+// Engine._join). One warp per row i of the segment: its distinct vertex's list
+// N_x(v, l0) ∩ C(u) is flist[fstart : fstart + fcnt]; entries equal to one of the
+// row's vertices in the conflict columns are dropped (injective), the survivors
+// are compacted with a warp ballot and written to buf_i = GBA[F_i + fill_i ...],
+// 32 consecutive slots per store: the write batching of §5.
+extern "C" __global__ void first_edge_rows(const long long* __restrict__ rows, const long long* __restrict__ run,
+                                           long long n_rows,
+                                           const int* __restrict__ flist, const long long* __restrict__ fstart,
+                                           const long long* __restrict__ fcnt,
+                                           const int* __restrict__ conflicts, int n_conflicts, long long table_rows,
+                                           const long long* __restrict__ F, long long* __restrict__ fill,
+                                           int* __restrict__ gba) {
+    long long warp = ((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    int lane = threadIdx.x & 31;
+    if (warp >= n_rows) return;
+    long long row = rows[warp];
+    long long d = run[warp];
+    long long s = fstart[d], c = fcnt[d];
+    int mine[16];
+    int nc = n_conflicts < 16 ? n_conflicts : 16;
+    for (int k = 0; k < nc; ++k) mine[k] = conflicts[(long long)k * table_rows + row];
+    long long out = F[row] + fill[row];
+    for (long long base = 0; base < c; base += 32) {
+        long long j = base + lane;
+        int x = 0;
+        bool ok = j < c;
+        if (ok) {
+            x = flist[s + j];
+            for (int k = 0; k < nc; ++k) ok &= x != mine[k];
+            for (int k = nc; k < n_conflicts; ++k) ok &= x != conflicts[(long long)k * table_rows + row];
+        }
+        unsigned int m = __ballot_sync(FULL, ok);
+        if (ok) gba[out + __popc(m & ((1u << lane) - 1u))] = x;
+        out += __popc(m);
+    }
+    if (lane == 0) fill[row] = out - F[row];
+}
+"""
+
+_module = None
+
+
+def module():
+    """The compiled RawModule (compiled once, on first use)."""
+    global _module
+    if _module is None:
+        import cupy
+        _module = cupy.RawModule(code=_SOURCE, options=("--std=c++14",))
+    return _module
+
+
+def kernel(name):
+    return module().get_function(name)

@@ -1,0 +1,150 @@
+"""GPU backend: every kernel against its NumPy reference, and the engine's
+correctness suite on the GPU. Skipped where no CUDA GPU with CuPy is present."""
+
+import os
+import random
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import sgsi
+from sgsi.join.backend import CpuBackend, gpu_available
+from sgsi.partition import pcsr
+
+pytestmark = [pytest.mark.gpu,
+              pytest.mark.skipif(not gpu_available(), reason="no CUDA GPU with CuPy on this machine")]
+
+HERE = os.path.dirname(__file__)
+BENCH = os.path.join(HERE, "data", "benchmarks")
+
+
+@pytest.fixture(scope="module")
+def gpu():
+    from sgsi.join.gpu import GpuBackend
+    return GpuBackend("1GB")
+
+
+def test_pcsr_lookup_kernel_matches_reference(gpu):
+    import cupy as cp
+    rng = np.random.default_rng(0)
+    for theta in (2, 3, 4, 8, 16):
+        for n in (1, 7, 100, 3000):
+            src = np.sort(rng.integers(0, n * 2, n * 3))
+            dst = rng.integers(0, n * 4, src.size)
+            e = np.unique(np.stack([src, dst], 1), axis=0)
+            groups, ci = pcsr.build(e[:, 0], e[:, 1], theta)
+            q = np.arange(-3, n * 2 + 3).astype(np.int32)
+            ref = pcsr.lookup(groups, q)
+            got = gpu.pcsr_lookup(cp.asarray(groups), cp.asarray(q))
+            assert np.array_equal(ref[0], cp.asnumpy(got[0]))
+            assert np.array_equal(ref[1], cp.asnumpy(got[1]))
+
+
+def test_bit_kernels_match_reference(gpu):
+    import cupy as cp
+    rng = np.random.default_rng(1)
+    cpu = CpuBackend()
+    for n in (1, 31, 32, 33, 1000, 4097):
+        mask = rng.random(n) < 0.3
+        ref = cpu.pack_bits(mask)
+        got = gpu.pack_bits(cp.asarray(mask))
+        assert np.array_equal(ref, cp.asnumpy(got))
+        v = rng.integers(0, n, 500).astype(np.int32)
+        assert np.array_equal(cpu.test_bits(ref, v), cp.asnumpy(gpu.test_bits(got, cp.asarray(v))))
+        assert np.array_equal(cpu.bits_to_ids(ref, n), cp.asnumpy(gpu.bits_to_ids(got, n)))
+        assert cpu.popcount(ref) == gpu.popcount(got) == int(mask.sum())
+    counts = rng.integers(0, 5, 1000)
+    counts[:3] = 0
+    assert np.array_equal(cpu.repeat_index(counts), cp.asnumpy(gpu.repeat_index(cp.asarray(counts))))
+
+
+def test_signature_filter_kernel_matches_reference(gpu):
+    import cupy as cp
+    rng = np.random.default_rng(2)
+    cpu = CpuBackend()
+    n = 4096
+    cols = [rng.integers(0, 2**32, n, dtype=np.uint64).astype(np.uint32) for _ in range(4)]
+    labels = rng.integers(0, 5, n).astype(np.int32)
+    for trial in range(20):
+        q = np.zeros(4, np.uint32)
+        for c in rng.integers(0, 4, 3):
+            q[c] |= np.uint32(1 << int(rng.integers(0, 32)))
+        lab = int(rng.integers(0, 5)) if trial % 2 else None
+        ref = cpu.signature_filter(np.ones(n, bool), cols, q, labels if lab is not None else None, lab)
+        got = gpu.signature_filter(cp.ones(n, bool), [cp.asarray(c) for c in cols], q,
+                                   cp.asarray(labels) if lab is not None else None, lab)
+        assert np.array_equal(ref, cp.asnumpy(got))
+
+
+def test_first_edge_kernel_matches_reference(gpu):
+    import cupy as cp
+    rng = np.random.default_rng(3)
+    cpu = CpuBackend()
+    n_rows, n_dist = 500, 60
+    fcnt = rng.integers(0, 80, n_dist)
+    flist = rng.integers(0, 200, int(fcnt.sum())).astype(np.int32)
+    fstart = np.cumsum(fcnt) - fcnt
+    run = np.sort(rng.integers(0, n_dist, n_rows))
+    rows = rng.permutation(n_rows)
+    conflicts = [rng.integers(0, 200, n_rows).astype(np.int32) for _ in range(3)]
+    deg = np.bincount(rows, weights=fcnt[run], minlength=n_rows).astype(np.int64)
+    F = np.r_[0, np.cumsum(deg)].astype(np.int64)
+    fill0 = np.zeros(n_rows, np.int64)
+    gba_ref = np.full(int(F[-1]), -7, np.int32)
+    cpu.first_edge_rows(rows, run, flist, fstart, fcnt, conflicts, F, fill0, gba_ref)
+    fill1 = cp.zeros(n_rows, cp.int64)
+    gba = cp.full(int(F[-1]), -7, cp.int32)
+    gpu.first_edge_rows(cp.asarray(rows), cp.asarray(run), cp.asarray(flist), cp.asarray(fstart), cp.asarray(fcnt),
+                        [cp.asarray(c) for c in conflicts], cp.asarray(F), fill1, gba)
+    assert np.array_equal(fill0, cp.asnumpy(fill1))
+    assert np.array_equal(gba_ref, cp.asnumpy(gba))
+
+
+def _write_graph(tmp, edges, vlabels):
+    e = os.path.join(tmp, "e.parquet")
+    v = os.path.join(tmp, "v.parquet")
+    pq.write_table(pa.table({"src": [a for a, _, _ in edges], "dst": [b for _, b, _ in edges],
+                             "label": [l for _, _, l in edges]}), e)
+    pq.write_table(pa.table({"id": list(vlabels), "label": list(vlabels.values())}), v)
+    return e, v
+
+
+@pytest.mark.parametrize("budget", [None, "64KB"])
+def test_engine_on_gpu_matches_oracle(tmp_path, budget):
+    from oracle import oracle_count, random_graph, random_pattern
+    rng = random.Random(11)
+    for trial in range(6):
+        edges, vl = random_graph(rng, 40, 160, 3, 3, string_ids=trial % 2 == 1)
+        e, v = _write_graph(str(tmp_path), edges, vl)
+        g = sgsi.build(str(tmp_path / f"g{trial}.sgsi"), edges=e, vertices=v, memory_budget=budget, force=True)
+        for _ in range(8):
+            pat = random_pattern(rng, rng.randint(2, 5), vertex_labels=sorted(set(vl.values())),
+                                 edge_labels=sorted({l for _, _, l in edges}))
+            for inj in (True, False):
+                exp = oracle_count(edges, vl, pat, injective=inj)
+                assert g.count(pat, device="gpu", memory_budget=budget, injective=inj) == exp, (pat, inj)
+                assert g.count(pat, device="cpu", memory_budget=budget, injective=inj) == exp, (pat, inj)
+
+
+def _expected(name):
+    with open(os.path.join(BENCH, name, "expected.txt")) as f:
+        return {a: int(b) for a, b in (line.split() for line in f if line.strip())}
+
+
+@pytest.mark.parametrize("budget", [None, "64KB"])
+def test_hprd_on_gpu(tmp_path, budget):
+    g = sgsi.build(str(tmp_path / "hprd.sgsi"), graph=os.path.join(BENCH, "hprd", "data.graph"),
+                   memory_budget=budget)
+    exp = _expected("hprd")
+    names = sorted(exp) if budget is None else sorted(exp)[::5]
+    for q in names:
+        assert g.count(os.path.join(BENCH, "hprd", "queries", q), device="gpu", memory_budget=budget) == exp[q], q
+
+
+def test_yeast_on_gpu(tmp_path):
+    g = sgsi.build(str(tmp_path / "yeast.sgsi"), graph=os.path.join(BENCH, "yeast", "data.graph"))
+    exp = {q: c for q, c in _expected("yeast").items() if c <= 10**7}
+    for q in sorted(exp):
+        assert g.count(os.path.join(BENCH, "yeast", "queries", q), device="gpu") == exp[q], q
