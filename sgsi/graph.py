@@ -84,12 +84,14 @@ class Graph:
     def __init__(self, path):
         self.path = os.fspath(path)
         self.store = Store(self.path)
+        self._backends = {}
         self.last_stats = {}
 
     def __repr__(self):
         return f"Graph({self.path!r}: {self.store.n_vertices:,} vertices, {self.store.n_edges:,} edges)"
 
     def close(self):
+        self._backends.clear()
         self.store.close()
 
     def __enter__(self):
@@ -100,7 +102,10 @@ class Graph:
 
     def _engine(self, pattern, device, memory_budget, injective):
         pat = load_pattern(pattern)
-        backend = get_backend(device, memory_budget)
+        backend = self._backends.get((device, memory_budget))
+        if backend is None:     # kept per graph: the GPU backend caches segments between queries
+            backend = self._backends[(device, memory_budget)] = get_backend(device, memory_budget)
+        backend.stats = dict.fromkeys(backend.stats, 0)
         budget = budget_mod.resolve_budget(memory_budget, backend.name)
         need = 2 * self.store.max_segment_bytes
         if need > budget:

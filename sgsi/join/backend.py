@@ -30,6 +30,10 @@ class CpuBackend:
     def to_host(self, a):
         return np.asarray(a)
 
+    def store_array(self, key, array):
+        """A store array (labels, signature words, degree index) where the backend computes."""
+        return array
+
     def segments(self, store, seg_ids):
         """Yield (position, groups, ci) for each segment of a partition, in order.
 

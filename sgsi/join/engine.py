@@ -146,8 +146,10 @@ class Engine:
         b0 = int(np.searchsorted(p.idx_last, lo, "left"))
         b1 = int(np.searchsorted(p.idx_first, hi, "right"))
         for bi in range(b0, b1):      # index batches overlapping the rows' vertices
-            verts, d = store.index_batch(p.idx_batches[bi])
-            verts, d = backend.to_device(verts), backend.to_device(d)
+            bid = int(p.idx_batches[bi])
+            verts, d = store.index_batch(bid)
+            verts = backend.store_array((store.path, "index-v", bid), verts)
+            d = backend.store_array((store.path, "index-d", bid), d)
             pos = xp.searchsorted(verts, v)
             pos = xp.minimum(pos, verts.size - 1)
             hit = verts[pos] == v

@@ -46,6 +46,28 @@ class GpuBackend:
     def to_host(self, a):
         return cp.asnumpy(a) if isinstance(a, cp.ndarray) else np.asarray(a)
 
+    def store_array(self, key, array):
+        """Device copy of a store array, kept in the device LRU cache between queries."""
+        hit = self._cache.get(key)
+        if hit is not None:
+            self._cache.move_to_end(key)
+            self.stats["cache_hits"] += 1
+            return hit[0]
+        dev = cp.asarray(array)
+        self.stats["h2d_bytes"] += dev.nbytes
+        self._remember(key, (dev, None, dev.nbytes))
+        return dev
+
+    def _remember(self, key, entry):
+        nbytes = entry[2]
+        if nbytes > self._cache_limit:
+            return
+        self._cache[key] = entry
+        self._cache_bytes += nbytes
+        while self._cache_bytes > self._cache_limit:
+            _k, (_a, _b, b) = self._cache.popitem(last=False)
+            self._cache_bytes -= b
+
     def synchronize(self):
         cp.cuda.get_current_stream().synchronize()
 
@@ -59,9 +81,10 @@ class GpuBackend:
 
     def _stage(self, store, seg, slot):
         """Start the copy of one segment; returns (groups, ci, event)."""
-        hit = self._cache.get(seg)
+        key = (store.path, "segment", seg)
+        hit = self._cache.get(key)
         if hit is not None:
-            self._cache.move_to_end(seg)
+            self._cache.move_to_end(key)
             self.stats["cache_hits"] += 1
             return hit[0], hit[1], None
         groups, ci = store.segment(seg)
@@ -77,13 +100,7 @@ class GpuBackend:
         d_ci = dev[g_bytes:].view(cp.int32)
         self.stats["h2d_bytes"] += g_bytes + c_bytes
         self.stats["h2d_seconds"] += time.perf_counter() - t0
-        nbytes = g_bytes + c_bytes
-        if nbytes <= self._cache_limit:
-            self._cache[seg] = (d_groups, d_ci, nbytes)
-            self._cache_bytes += nbytes
-            while self._cache_bytes > self._cache_limit:
-                _k, (_g, _c, b) = self._cache.popitem(last=False)
-                self._cache_bytes -= b
+        self._remember(key, (d_groups, d_ci, g_bytes + c_bytes))
         return d_groups, d_ci, event
 
     def segments(self, store, seg_ids):

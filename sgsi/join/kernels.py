@@ -36,6 +36,10 @@ extern "C" __global__ void pcsr_lookup(const int* __restrict__ groups, long long
     int lane = threadIdx.x & 31;
     if (warp >= n) return;
     int vv = v[warp];
+    if (vv < 0) {                     // ids are never negative; -1 marks unused slots
+        if (lane == 0) { start[warp] = 0; end[warp] = 0; }
+        return;
+    }
     long long g = pcsr_group(vv, n_groups);
     while (true) {
         int pv = -2, po = 0;

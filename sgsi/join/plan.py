@@ -125,6 +125,7 @@ def _candidates(store, backend, u, vlabel, inc, injective, degree_masks):
     # Degree requirements per (label, direction): distinct pattern neighbours.
     need = {}
     pairs = []
+    seen_undirected = set()
     for (a, b, lab, direction) in inc:
         if a != u:
             continue
@@ -132,20 +133,25 @@ def _candidates(store, backend, u, vlabel, inc, injective, degree_masks):
         # Signature keys are sound only for labeled, directed (or undirected-store) edges to labeled vertices.
         if lab != ANY_LABEL and vlabel[b] is not None:
             if store.undirected:
-                pairs.append((lab, signatures.UNDIRECTED, vlabel[b]))
+                # u->w and w->u land on one stored undirected edge: count w once.
+                if (lab, b) not in seen_undirected:
+                    seen_undirected.add((lab, b))
+                    pairs.append((lab, signatures.UNDIRECTED, vlabel[b]))
             elif direction != "both":
                 pairs.append((lab, signatures.OUT if direction == "out" else signatures.IN, vlabel[b]))
     qsig = signatures.query_signature(vlabel[u], pairs, store.signature_bits, store.label_bits, injective)
     cols = store.bucket_columns
     mask = xp.ones(n, dtype=bool)
     for start, count, seg in store.vertex_segments():
-        labels = backend.to_device(store.vertex_labels(seg)) if vlabel[u] is not None else None
+        labels = (backend.store_array((store.path, "labels", seg), store.vertex_labels(seg))
+                  if vlabel[u] is not None else None)
         part = mask[start:start + count]
         for b in range(store.n_buckets):
             q = qsig[b * cols:(b + 1) * cols]
             if not q.any() and labels is None:
                 continue
-            words = [backend.to_device(c) for c in store.signature_columns(seg, b)] if q.any() else []
+            words = ([backend.store_array((store.path, "sig", seg, b, c), col)
+                      for c, col in enumerate(store.signature_columns(seg, b))] if q.any() else [])
             backend.signature_filter(part, words, q if q.any() else q[:0], labels, vlabel[u])
             labels = None           # the label test is done once per segment
         if labels is not None:
@@ -158,7 +164,8 @@ def _candidates(store, backend, u, vlabel, inc, injective, degree_masks):
             has = xp.zeros(n, dtype=bool)
             for bid in p.idx_batches:
                 v, d = store.index_batch(bid)
-                v, d = backend.to_device(v), backend.to_device(d)
+                v = backend.store_array((store.path, "index-v", bid), v)
+                d = backend.store_array((store.path, "index-d", bid), d)
                 has[v[d >= k]] = True
             degree_masks[(lab, direction, k)] = has
         mask &= has

@@ -155,8 +155,8 @@ def lookup(groups, v, xp=np):
     if n_groups == 0 or v.size == 0:
         return start, end
     cap = theta - 1
-    pending = xp.arange(v.size)
-    g = vertex_hash(v, n_groups, xp)
+    pending = xp.flatnonzero(v >= 0)        # ids are never negative; -1 marks unused slots
+    g = vertex_hash(v[pending], n_groups, xp)
     while pending.size:
         grp = groups[g]                                   # (k, Θ, 2)
         hit = grp[:, :cap, 0] == v[pending, None]

@@ -45,7 +45,10 @@ def build_store(out, *, edges=None, vertices=None, graph=None, src="src", dst="d
         raise InputError(f"output path exists: {out} (use --force to replace it)")
     if (edges is None) == (graph is None):
         raise InputError("give edge Parquet files or a --graph file in the benchmark format, not both")
-    signatures.validate_params(signature_bits, label_bits)
+    try:
+        signatures.validate_params(signature_bits, label_bits)
+    except ValueError as e:
+        raise InputError(str(e)) from None
     if not 2 <= theta <= 16:
         raise InputError(f"theta must be in 2..16, got {theta}")
     budget = budget_mod.resolve_budget(memory_budget, "cpu")
@@ -72,6 +75,9 @@ def build_store(out, *, edges=None, vertices=None, graph=None, src="src", dst="d
                              has_edge_labels, has_vertex_labels, report)
                 manifest = b.run()
                 manifest["sources"] = sources
+            except duckdb.Error as e:
+                raise InputError(f"reading the input failed ({_describe(edges, vertices, graph)}): "
+                                 f"{str(e).splitlines()[0]}") from None
             finally:
                 con.close()
         fmt.write_manifest(tmp, manifest)
@@ -80,6 +86,15 @@ def build_store(out, *, edges=None, vertices=None, graph=None, src="src", dst="d
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return out
+
+
+def _describe(edges, vertices, graph):
+    parts = []
+    for x in (edges, vertices, graph):
+        if x is None:
+            continue
+        parts.extend([os.fspath(x)] if isinstance(x, (str, os.PathLike)) else [os.fspath(p) for p in x])
+    return ", ".join(parts[:5]) + (f" and {len(parts) - 5} more" if len(parts) > 5 else "")
 
 
 def _move_into_place(tmp, out, force):
@@ -173,8 +188,9 @@ def _load_parquet(con, edges, vertices, src, dst, label, id_col, vertex_label):
     if ekinds[src] != ekinds[dst]:
         raise InputError(f"column {src!r} holds {ekinds[src]}s but {dst!r} holds {ekinds[dst]}s")
     lst = "[" + ", ".join(_sql_str(f) for f in efiles) + "]"
-    lab = _sql_ident(label_name) if has_edge_labels else "0"
-    con.execute(f"CREATE VIEW raw AS SELECT {_sql_ident(src)} AS s, {_sql_ident(dst)} AS d, {lab} AS l, "
+    lab = _column_sql(label_name, ekinds.get(label_name)) if has_edge_labels else "0"
+    con.execute(f"CREATE VIEW raw AS SELECT {_column_sql(src, ekinds[src])} AS s, "
+                f"{_column_sql(dst, ekinds[dst])} AS d, {lab} AS l, "
                 f"filename AS f FROM read_parquet({lst}, filename=true)")
     _check_nulls(con, "raw", {"s": src, "d": dst, "l": label_name if has_edge_labels else None})
 
@@ -187,8 +203,9 @@ def _load_parquet(con, edges, vertices, src, dst, label, id_col, vertex_label):
             raise InputError(f"vertex ids are {vkinds[id_col]}s but edge ids are {ekinds[src]}s")
         has_vertex_labels = vopt[vl_name]
         vlst = "[" + ", ".join(_sql_str(f) for f in vfiles) + "]"
-        vlab = _sql_ident(vl_name) if has_vertex_labels else "NULL"
-        con.execute(f"CREATE VIEW vraw AS SELECT {_sql_ident(id_col)} AS id, {vlab} AS label, filename AS f "
+        vlab = _column_sql(vl_name, vkinds.get(vl_name)) if has_vertex_labels else "NULL"
+        con.execute(f"CREATE VIEW vraw AS SELECT {_column_sql(id_col, vkinds[id_col])} AS id, {vlab} AS label, "
+                    f"filename AS f "
                     f"FROM read_parquet({vlst}, filename=true)")
         _check_nulls(con, "vraw", {"id": id_col, "label": vl_name if has_vertex_labels else None})
         bad = con.execute("SELECT id FROM vraw GROUP BY id HAVING count(DISTINCT label) > 1 LIMIT 1").fetchone()
@@ -197,6 +214,11 @@ def _load_parquet(con, edges, vertices, src, dst, label, id_col, vertex_label):
     else:
         con.execute("CREATE VIEW vraw AS SELECT s AS id, NULL AS label FROM raw WHERE false")
     return has_edge_labels, has_vertex_labels, efiles + (_expand(vertices, "vertex") if vertices else [])
+
+
+def _column_sql(name, kind):
+    """A column read as BIGINT when it holds integers (files may mix int32 and int64)."""
+    return f"CAST({_sql_ident(name)} AS BIGINT)" if kind == "integer" else _sql_ident(name)
 
 
 def _check_nulls(con, view, columns):
@@ -223,7 +245,13 @@ def _load_text_graph(con, path):
     kinds = {k for (k,) in con.execute("SELECT DISTINCT k FROM txt").fetchall()}
     if not kinds <= {"t", "v", "e"} or "t" not in kinds:
         raise InputError(f"{path} is not a graph file in the t/v/e text format (line kinds: {sorted(map(str, kinds))})")
-    n, m = con.execute("SELECT a, b FROM txt WHERE k = 't'").fetchone()
+    headers = con.execute("SELECT a, b FROM txt WHERE k = 't'").fetchall()
+    if len(headers) != 1:
+        raise InputError(f"{path}: expected one 't N M' header line, found {len(headers)}")
+    n, m = headers[0]
+    dup = con.execute("SELECT a FROM txt WHERE k = 'v' GROUP BY a HAVING count(*) > 1 LIMIT 1").fetchone()
+    if dup:
+        raise InputError(f"{path}: vertex {dup[0]} has more than one v line")
     nv, bad_v = con.execute("SELECT count(*), count(*) FILTER (WHERE a < 0 OR a >= ? OR b IS NULL) "
                             "FROM txt WHERE k = 'v'", [n]).fetchone()
     ne, bad_e = con.execute("SELECT count(*), count(*) FILTER (WHERE a < 0 OR a >= ? OR b < 0 OR b >= ? "
