@@ -16,6 +16,7 @@ Results: ``bench/results/<set>_suite.md`` and ``.csv`` (per query).
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import os
 import re
 import sys
@@ -49,7 +50,11 @@ def main(argv=None):
     p.add_argument("--memory-budget", default=None)
     p.add_argument("--data", default=os.path.join(C.DATA_DIR, "suite"))
     p.add_argument("--results", default=C.RESULTS_DIR)
+    p.add_argument("--verbose", action="store_true", help="one line per query")
     args = p.parse_args(argv)
+    if hasattr(faulthandler, "register"):
+        import signal
+        faulthandler.register(signal.SIGUSR1)     # kill -USR1 PID: stack of a long query to stderr
     base = os.path.join(BENCH_DATA, args.set)
     expected = {}
     with open(os.path.join(base, "expected.txt")) as f:
@@ -85,6 +90,8 @@ def main(argv=None):
             t = time.perf_counter()
             c = g.count(patterns[n], device="cpu", memory_budget=args.memory_budget)
             times[n].append(time.perf_counter() - t)
+            if args.verbose or times[n][-1] > 10:
+                C.say(f"  {n}: {c:,} in {times[n][-1]:.3f} s")
             if c != expected[n]:
                 if n not in got:
                     C.say(f"MISMATCH {n}: got {c}, expected {expected[n]}")

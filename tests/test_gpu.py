@@ -146,5 +146,5 @@ def test_hprd_on_gpu(tmp_path, budget):
 def test_yeast_on_gpu(tmp_path):
     g = sgsi.build(str(tmp_path / "yeast.sgsi"), graph=os.path.join(BENCH, "yeast", "data.graph"))
     exp = {q: c for q, c in _expected("yeast").items() if c <= 10**7}
-    for q in sorted(exp):
+    for q in sorted(exp)[::3]:           # a third of them, spread over every query set
         assert g.count(os.path.join(BENCH, "yeast", "queries", q), device="gpu") == exp[q], q

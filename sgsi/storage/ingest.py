@@ -32,7 +32,7 @@ from ..partition.plan import plan as make_plan
 from . import format as fmt
 
 _BATCH_ROWS = 1 << 20
-_INT_TYPES = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
+_INTtypes_seen = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
 
 
 def build_store(out, *, edges=None, vertices=None, graph=None, src="src", dst="dst", label=None,
@@ -141,7 +141,7 @@ def _schema(path):
 
 
 def _kind(t: pa.DataType) -> str:
-    if str(t) in _INT_TYPES:
+    if str(t) in _INTtypes_seen:
         return "integer"
     if pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t):
         return "string"
@@ -151,8 +151,13 @@ def _kind(t: pa.DataType) -> str:
 
 
 def _check_columns(files, needed, optional, what):
-    """Check column presence and types; returns {column: kind} and which optionals exist."""
+    """Check column presence and types; returns {column: kind} and which optionals exist.
+
+    A column whose integer type differs between files (int32 here, int64
+    there) gets the kind ``integer-mixed`` and is read as BIGINT.
+    """
     kinds = {}
+    types_seen = {}
     present_opt = {}
     for f in files:
         schema = _schema(f)
@@ -170,6 +175,7 @@ def _check_columns(files, needed, optional, what):
             if k not in ("integer", "string"):
                 raise InputError(f"{f}: column {col!r} has type {k}; ids and labels must be integers or strings")
             kinds.setdefault(col, {}).setdefault(k, f)
+            types_seen.setdefault(col, set()).add(str(schema.field(col).type))
     for col, opts in present_opt.items():
         if len(opts) > 1:
             raise InputError(f"column {col!r} is present in some {what} files and missing in others")
@@ -177,7 +183,11 @@ def _check_columns(files, needed, optional, what):
         if len(ks) > 1:
             (k1, f1), (k2, f2) = list(ks.items())[:2]
             raise InputError(f"column {col!r} holds {k1}s in {f1} but {k2}s in {f2}")
-    return {c: next(iter(k)) for c, k in kinds.items()}, {c: True in v for c, v in present_opt.items()}
+    out = {c: next(iter(k)) for c, k in kinds.items()}
+    for c, types in types_seen.items():
+        if out.get(c) == "integer" and len(types) > 1:
+            out[c] = "integer-mixed"
+    return out, {c: True in v for c, v in present_opt.items()}
 
 
 def _load_parquet(con, edges, vertices, src, dst, label, id_col, vertex_label):
@@ -185,7 +195,7 @@ def _load_parquet(con, edges, vertices, src, dst, label, id_col, vertex_label):
     label_name = label or "label"
     ekinds, eopt = _check_columns(efiles, [src, dst], {label_name: label is not None}, "edge")
     has_edge_labels = eopt[label_name]
-    if ekinds[src] != ekinds[dst]:
+    if ekinds[src].split("-")[0] != ekinds[dst].split("-")[0]:
         raise InputError(f"column {src!r} holds {ekinds[src]}s but {dst!r} holds {ekinds[dst]}s")
     lst = "[" + ", ".join(_sql_str(f) for f in efiles) + "]"
     lab = _column_sql(label_name, ekinds.get(label_name)) if has_edge_labels else "0"
@@ -199,7 +209,7 @@ def _load_parquet(con, edges, vertices, src, dst, label, id_col, vertex_label):
         vfiles = _expand(vertices, "vertex")
         vl_name = vertex_label or "label"
         vkinds, vopt = _check_columns(vfiles, [id_col], {vl_name: vertex_label is not None}, "vertex")
-        if vkinds[id_col] != ekinds[src]:
+        if vkinds[id_col].split("-")[0] != ekinds[src].split("-")[0]:
             raise InputError(f"vertex ids are {vkinds[id_col]}s but edge ids are {ekinds[src]}s")
         has_vertex_labels = vopt[vl_name]
         vlst = "[" + ", ".join(_sql_str(f) for f in vfiles) + "]"
@@ -217,8 +227,8 @@ def _load_parquet(con, edges, vertices, src, dst, label, id_col, vertex_label):
 
 
 def _column_sql(name, kind):
-    """A column read as BIGINT when it holds integers (files may mix int32 and int64)."""
-    return f"CAST({_sql_ident(name)} AS BIGINT)" if kind == "integer" else _sql_ident(name)
+    """A column as read: BIGINT where the files mix integer types (int32 here, int64 there)."""
+    return f"CAST({_sql_ident(name)} AS BIGINT)" if kind == "integer-mixed" else _sql_ident(name)
 
 
 def _check_nulls(con, view, columns):
