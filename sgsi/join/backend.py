@@ -64,6 +64,9 @@ class CpuBackend:
     def argsort(self, a):
         return np.argsort(a, kind="stable")
 
+    def lexsort(self, keys):
+        return np.lexsort(keys)
+
     def repeat_index(self, counts):
         """For each output slot of ``repeat(x, counts)``, the index into x."""
         return np.repeat(np.arange(counts.size), counts)

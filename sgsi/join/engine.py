@@ -30,6 +30,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..partition import pcsr
 from .plan import QueryPlan, Step
 from .stream import neighbour_lists
 
@@ -161,54 +162,77 @@ class Engine:
         backend, store = self.backend, self.store
         self.stats["steps"] += 1
         links = step.links
-        e0 = links[0]
-        v0 = piece[e0.other]
-        n = int(v0.size)
+        n = int(deg.size)
         cbits = self.plan.candidates[step.vertex]
 
-        # Prealloc-Combine: F = exclusive prefix sum of |N(v'_i, l0)|; one GBA.
-        F = xp.zeros(n + 1, dtype=xp.int64)
-        F[1:] = xp.cumsum(deg)
+        # Rows that map the linking vertices alike get one buffer: the set
+        # S(t) = N(t0, l0) ∩ C(u) ∩ N(t1, l1) ∩ ... of their tuple t is found
+        # once, then each row takes S(t) minus its own vertices.
+        row_tuple, tuples = _distinct_tuples(xp, backend, [piece[k.other] for k in links])
+        t0 = tuples[0]                                   # sorted
+        d0, dstart, dend = _runs(xp, t0)                 # distinct first-link vertices
+        nd = int(d0.size)
+        tuple_d = backend.repeat_index(dend - dstart)    # tuple -> distinct t0
+
+        # Prealloc-Combine: F = exclusive prefix sum of |N(v, l0)| over the
+        # distinct first-link vertices; one GBA holds all their buffers.
+        d0deg = self._degrees(links[0], d0)
+        F = xp.zeros(nd + 1, dtype=xp.int64)
+        F[1:] = xp.cumsum(d0deg)
         gba = xp.empty(int(F[-1]), dtype=xp.int32)
-        fill = xp.zeros(n, dtype=xp.int64)
+        fill = xp.zeros(nd, dtype=xp.int64)
 
-        # First edge, streamed over the segments of l0 (Algorithm 4). Rows are
-        # visited in vertex order; each distinct vertex's N_x(v, l0) is read once.
-        order = backend.argsort(v0)
-        sv = v0[order]
-        uniq, ustart, uend = _runs(xp, sv)
-        p0 = store.partition(e0.label_id, e0.direction)
-        conflict_cols = [piece[c] for c in step.conflicts]
-        for lo, hi, nb, owner in neighbour_lists(store, backend, p0, uniq):
-            r0, r1 = int(ustart[lo]), int(uend[hi - 1])
-            rows = order[r0:r1]
-            run = backend.repeat_index(uend[lo:hi] - ustart[lo:hi])      # row -> distinct vertex
-            # N_x(v, l0) ∩ C(u) once per distinct vertex ...
+        # First edge, streamed over the segments of l0 (Algorithm 4): buf_v += N_x(v, l0) ∩ C(u).
+        p0 = store.partition(links[0].label_id, links[0].direction)
+        for lo, hi, nb, owner in neighbour_lists(store, backend, p0, d0):
             keep = backend.test_bits(cbits, nb)
-            fcnt = backend.bincount(owner[keep], hi - lo)
-            flist = nb[keep]
-            fstart = xp.cumsum(fcnt) - fcnt
-            # ... then per row, minus the row's own vertices: buf_i += (N_x ∩ C(u)) \ m_i.
-            backend.first_edge_rows(rows, run, flist, fstart, fcnt, conflict_cols, F, fill, gba)
+            own = owner[keep] + lo
+            if own.size == 0:
+                continue
+            gba[F[own] + fill[own] + _rank_in_runs(xp, backend, own)] = nb[keep]
+            fill += backend.bincount(own, nd)
 
-        # The GBA's live entries, row by row: entry j belongs to row erow[j].
-        erow = backend.repeat_index(fill)
-        epos = (F[:-1][erow] + (xp.arange(erow.size) - (xp.cumsum(fill) - fill)[erow])) if erow.size else erow
-        evals = gba[epos]
-        alive = xp.ones(evals.size, dtype=bool)
+        # Each tuple's entries: the buffer of its first-link vertex.
+        tcnt = fill[tuple_d]
+        etuple = backend.repeat_index(tcnt)
+        evals = gba[pcsr.ragged_indices(F[:-1][tuple_d], tcnt, xp)]
 
-        # Other linking edges (Algorithm 5): keep entries found in N(v'_j, l_j).
-        for link in links[1:]:
-            if not bool(alive.any()):
-                break
-            alive &= self._member(link, piece[link.other], erow, evals)
+        # Other linking edges (Algorithm 5): keep entries found in N(t_j, l_j).
+        if len(links) > 1:
+            alive = xp.ones(evals.size, dtype=bool)
+            for link, col in zip(links[1:], tuples[1:]):
+                if not bool(alive.any()):
+                    break
+                alive &= self._member(link, col, etuple, evals)
+            etuple, evals = etuple[alive], evals[alive]
+        m = int(tuples[0].size)
+        scount = backend.bincount(etuple, m)
+        sstart = xp.cumsum(scount) - scount
+        conflict_cols = [piece[c] for c in step.conflicts]
 
         if count_only:
-            return int(alive.sum())
-        erow, evals = erow[alive], evals[alive]
-        # Columnar extension (Algorithm 6).
+            # Σ_rows |S(t_i)| minus the rows' own vertices found in their S(t_i).
+            total = int(scount[row_tuple].sum())
+            if conflict_cols and evals.size:
+                skeys = (etuple.astype(xp.int64) << 32) | evals.astype(xp.int64)
+                rt = row_tuple.astype(xp.int64) << 32
+                for col in conflict_cols:
+                    q = rt | col.astype(xp.int64)
+                    pos = xp.minimum(xp.searchsorted(skeys, q), skeys.size - 1)
+                    total -= int((skeys[pos] == q).sum())
+            return total
+
+        # Columnar extension (Algorithm 6): row i takes S(t_i) \ m_i.
+        rows = xp.arange(n)
+        RF = xp.zeros(n + 1, dtype=xp.int64)
+        RF[1:] = xp.cumsum(scount[row_tuple])
+        out_vals = xp.empty(int(RF[-1]), dtype=xp.int32)
+        rfill = xp.zeros(n, dtype=xp.int64)
+        backend.first_edge_rows(rows, row_tuple, evals, sstart, scount, conflict_cols, RF, rfill, out_vals)
+        erow = backend.repeat_index(rfill)
+        epos = RF[:-1][erow] + (xp.arange(erow.size) - (xp.cumsum(rfill) - rfill)[erow]) if erow.size else erow
         out = {u: col[erow] for u, col in piece.items()}
-        out[step.vertex] = evals
+        out[step.vertex] = out_vals[epos]
         return out
 
     def _member(self, link, vcol, erow, evals):
@@ -234,6 +258,36 @@ class Engine:
             pos = xp.minimum(xp.searchsorted(skeys, q), skeys.size - 1)
             found[sel] |= skeys[pos] == q
         return found
+
+
+def _distinct_tuples(xp, backend, cols):
+    """Distinct rows of the columns ``cols``, sorted (first column major).
+
+    Returns (tuple id of each row, list of the tuples' columns).
+    """
+    n = int(cols[0].size)
+    if len(cols) == 1:
+        order = backend.argsort(cols[0])
+    else:
+        order = backend.lexsort(cols[::-1])
+    srt = [c[order] for c in cols]
+    new = xp.zeros(n, dtype=bool)
+    if n:
+        new[0] = True
+        for c in srt:
+            new[1:] |= c[1:] != c[:-1]
+    tid_sorted = xp.cumsum(new) - 1
+    row_tuple = xp.empty(n, dtype=xp.int64)
+    row_tuple[order] = tid_sorted
+    return row_tuple, [c[new] for c in srt]
+
+
+def _rank_in_runs(xp, backend, ids):
+    """Rank of each element within its run of equal (adjacent) ids."""
+    new = xp.concatenate([xp.ones(1, bool), ids[1:] != ids[:-1]])
+    start = xp.flatnonzero(new)
+    lengths = xp.diff(xp.concatenate([start, xp.asarray([ids.size], dtype=start.dtype)]))
+    return xp.arange(ids.size) - start[backend.repeat_index(lengths)]
 
 
 def _runs(xp, sorted_values):

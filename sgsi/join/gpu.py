@@ -130,6 +130,9 @@ class GpuBackend:
     def argsort(self, a):
         return cp.argsort(a)
 
+    def lexsort(self, keys):
+        return cp.lexsort(cp.stack(keys))
+
     def repeat_index(self, counts):
         """For each output slot of ``repeat(x, counts)``, the index into x (scatter + scan)."""
         counts = counts.astype(cp.int64, copy=False)
