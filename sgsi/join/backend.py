@@ -61,6 +61,9 @@ class CpuBackend:
     def bincount(self, x, n):
         return np.bincount(x, minlength=n)[:n] if x.size else np.zeros(n, np.int64)
 
+    def bincount_weights(self, x, w, n):
+        return np.bincount(x, weights=w, minlength=n)[:n] if x.size else np.zeros(n)
+
     def argsort(self, a):
         return np.argsort(a, kind="stable")
 

@@ -127,6 +127,12 @@ class GpuBackend:
             cp.add.at(out, x, 1)
         return out
 
+    def bincount_weights(self, x, w, n):
+        out = cp.zeros(n, cp.float64)
+        if x.size:
+            cp.add.at(out, x, w)
+        return out
+
     def argsort(self, a):
         return cp.argsort(a)
 
