@@ -176,7 +176,8 @@ class Engine:
 
         # Prealloc-Combine: F = exclusive prefix sum of |N(v, l0)| over the
         # distinct first-link vertices; one GBA holds all their buffers.
-        d0deg = self._degrees(links[0], d0)
+        d0deg = xp.zeros(nd, dtype=xp.int64)
+        d0deg[tuple_d[row_tuple]] = deg                  # rows carry |N(v'_i, l0)| already
         F = xp.zeros(nd + 1, dtype=xp.int64)
         F[1:] = xp.cumsum(d0deg)
         gba = xp.empty(int(F[-1]), dtype=xp.int32)

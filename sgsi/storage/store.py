@@ -74,6 +74,7 @@ class Store:
         self._idx_last = idx.column("last_vertex").to_numpy()
         self._partitions = {}
         self._segments = {}
+        self._views = {}
         self.max_segment_bytes = int(max((self._seg_edges * 4 + self._seg_groups * self.theta * 8).max(initial=0), 0))
 
     # -- files ----------------------------------------------------------------------
@@ -89,7 +90,13 @@ class Store:
         return r
 
     def _column(self, name, batch, col=0):
-        return self._reader(name).get_batch(int(batch)).column(col).to_numpy(zero_copy_only=False)
+        """One column of one batch as a NumPy view (cached: views cost no memory of their own)."""
+        key = (name, int(batch), col)
+        hit = self._views.get(key)
+        if hit is None:
+            hit = self._reader(name).get_batch(int(batch)).column(col).to_numpy(zero_copy_only=False)
+            self._views[key] = hit
+        return hit
 
     def verify(self):
         """Check every file's checksum; raises StoreError naming the first bad file."""
@@ -146,8 +153,7 @@ class Store:
 
     def index_batch(self, batch_id: int):
         """(vertex, degree) arrays of one degree-index batch (sorted by vertex)."""
-        rb = self._reader("vindex.arrow").get_batch(int(batch_id))
-        return rb.column(0).to_numpy(), rb.column(1).to_numpy()
+        return self._column("vindex.arrow", batch_id, 0), self._column("vindex.arrow", batch_id, 1)
 
     # -- vertices -------------------------------------------------------------------
 
@@ -170,8 +176,8 @@ class Store:
 
     def signature_columns(self, seg: int, bucket: int):
         """The word columns of one (vertex segment, bucket) piece."""
-        rb = self._reader("signatures.arrow").get_batch(seg * self.n_buckets + bucket)
-        return [rb.column(c).to_numpy() for c in range(rb.num_columns)]
+        batch = seg * self.n_buckets + bucket
+        return [self._column("signatures.arrow", batch, c) for c in range(self.bucket_columns)]
 
     def vertex_ids(self, dense: np.ndarray) -> pa.Array:
         """Original vertex ids of dense ids (Arrow array of the original type)."""
@@ -195,6 +201,7 @@ class Store:
         self._readers.clear()
         self._partitions.clear()
         self._segments.clear()
+        self._views.clear()
         self._vid = None
 
 
