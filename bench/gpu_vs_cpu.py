@@ -26,6 +26,11 @@ import gen  # noqa: E402
 import sgsi  # noqa: E402
 
 
+def _gm(xs):
+    xs = [x for x in xs if x]
+    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else float("nan")
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--edges", type=float, default=1e7)
@@ -59,6 +64,14 @@ def main(argv=None):
         n_gpu = g.count(pat, device="gpu")
         t_gpu = time.perf_counter() - t
         st = dict(g.last_stats)
+        gpu_backend = next(b for b in g._backends.values() if b.name == "gpu")
+        gpu_backend.load_balance = False             # the same query with one warp per row (SGSI vs SGSI+)
+        t = time.perf_counter()
+        n_nolb = g.count(pat, device="gpu")
+        t_nolb = time.perf_counter() - t
+        gpu_backend.load_balance = True
+        if n_nolb != n_gpu:
+            raise SystemExit(f"COUNT MISMATCH balanced={n_gpu} warp-only={n_nolb} for {pat}")
         t_cpu = n_cpu = None
         if n_gpu <= args.cpu_limit:
             t = time.perf_counter()
@@ -68,6 +81,9 @@ def main(argv=None):
                 raise SystemExit(f"COUNT MISMATCH gpu={n_gpu} cpu={n_cpu} for {pat}")
         rows.append({"k": k, "matches": n_gpu, "gpu_s": round(t_gpu, 4), "cpu_s": None if t_cpu is None else round(t_cpu, 4),
                      "ratio": None if t_cpu is None else round(t_cpu / t_gpu, 2),
+                     "gpu_warp_only_s": round(t_nolb, 4), "balance_gain": round(t_nolb / t_gpu, 2),
+                     "rows_warp": st.get("rows_warp", 0), "rows_block": st.get("rows_block", 0),
+                     "rows_own": st.get("rows_own", 0),
                      "h2d_bytes": st.get("h2d_bytes"), "segments": st.get("segments"), "pattern": pat})
         say(rows[-1])
     ratios = [r["ratio"] for r in rows if r["ratio"]]
@@ -80,9 +96,12 @@ def main(argv=None):
              f"{g.store.n_vertices:,} vertices; build {build_s:.1f}s", f"- command: `python bench/gpu_vs_cpu.py --edges {args.edges:g} "
              f"--shape {args.shape} --sizes {' '.join(map(str, args.sizes))} --queries {args.queries}`", "",
              f"**Geometric mean speed-up GPU over CPU: {gm:.1f}x** over {len(ratios)} queries", "",
-             "| k | matches | GPU s | CPU s | CPU/GPU | H2D bytes | segments |", "|---|---|---|---|---|---|---|"]
+             f"Histogram load balance vs one warp per row (geometric mean): {_gm([r['balance_gain'] for r in rows]):.2f}x", "",
+             "| k | matches | GPU s | GPU warp-only s | CPU s | CPU/GPU | rows warp/block/own | H2D bytes | segments |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        lines.append(f"| {r['k']} | {r['matches']:,} | {r['gpu_s']} | {r['cpu_s']} | {r['ratio']} | {r['h2d_bytes']} | {r['segments']} |")
+        lines.append(f"| {r['k']} | {r['matches']:,} | {r['gpu_s']} | {r['gpu_warp_only_s']} | {r['cpu_s']} | {r['ratio']} | "
+                     f"{r['rows_warp']}/{r['rows_block']}/{r['rows_own']} | {r['h2d_bytes']} | {r['segments']} |")
     write_text(os.path.join(args.out, "gpu_vs_cpu.md"), "\n".join(lines) + "\n")
     say(f"geomean {gm:.2f}x")
 

@@ -78,28 +78,41 @@ def test_signature_filter_kernel_matches_reference(gpu):
         assert np.array_equal(ref, cp.asnumpy(got))
 
 
-def test_first_edge_kernel_matches_reference(gpu):
+@pytest.mark.parametrize("thresholds", [None, (10**9, 10**9), (-1, 10**9), (-1, -1), (1, 3), (0, 40)],
+                         ids=["cost-model", "all-warp", "all-block", "all-own", "mixed", "mixed2"])
+def test_expand_rows_matches_reference(gpu, thresholds):
+    """Every load-balance strategy (warp, block, own launch) writes what the NumPy reference writes."""
     import cupy as cp
     rng = np.random.default_rng(3)
     cpu = CpuBackend()
-    n_rows, n_dist = 500, 60
+    n_rows, n_dist = 700, 90
     fcnt = rng.integers(0, 80, n_dist)
-    flist = rng.integers(0, 200, int(fcnt.sum())).astype(np.int32)
+    fcnt[:6] = [0, 31, 32, 1023, 1025, 5000]             # bin edges and heavy rows
+    flist = rng.integers(0, 400, int(fcnt.sum())).astype(np.int32)
     fstart = np.cumsum(fcnt) - fcnt
     run = np.sort(rng.integers(0, n_dist, n_rows))
+    run[:6] = np.arange(6)
     rows = rng.permutation(n_rows)
-    conflicts = [rng.integers(0, 200, n_rows).astype(np.int32) for _ in range(3)]
+    conflicts = [rng.integers(0, 400, n_rows).astype(np.int32) for _ in range(3)]
     deg = np.bincount(rows, weights=fcnt[run], minlength=n_rows).astype(np.int64)
     F = np.r_[0, np.cumsum(deg)].astype(np.int64)
     fill0 = np.zeros(n_rows, np.int64)
     gba_ref = np.full(int(F[-1]), -7, np.int32)
-    cpu.first_edge_rows(rows, run, flist, fstart, fcnt, conflicts, F, fill0, gba_ref)
+    cpu.expand_rows(rows, run, flist, fstart, fcnt, conflicts, F, fill0, gba_ref)
     fill1 = cp.zeros(n_rows, cp.int64)
     gba = cp.full(int(F[-1]), -7, cp.int32)
-    gpu.first_edge_rows(cp.asarray(rows), cp.asarray(run), cp.asarray(flist), cp.asarray(fstart), cp.asarray(fcnt),
-                        [cp.asarray(c) for c in conflicts], cp.asarray(F), fill1, gba)
+    gpu.stats.clear()
+    gpu.expand_rows(cp.asarray(rows), cp.asarray(run), cp.asarray(flist), cp.asarray(fstart), cp.asarray(fcnt),
+                    [cp.asarray(c) for c in conflicts], cp.asarray(F), fill1, gba, thresholds=thresholds)
     assert np.array_equal(fill0, cp.asnumpy(fill1))
     assert np.array_equal(gba_ref, cp.asnumpy(gba))
+    if thresholds == (1, 3):
+        assert {"rows_warp", "rows_block", "rows_own"} <= set(gpu.stats)
+
+
+def test_cost_model_calibration(gpu):
+    c = gpu.costs()
+    assert c.sms > 0 and c.t_kl > 0 and c.t_sn >= 0
 
 
 def _write_graph(tmp, edges, vlabels):

@@ -91,7 +91,7 @@ class CpuBackend:
             mask &= ok
         return mask
 
-    def first_edge_rows(self, rows, run, flist, fstart, fcnt, conflict_cols, F, fill, gba):
+    def expand_rows(self, rows, run, flist, fstart, fcnt, conflict_cols, F, fill, gba):
         """buf_i += (flist of row i's vertex) minus the row's conflict vertices, in GBA."""
         rc = fcnt[run]
         vals = flist[pcsr.ragged_indices(fstart[run], rc, np)]

@@ -229,7 +229,7 @@ class Engine:
         RF[1:] = xp.cumsum(scount[row_tuple])
         out_vals = xp.empty(int(RF[-1]), dtype=xp.int32)
         rfill = xp.zeros(n, dtype=xp.int64)
-        backend.first_edge_rows(rows, row_tuple, evals, sstart, scount, conflict_cols, RF, rfill, out_vals)
+        backend.expand_rows(rows, row_tuple, evals, sstart, scount, conflict_cols, RF, rfill, out_vals)
         erow = backend.repeat_index(rfill)
         epos = RF[:-1][erow] + (xp.arange(erow.size) - (xp.cumsum(rfill) - rfill)[erow]) if erow.size else erow
         out = {u: col[erow] for u, col in piece.items()}

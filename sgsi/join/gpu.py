@@ -9,13 +9,15 @@ steps use the kernels of :mod:`sgsi.join.kernels`.
 
 from __future__ import annotations
 
+import os
 import time
 from collections import OrderedDict
 
 import cupy as cp
 import numpy as np
 
-from . import kernels
+from ..partition import pcsr
+from . import balance, kernels
 
 _BLOCK = 256
 
@@ -36,6 +38,8 @@ class GpuBackend:
         self._cache = OrderedDict()
         self._cache_bytes = 0
         self._cache_limit = self.budget // 2
+        self.load_balance = os.environ.get("SGSI_LOAD_BALANCE", "1") != "0"
+        self._costs = None
         self.stats = {"segments": 0, "segment_bytes": 0, "h2d_bytes": 0, "h2d_seconds": 0.0,
                       "cache_hits": 0}
 
@@ -199,19 +203,127 @@ class GpuBackend:
                                             np.int32(has_label), np.int32(label if has_label else -1), mask))
         return mask
 
-    def first_edge_rows(self, rows, run, flist, fstart, fcnt, conflict_cols, F, fill, gba):
+    def expand_rows(self, rows, run, flist, fstart, fcnt, conflict_cols, F, fill, gba, thresholds=None):
+        """Row expansion (reference: CpuBackend.expand_rows), load-balanced (§7).
+
+        Each row's workload is its list length; the histogram and cost model
+        of :mod:`sgsi.join.balance` send rows to a warp, a block, or a launch
+        of their own. ``thresholds`` (x3, x1) overrides the model (tests);
+        ``self.load_balance = False`` runs every row on one warp.
+        """
         n_rows = int(rows.size)
         if n_rows == 0:
             return
+        rows = rows.astype(cp.int64, copy=False)
+        run = run.astype(cp.int64, copy=False)
+        fstart = fstart.astype(cp.int64, copy=False)
+        fcnt = fcnt.astype(cp.int64, copy=False)
+        flist = flist.astype(cp.int32, copy=False)
         if conflict_cols:
             conf = cp.ascontiguousarray(cp.stack(conflict_cols).astype(cp.int32, copy=False))
             table_rows = conf.shape[1]
         else:
             conf = cp.zeros((1, 1), cp.int32)
             table_rows = 1
-        kernels.kernel("first_edge_rows")(
-            _grid(n_rows * 32), (_BLOCK,),
-            (rows.astype(cp.int64, copy=False), run.astype(cp.int64, copy=False), np.int64(n_rows),
-             flist.astype(cp.int32, copy=False), fstart.astype(cp.int64, copy=False),
-             fcnt.astype(cp.int64, copy=False), conf, np.int32(len(conflict_cols)), np.int64(table_rows),
-             F, fill, gba))
+        args = (flist, fstart, fcnt, conf, np.int32(len(conflict_cols)), np.int64(table_rows), F, fill, gba)
+        if not self.load_balance:
+            self._launch_warp(rows, run, args)
+            return
+        bins = fcnt[run] // balance.BIN
+        if thresholds is None:
+            hist = cp.asnumpy(cp.bincount(bins))
+            thresholds = balance.choose_thresholds(hist, self.costs())
+        x3, x1 = thresholds
+        on_warp = bins <= x3
+        on_block = (bins > x3) & (bins <= x1)
+        on_own = bins > x1
+        for name, sel in (("warp", on_warp), ("block", on_block), ("own", on_own)):
+            idx = cp.flatnonzero(sel)
+            if idx.size == 0:
+                continue
+            self.stats[f"rows_{name}"] = self.stats.get(f"rows_{name}", 0) + int(idx.size)
+            if name == "warp":
+                self._launch_warp(rows[idx], run[idx], args)
+            elif name == "block":
+                kernels.kernel("expand_rows_block")((int(idx.size),), (_BLOCK_ROW,),
+                                                   (rows[idx], run[idx], np.int64(idx.size)) + args)
+            else:
+                self._expand_own(rows[idx], run[idx], flist, fstart, fcnt, conflict_cols, F, fill, gba)
+
+    def _launch_warp(self, rows, run, args):
+        n = int(rows.size)
+        kernels.kernel("expand_rows")(_grid(n * 32), (_BLOCK,), (rows, run, np.int64(n)) + args)
+
+    def _expand_own(self, rows, run, flist, fstart, fcnt, conflict_cols, F, fill, gba):
+        """The heaviest rows, flattened over the whole device: every entry its own thread."""
+        cnt = fcnt[run]
+        if int(cnt.sum()) == 0:
+            return
+        vals = flist[pcsr.ragged_indices(fstart[run], cnt, cp)]
+        local = self.repeat_index(cnt)
+        rid = rows[local]
+        ok = cp.ones(vals.size, dtype=cp.bool_)
+        for col in conflict_cols:
+            ok &= vals != col[rid]
+        cs = cp.cumsum(ok)
+        first = cp.cumsum(cnt) - cnt                              # each row's first entry
+        before = cp.where(first > 0, cs[cp.maximum(first - 1, 0)], 0)
+        rank = cs - 1 - before[local]
+        gba[(F[rid] + fill[rid] + rank)[ok]] = vals[ok]
+        fill[rows] += self.bincount(local[ok], int(rows.size))
+
+    def costs(self):
+        """t_sn and t_kl of this device, measured once and cached on disk."""
+        if self._costs is None:
+            self._costs = _device_costs()
+        return self._costs
+
+
+_BLOCK_ROW = 1024
+
+
+def _device_costs():
+    import json
+    import os
+    dev = cp.cuda.Device()
+    props = cp.cuda.runtime.getDeviceProperties(dev.id)
+    name = props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
+    sms = int(props["multiProcessorCount"])
+    cache = os.path.join(os.path.expanduser("~"), ".cache", "sgsi", "device-costs.json")
+    try:
+        with open(cache) as f:
+            known = json.load(f)
+    except (OSError, ValueError):
+        known = {}
+    if name in known:
+        k = known[name]
+        return balance.DeviceCosts(sms, k["t_sn"], k["t_kl"])
+    a = cp.arange(1 << 20, dtype=cp.int32)
+    sink = cp.zeros(1, cp.int32)
+    iters = 2048
+
+    def timed(fn, repeat=5):
+        fn()
+        cp.cuda.Device().synchronize()
+        t = time.perf_counter()
+        for _ in range(repeat):
+            fn()
+        cp.cuda.Device().synchronize()
+        return (time.perf_counter() - t) / repeat
+
+    it = kernels.kernel("calib_iterations")
+    plain = timed(lambda: it((sms,), (1024,), (a, np.int64(a.size), np.int32(iters), np.int32(0), sink)))
+    synced = timed(lambda: it((sms,), (1024,), (a, np.int64(a.size), np.int32(iters), np.int32(1), sink)))
+    empty = kernels.kernel("calib_empty")
+    launch = timed(lambda: [empty((1,), (32,), ()) for _ in range(100)]) / 100
+    t_iter = max(plain / iters, 1e-9)
+    t_sn = max((synced - plain) / iters, 0.0) / t_iter
+    t_kl = launch / t_iter
+    known[name] = {"t_sn": t_sn, "t_kl": t_kl, "t_iter_s": t_iter, "sms": sms}
+    try:
+        os.makedirs(os.path.dirname(cache), exist_ok=True)
+        with open(cache, "w") as f:
+            json.dump(known, f, indent=1)
+    except OSError:
+        pass
+    return balance.DeviceCosts(sms, t_sn, t_kl)

@@ -95,13 +95,75 @@ extern "C" __global__ void test_bits(const unsigned int* __restrict__ bits, cons
     if (i < n) out[i] = test_bit(bits, v[i]);
 }
 
-// First edge of a join step, the per-row part (reference: the NumPy path of
-// Engine._join). One warp per row i of the segment: its distinct vertex's list
-// N_x(v, l0) ∩ C(u) is flist[fstart : fstart + fcnt]; entries equal to one of the
-// row's vertices in the conflict columns are dropped (injective), the survivors
-// are compacted with a warp ballot and written to buf_i = GBA[F_i + fill_i ...],
-// 32 consecutive slots per store: the write batching of §5.
-extern "C" __global__ void first_edge_rows(const long long* __restrict__ rows, const long long* __restrict__ run,
+// Row expansion of a join step (reference: CpuBackend.expand_rows). Row i's
+// candidate list is flist[fstart[d] : fstart[d] + fcnt[d]] for d = run[i]; entries
+// equal to one of the row's vertices in the conflict columns are dropped
+// (injective), the survivors are compacted in order and written from
+// out[F_i + fill_i]. Load balance (§7) picks, per row, one of:
+//   expand_rows      one warp per row; a warp ballot compacts 32 entries and
+//                    writes them as one batch (the write batching of §5);
+//   expand_rows_block one block per row; warp ballots plus a scan of the warp
+//                    counts in shared memory keep the order.
+// Rows heavier than both get a launch of their own (flattened, in gpu.py).
+extern "C" __global__ void expand_rows_block(const long long* __restrict__ rows, const long long* __restrict__ run,
+                                             long long n_rows,
+                                             const int* __restrict__ flist, const long long* __restrict__ fstart,
+                                             const long long* __restrict__ fcnt,
+                                             const int* __restrict__ conflicts, int n_conflicts, long long table_rows,
+                                             const long long* __restrict__ F, long long* __restrict__ fill,
+                                             int* __restrict__ gba) {
+    __shared__ int warp_total[32];
+    long long task = blockIdx.x;
+    if (task >= n_rows) return;
+    int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, n_warps = blockDim.x >> 5;
+    long long row = rows[task];
+    long long d = run[task];
+    long long s = fstart[d], c = fcnt[d];
+    long long out = F[row] + fill[row];
+    for (long long base = 0; base < c; base += blockDim.x) {
+        long long j = base + threadIdx.x;
+        int x = 0;
+        bool ok = j < c;
+        if (ok) {
+            x = flist[s + j];
+            for (int k = 0; k < n_conflicts; ++k) ok &= x != conflicts[(long long)k * table_rows + row];
+        }
+        unsigned int m = __ballot_sync(FULL, ok);
+        if (lane == 0) warp_total[wid] = __popc(m);
+        __syncthreads();
+        if (wid == 0) {                       // inclusive scan of the warp counts
+            int v = lane < n_warps ? warp_total[lane] : 0;
+            for (int o = 1; o < 32; o <<= 1) {
+                int t = __shfl_up_sync(FULL, v, o);
+                if (lane >= o) v += t;
+            }
+            if (lane < n_warps) warp_total[lane] = v;
+        }
+        __syncthreads();
+        int before = wid ? warp_total[wid - 1] : 0;
+        if (ok) gba[out + before + __popc(m & ((1u << lane) - 1u))] = x;
+        out += warp_total[n_warps - 1];
+        __syncthreads();                      // warp_total is rewritten next round
+    }
+    if (threadIdx.x == 0) fill[row] = out - F[row];
+}
+
+// Calibration kernels for the cost model: one iteration of element work per
+// block, with or without a block synchronisation, and an empty launch.
+extern "C" __global__ void calib_iterations(const int* __restrict__ a, long long n, int iters, int sync,
+                                            int* __restrict__ sink) {
+    int acc = 0;
+    for (int it = 0; it < iters; ++it) {
+        long long j = ((long long)blockIdx.x * blockDim.x + threadIdx.x + (long long)it * 7919) % n;
+        acc += a[j] == it;
+        if (sync) __syncthreads();
+    }
+    if (acc == -1) sink[0] = acc;
+}
+
+extern "C" __global__ void calib_empty() {}
+
+extern "C" __global__ void expand_rows(const long long* __restrict__ rows, const long long* __restrict__ run,
                                            long long n_rows,
                                            const int* __restrict__ flist, const long long* __restrict__ fstart,
                                            const long long* __restrict__ fcnt,
