@@ -112,8 +112,10 @@ class Graph:
             raise BudgetError(f"memory budget of {budget_mod.format_size(budget)} cannot hold two segments of "
                               f"this store ({budget_mod.format_size(need)}); use a larger budget or rebuild the "
                               f"store with a smaller --memory-budget")
-        plan = make_plan(self.store, pat, backend, injective=injective)
-        return pat, backend, Engine(self.store, plan, backend, budget)
+        # Plan on the filtered candidate sets; refine them only if the join outgrows them.
+        plan = make_plan(self.store, pat, backend, injective=injective, refine_rounds=0)
+        refined = lambda: make_plan(self.store, pat, backend, injective=injective, refine_rounds=2)  # noqa: E731
+        return pat, backend, Engine(self.store, plan, backend, budget, replan=refined)
 
     def count(self, pattern, device="auto", memory_budget=None, injective=True) -> int:
         """Number of embeddings of ``pattern`` (every automorphic copy counted)."""

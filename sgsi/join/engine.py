@@ -34,6 +34,17 @@ from ..partition import pcsr
 from .plan import QueryPlan, Step
 from .stream import neighbour_lists
 
+#: Work (buffer entries plus rows) after which a query on unrefined candidate
+#: sets is planned again with refinement: at least this much, and this many
+#: times the total size of the candidate sets.
+REPLAN_MIN_WORK = 1 << 16
+REPLAN_FACTOR = 8
+
+
+class _Replan(Exception):
+    """The join outgrew its plan before producing results; plan again."""
+
+
 #: Bytes a GBA entry and its bookkeeping take (value, row id, flags).
 _GBA_ENTRY_BYTES = 16
 
@@ -56,29 +67,50 @@ class Limits:
 class Engine:
     """Runs a :class:`QueryPlan` over a store on one backend."""
 
-    def __init__(self, store, plan: QueryPlan, backend, budget: int):
+    def __init__(self, store, plan: QueryPlan, backend, budget: int, replan=None):
         self.store, self.plan, self.backend = store, plan, backend
         self.xp = backend.xp
         self.limits = Limits.from_budget(budget, len(plan.order))
-        self.stats = {"chunks": 0, "steps": 0}
+        self.stats = {"chunks": 0, "steps": 0, "replanned": 0}
+        # Adaptive planning: run on the cheap plan first; if the join's work
+        # outgrows the candidate sets by far before any result has left, start
+        # again on the plan ``replan()`` gives (refined candidate sets).
+        self.replan = replan
+        self.work = 0
+        self.emitted = False
+        self.work_limit = None if replan is None else max(
+            REPLAN_MIN_WORK, REPLAN_FACTOR * sum(plan.candidate_counts))
 
     # -- driving -------------------------------------------------------------------
 
     def count(self) -> int:
         """Number of embeddings, counted without materialising the last step."""
-        if self.plan.empty:
-            return 0
-        total = 0
-        for kind, value in self._run(count_only=True):
-            total += value
-        return total
+        while True:
+            if self.plan.empty:
+                return 0
+            try:
+                return sum(value for _kind, value in self._run(count_only=True))
+            except _Replan:
+                self._switch_plan()
 
     def chunks(self):
         """Yield result chunks: dicts pattern vertex -> int32 dense ids (on the host)."""
-        if self.plan.empty:
-            return
-        for _kind, chunk in self._run(count_only=False):
-            yield {u: self.backend.to_host(col) for u, col in chunk.items()}
+        while True:
+            if self.plan.empty:
+                return
+            try:
+                for _kind, chunk in self._run(count_only=False):
+                    self.emitted = True
+                    yield {u: self.backend.to_host(col) for u, col in chunk.items()}
+                return
+            except _Replan:
+                self._switch_plan()
+
+    def _switch_plan(self):
+        self.plan = self.replan()
+        self.replan = None
+        self.work_limit = None
+        self.stats["replanned"] = 1
 
     def _run(self, count_only):
         first = self.plan.order[0]
@@ -180,7 +212,11 @@ class Engine:
         d0deg[tuple_d[row_tuple]] = deg                  # rows carry |N(v'_i, l0)| already
         F = xp.zeros(nd + 1, dtype=xp.int64)
         F[1:] = xp.cumsum(d0deg)
-        gba = xp.empty(int(F[-1]), dtype=xp.int32)
+        gba_size = int(F[-1])
+        self.work += gba_size + n
+        if self.work_limit is not None and self.work > self.work_limit and not self.emitted:
+            raise _Replan()
+        gba = xp.empty(gba_size, dtype=xp.int32)
         fill = xp.zeros(nd, dtype=xp.int64)
 
         # First edge, streamed over the segments of l0 (Algorithm 4): buf_v += N_x(v, l0) ∩ C(u).
