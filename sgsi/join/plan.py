@@ -260,6 +260,12 @@ def _order(store, pattern, inc, counts):
 
 
 def _freq(store, lab, total):
-    if lab == ANY_LABEL:
-        return 1.0
-    return float(store.edge_label_freq[lab]) / total
+    """freq(l): the fraction of ordered vertex pairs joined by an l edge.
+
+    It is proportional to the label's share of the edges, as in the paper,
+    and stays below one on single-label graphs, so that there too a vertex
+    with more edges into the matched part is joined first.
+    """
+    n = float(max(store.n_vertices, 1))
+    edges = float(total) if lab == ANY_LABEL else float(store.edge_label_freq[lab])
+    return edges / (n * n)
