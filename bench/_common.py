@@ -66,14 +66,27 @@ def machine() -> dict:
         "duckdb": duckdb.__version__,
         "commit": git_commit(),
         "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+        "loadavg": " ".join(f"{x:.2f}" for x in os.getloadavg()),
     }
+
+
+def machine_at_end(start: dict) -> dict:
+    """:func:`machine` now, with the commit of ``start`` (the code a run loaded) and a note if it moved."""
+    m = machine()
+    if m["commit"] != start["commit"]:
+        m["commit"] = f"{start['commit']} at the start of the run ({m['commit']} at its end)"
+    else:
+        m["commit"] = start["commit"]
+    m["loadavg"] = f"{start['loadavg']} at the start, {m['loadavg']} at the end"
+    return m
 
 
 def machine_md(m: dict) -> str:
     return (f"- machine: {m['nproc']} cores (`nproc`), {m['ram_gib']} GiB RAM, CPU `{m['cpu']}`\n"
             f"- software: Python {m['python']}, NumPy {m['numpy']}, PyArrow {m['pyarrow']}, DuckDB {m['duckdb']}\n"
             f"- commit: `{m['commit']}`\n"
-            f"- date: {m['date']}\n")
+            f"- date: {m['date']}; load average (1/5/15 min) when recorded: {m['loadavg']} "
+            f"on {m['nproc']} cores (other jobs share this machine; above {m['nproc']} means contention)\n")
 
 
 def peak_rss_bytes() -> int:

@@ -159,6 +159,7 @@ def main(argv=None):
     p.add_argument("--data", default=os.path.join(C.DATA_DIR, "duckdb"))
     p.add_argument("--results", default=C.RESULTS_DIR)
     args = p.parse_args(argv)
+    m0 = C.machine()      # the commit of the code this run loads
     n_edges = int(args.edges)
     threads = os.cpu_count()
 
@@ -234,7 +235,7 @@ def main(argv=None):
               "  ".join(f"duckdb-{f} {best[f]:8.3f}s" for f in forms) + f"  ratio {row['ratio']:.2f}")
 
     gm = geomean([r["ratio"] for r in rows])
-    m = C.machine()
+    m = C.machine_at_end(m0)
     for r in rows:
         r.update({"commit": m["commit"], "date": m["date"], "graph_edges": n_edges,
                   "distinct_edges": g.store.n_edges, "scale": meta["scale"]})

@@ -41,6 +41,10 @@ def _family(name):
     return f"{m.group(1)}_{m.group(2)}" if m else "other"
 
 
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 def _worker_main(conn, store, base, memory_budget):
     """Child process: open the store once, then count the queries it is sent."""
     import signal
@@ -90,7 +94,11 @@ class _Worker:
             return None
         return self.conn.recv()
 
-    def close(self):
+    def close(self, force=False):
+        if force:
+            self.proc.kill()
+            self.proc.join()
+            return
         try:
             self.conn.send(None)
             self.proc.join(10)
@@ -114,6 +122,7 @@ def main(argv=None):
     p.add_argument("--timeout", type=float, default=120,
                    help="seconds per query before it is stopped and reported as a timeout (0: none)")
     args = p.parse_args(argv)
+    m0 = C.machine()      # the commit of the code this run loads
     base = os.path.join(BENCH_DATA, args.set)
     expected = {}
     with open(os.path.join(base, "expected.txt")) as f:
@@ -145,7 +154,10 @@ def main(argv=None):
     totals, walls = [], []
     mismatches = []
     timed_out = {}
+    import signal
+    signal.signal(signal.SIGTERM, _interrupt)    # killed: stop the worker too (see the finally below)
     worker = _Worker(out, base, args.memory_budget)
+    ok = False
     try:
         for r in range(args.runs):
             t_run = time.perf_counter()
@@ -175,11 +187,12 @@ def main(argv=None):
             totals.append(run_total)
             C.say(f"run {r + 1}/{args.runs}: {run_total:.2f} s in count() for {len(names) - len(timed_out)} queries "
                   f"({walls[-1]:.2f} s wall)")
+        ok = True
     finally:
-        worker.close()
+        worker.close(force=not ok)
     names_done = [n for n in names if n not in timed_out]
 
-    m = C.machine()
+    m = C.machine_at_end(m0)
     rows = [{"query": n, "family": _family(n), "vertices": len(patterns[n].vertices),
              "edges": len(patterns[n].edges), "expected": expected[n], "count": got[n],
              "ok": got[n] == expected[n], "best_s": round(min(times[n]), 5),
