@@ -59,38 +59,83 @@ def build(src: np.ndarray, dst: np.ndarray, theta: int = DEFAULT_THETA):
     """
     if not 2 <= theta <= 16:
         raise ValueError(f"theta must be in 2..16, got {theta}")
-    n = len(src)
-    if n == 0:
+    if len(src) == 0:
         return np.zeros((0, theta, 2), np.int32), np.zeros(0, np.int32)
     src = np.asarray(src)
-    starts = np.flatnonzero(np.r_[True, src[1:] != src[:-1]])
-    verts = src[starts].astype(np.int64)
-    counts = np.diff(np.r_[starts, n])
+    starts, verts, counts = source_runs(src)
+    return build_from_runs(starts, verts, counts, np.asarray(dst), theta)
+
+
+def source_runs(src: np.ndarray):
+    """(starts, verts, counts) of the runs of equal values of a sorted ``src``."""
+    n = len(src)
+    starts = np.flatnonzero(src[1:] != src[:-1])
+    starts += 1
+    starts = np.concatenate([np.zeros(1, starts.dtype), starts])
+    verts = src[starts]
+    counts = np.diff(starts, append=n)
+    return starts, verts, counts
+
+
+def _hash_groups(verts, n_groups):
+    """:func:`vertex_hash` of non-negative int32 ids in 32-bit arithmetic (the same values)."""
+    v = np.asarray(verts)
+    if v.dtype != np.uint32:
+        v = v.astype(np.uint32)           # ids are 0 <= v < 2^31: exact
+    h = v * np.uint32(_HASH_MULT)         # wraps mod 2^32, as the & 0xFFFFFFFF does
+    h %= np.uint32(n_groups)
+    return h
+
+
+def _stable_order(h, n_keys):
+    """``argsort(h, kind="stable")`` for 0 <= h < n_keys, by 16-bit radix passes."""
+    if n_keys <= 1 << 16:
+        return np.argsort(h.astype(np.uint16), kind="stable")
+    order = np.argsort((h & np.uint32(0xFFFF)).astype(np.uint16), kind="stable")
+    hi = (h >> np.uint32(16)).astype(np.uint16)
+    return order[np.argsort(hi[order], kind="stable")]
+
+
+def build_from_runs(starts, verts, counts, dst, theta: int = DEFAULT_THETA):
+    """:func:`build` from the source runs of a sorted segment (see :func:`source_runs`)."""
+    n = len(dst)
     n_groups = len(verts)
+    if n_groups == 0:
+        return np.zeros((0, theta, 2), np.int32), np.zeros(0, np.int32)
+    if n > np.iinfo(np.int32).max:
+        raise ValueError("segment too large for int32 offsets")
     cap = theta - 1
 
-    h = vertex_hash(verts, n_groups)
-    order = np.lexsort((verts, h))            # by group, then vertex id
-    hs = h[order]
-    first = np.flatnonzero(np.r_[True, hs[1:] != hs[:-1]])
-    rank = np.arange(n_groups) - np.repeat(first, np.diff(np.r_[first, n_groups]))
+    h = _hash_groups(verts, n_groups)
+    order = _stable_order(h, n_groups)        # by group, then vertex id (verts are sorted)
+    hs = h[order].astype(np.int64)
+    idx = np.arange(n_groups)
+    new_group = np.empty(n_groups, bool)
+    new_group[0] = True
+    np.not_equal(hs[1:], hs[:-1], out=new_group[1:])
+    rank = idx - np.maximum.accumulate(np.where(new_group, idx, 0))
 
     # Vertices past the first Θ-1 of their group go to chains of empty groups,
     # Θ-1 vertices per chained group.
-    primary = rank < cap
-    chunk = np.where(primary, -1, (rank - cap) // cap)
-    group_of = hs.copy()
-    slot = np.where(primary, rank, (rank - cap) % cap)
-    gid = np.full(n_groups, -1, np.int64)
-    over = np.flatnonzero(~primary)
+    group_of = hs
+    slot = rank
+    gid = np.full(n_groups, -1, np.int32)
+    over = np.flatnonzero(rank >= cap)
     if over.size:
-        key_h, key_c = hs[over], chunk[over]
+        key_h = hs[over]
+        r = rank[over] - cap
+        key_c = r // cap
+        slot = rank.copy()
+        slot[over] = r % cap
         new_chunk = np.r_[True, (key_h[1:] != key_h[:-1]) | (key_c[1:] != key_c[:-1])]
         chunk_id = np.cumsum(new_chunk) - 1
-        empty = np.setdiff1d(np.arange(n_groups), hs, assume_unique=False)
+        used = np.zeros(n_groups, bool)
+        used[hs] = True
+        empty = np.flatnonzero(~used)
         n_chunks = int(chunk_id[-1]) + 1
         assert n_chunks <= empty.size, "PCSR overflow groups exhausted (Claim 1 violated)"
         chunk_group = empty[:n_chunks]
+        group_of = hs.copy()
         group_of[over] = chunk_group[chunk_id]
         # Link: the home group points at the first chunk, each chunk at the next.
         starts_c = np.flatnonzero(new_chunk)
@@ -100,26 +145,57 @@ def build(src: np.ndarray, dst: np.ndarray, theta: int = DEFAULT_THETA):
         nxt = np.flatnonzero(~first_of_home)          # chunk k>0 follows chunk k-1
         gid[chunk_group[nxt - 1]] = chunk_group[nxt]
 
-    # ci layout: by (group, slot); offsets are the prefix sum of degrees.
-    layout = np.lexsort((slot, group_of))
+    # ci layout: by (group, slot); every (group, slot) holds at most one vertex.
+    cell = group_of * cap + slot
+    grid = np.full(n_groups * cap, -1, np.int64)
+    grid[cell] = idx
+    layout = grid[grid >= 0]                      # index into order, by (group, slot)
     lay_vert = order[layout]                      # index into verts
     lay_counts = counts[lay_vert]
-    offsets = np.r_[0, np.cumsum(lay_counts)]
-    per_group = np.bincount(group_of, weights=counts[order], minlength=n_groups).astype(np.int64)
-    end = np.cumsum(per_group)
+    offsets = np.empty(n_groups + 1, np.int64)
+    offsets[0] = 0
+    np.cumsum(lay_counts, out=offsets[1:])
+    g_lay = group_of[layout]
+    s_lay = slot[layout]
+    end = offsets[np.cumsum(np.bincount(g_lay, minlength=n_groups))]
 
-    groups = np.empty((n_groups, theta, 2), np.int64)
+    groups = np.empty((n_groups, theta, 2), np.int32)
     groups[:, :, 0] = -1
     groups[:, :, 1] = end[:, None]
-    g_lay, s_lay = group_of[layout], slot[layout]
     groups[g_lay, s_lay, 0] = verts[lay_vert]
     groups[g_lay, s_lay, 1] = offsets[:-1]
     groups[:, cap, 0] = gid
 
-    ci = dst[ragged_indices(starts[lay_vert], lay_counts)]
-    if offsets[-1] > np.iinfo(np.int32).max:
-        raise ValueError("segment too large for int32 offsets")
-    return groups.astype(np.int32), ci.astype(np.int32)
+    ci = _gather_lists(dst, starts[lay_vert], lay_counts, offsets)
+    return groups, ci
+
+
+#: Edges gathered per step of :func:`_gather_lists` (keeps its temporaries small and reused).
+_GATHER_STEP = 1 << 20
+_ARANGE = np.arange(_GATHER_STEP)
+
+
+def _gather_lists(dst, list_start, list_len, offsets):
+    """``concatenate([dst[s:s + c] for s, c in zip(list_start, list_len)])`` as int32.
+
+    ``offsets`` is the prefix sum of ``list_len`` (with a leading 0). Done in
+    steps of about ``_GATHER_STEP`` edges: ci[k] = dst[k + start - offset]
+    for the list that holds position k.
+    """
+    n = int(offsets[-1])
+    ci = np.empty(n, np.int32)
+    delta = list_start - offsets[:-1]
+    cuts = np.unique(np.searchsorted(offsets, np.arange(0, n, _GATHER_STEP), "right") - 1)
+    cuts = np.r_[cuts, len(list_len)].tolist()
+    for a, b in zip(cuts[:-1], cuts[1:]):              # steps of ~_GATHER_STEP edges, not single lists
+        e0, e1 = int(offsets[a]), int(offsets[b])
+        if e1 == e0:
+            continue
+        idx = np.repeat(delta[a:b], list_len[a:b])
+        idx += _ARANGE[:e1 - e0] if e1 - e0 <= _GATHER_STEP else np.arange(e1 - e0)
+        idx += e0
+        np.take(dst, idx, out=ci[e0:e1], mode="clip")    # in range by construction
+    return ci
 
 
 def ragged_indices(starts, counts, xp=np):

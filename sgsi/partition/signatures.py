@@ -74,6 +74,47 @@ def words_from_groups(vertex, group, count, vertex_label, n_vertices, n_bits, la
     return bits
 
 
+def words_from_counts(counts, vertex_label, n_bits, label_bits, label_table=None):
+    """Signature words of a block of vertices from their per-group pair counts.
+
+    ``counts`` is an (n, G) array: row i counts the pairs of vertex i that
+    hash to each of the G two-bit groups; ``vertex_label`` holds the label
+    ids of the n vertices (-1: none). ``label_table`` optionally gives
+    :func:`label_bit_table` for these labels. Returns the same (n, N/32)
+    uint32 array as :func:`words_from_groups` for the same pairs.
+    """
+    n_words = n_bits // 32
+    groups = n_groups(n_bits, label_bits)
+    counts = np.asarray(counts)
+    n = counts.shape[0]
+    words = np.zeros((n, n_words), np.uint32)
+    if groups and n:
+        bit = label_bits + 2 * np.arange(groups)
+        word = bit // 32
+        # value of (group, min(count, 2)): 00, 01 or 11, already shifted into its word
+        lut = (np.array([0, 1, 3], np.uint32)[None, :] << (bit % 32).astype(np.uint32)[:, None]).reshape(-1)
+        idx = np.minimum(counts, 2)
+        idx += 3 * np.arange(groups)
+        val = lut[idx]
+        first = np.flatnonzero(np.r_[True, word[1:] != word[:-1]])
+        # The groups of one word occupy disjoint bits, so their sum is their OR.
+        words[:, word[first]] = np.add.reduceat(val, first, axis=1)
+    vertex_label = np.asarray(vertex_label)
+    has = vertex_label >= 0
+    if has.any():
+        if label_table is None:
+            label_table = label_bit_table(int(vertex_label.max()) + 1, label_bits)
+        rows = np.flatnonzero(has)
+        lb = label_table[vertex_label[rows]]
+        words[rows, lb // 32] |= np.uint32(1) << (lb % 32).astype(np.uint32)
+    return words
+
+
+def label_bit_table(n_labels, label_bits):
+    """:func:`label_bit` of the label ids ``0 .. n_labels-1``, as an int64 array."""
+    return np.array([label_bit(x, label_bits) for x in range(n_labels)], np.int64)   # one per label
+
+
 def query_signature(label_id, pairs, n_bits, label_bits, injective=True):
     """Signature words of one query vertex.
 

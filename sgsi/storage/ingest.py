@@ -1,10 +1,19 @@
 """Ingest: Parquet edge files (or the benchmark text format) into a store.
 
 DuckDB does the heavy lifting out of core (it spills to disk): the vertex
-id dictionary, label dictionaries, deduplication and the sorts by
-(label, src, dst). Its sorted output is streamed in record batches into the
-segment writers, which cut each edge-label partition into segments of equal
-edge count and build each segment's PCSR, and into the signature writer.
+id dictionary (integer ids that already fill a range map by subtraction),
+the label dictionaries and the sorts. The edges are encoded once (table
+``enc``, repeats kept) and sorted by (label, src, dst) and (label, dst, src)
+for the labelled partitions and, with several edge labels, by
+(src, dst, label) and (dst, src, label) for the ``any`` ones. Each sorted
+stream is read in record batches, deduplicated on the fly (equal rows are
+adjacent), cut into segments of equal edge count whose PCSRs are built and
+written, and copied to a scratch Arrow file: the ``both`` partitions are the
+merge of two scratch files, and the vertex signatures are counted from the
+two vertex-sorted ones. The next sort runs in the background while a stream
+is written; on larger machines PCSRs are built on worker threads; files are
+checksummed in the background as they are finished. Nothing holds all edges
+in memory: batches, segments and vertex blocks are bounded.
 
 Everything is written into a temporary directory beside the target, which
 is renamed into place only when complete.
@@ -12,12 +21,14 @@ is renamed into place only when complete.
 
 from __future__ import annotations
 
+import collections
 import os
 import shutil
 import sys
 import tempfile
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from glob import glob
 
 import duckdb
@@ -60,7 +71,9 @@ def build_store(out, *, edges=None, vertices=None, graph=None, src="src", dst="d
     os.mkdir(tmp)
     try:
         with tempfile.TemporaryDirectory(prefix="sgsi-spill-", dir=parent) as spill:
-            con = duckdb.connect(config={"temp_directory": spill, "preserve_insertion_order": False})
+            con = duckdb.connect(config={"temp_directory": spill, "preserve_insertion_order": False,
+                                         "threads": os.cpu_count() or 1,
+                                         "memory_limit": f"{_duckdb_memory_mb()}MB"})
             try:
                 if graph is not None:
                     _load_text_graph(con, graph)
@@ -72,7 +85,7 @@ def build_store(out, *, edges=None, vertices=None, graph=None, src="src", dst="d
                     has_edge_labels, has_vertex_labels, sources = _load_parquet(
                         con, edges, vertices, src, dst, label, id, vertex_label)
                 b = _Builder(con, tmp, budget, theta, signature_bits, label_bits, undirected,
-                             has_edge_labels, has_vertex_labels, report)
+                             has_edge_labels, has_vertex_labels, report, scratch=spill)
                 manifest = b.run()
                 manifest["sources"] = sources
             except duckdb.Error as e:
@@ -86,6 +99,19 @@ def build_store(out, *, edges=None, vertices=None, graph=None, src="src", dst="d
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return out
+
+
+def _pcsr_workers():
+    """Threads that build PCSRs: none on small machines (the feeding thread and DuckDB use them)."""
+    env = os.environ.get("SGSI_BUILD_WORKERS")
+    if env is not None:
+        return max(0, int(env))
+    return max(0, min(8, (os.cpu_count() or 1) - 2))
+
+
+def _duckdb_memory_mb():
+    """DuckDB's memory limit: 60% of RAM (it spills beyond), leaving room for the segment builds."""
+    return max(256, int(budget_mod.host_memory_bytes() * 0.6) >> 20)
 
 
 def _describe(edges, vertices, graph):
@@ -277,10 +303,20 @@ def _load_text_graph(con, path):
 
 
 class _Builder:
-    """Turns the ``raw``/``vraw`` views of a DuckDB connection into a store."""
+    """Turns the ``raw``/``vraw`` views of a DuckDB connection into a store.
+
+    DuckDB encodes the edges once (table ``enc``; duplicates are kept) and
+    sorts them: by (label, src, dst) for the ``out`` partitions, by
+    (label, dst, src) for ``in``, and, with several edge labels, by
+    (src, dst, label) and (dst, src, label) for the ``any`` partitions. Each
+    sorted stream is deduplicated on the fly (equal rows are adjacent), cut
+    into PCSR segments and copied to a scratch Arrow file; the ``both``
+    partitions are the merge of the two scratch files of one kind, and the
+    vertex signatures are counted from the two vertex-sorted ones.
+    """
 
     def __init__(self, con, directory, budget, theta, sig_bits, label_bits, undirected,
-                 has_edge_labels, has_vertex_labels, report):
+                 has_edge_labels, has_vertex_labels, report, scratch=None):
         self.con, self.dir, self.theta = con, directory, theta
         self.sig_bits, self.label_bits = sig_bits, label_bits
         self.undirected = undirected
@@ -288,46 +324,61 @@ class _Builder:
         self.report = report
         self.budget = budget
         self.plan = make_plan(budget, theta, sig_bits // 32)
+        self.scratch = scratch or directory
+        self.sig_sources = []
         self.t0 = time.perf_counter()
 
     def _say(self, msg):
         self.report(f"[{time.perf_counter() - self.t0:7.1f}s] {msg}")
 
     def run(self) -> dict:
+        crc = _Checksums(self.dir)
+        self.queries = self.writer = None
+        self.signatures = None
+        sig_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sgsi-signatures")
+        self._start_signatures = lambda n: setattr(self, "signatures", sig_pool.submit(self._write_signatures, n))
+        try:
+            return self._run(crc)
+        finally:
+            if self.queries is not None:
+                self.queries.close()
+            if self.writer is not None:
+                self.writer.abort()
+            sig_pool.shutdown(wait=True, cancel_futures=True)
+            crc.close()
+
+    def _run(self, crc) -> dict:
         con = self.con
         self._say("building the vertex dictionary")
-        con.execute("CREATE TABLE vdict AS SELECT id, (row_number() OVER (ORDER BY id) - 1)::INTEGER AS vid "
-                    "FROM (SELECT s AS id FROM raw UNION SELECT d FROM raw UNION SELECT id FROM vraw)")
-        n_vertices = con.execute("SELECT count(*) FROM vdict").fetchone()[0]
-        if n_vertices >= 2**31 - 1:
-            raise InputError(f"{n_vertices} vertices exceed the int32 id space")
+        n_vertices, offset = self._vertex_dictionary()
         con.execute("CREATE TABLE vlab AS SELECT label, (row_number() OVER (ORDER BY label) - 1)::INTEGER AS lid "
                     "FROM (SELECT DISTINCT label FROM vraw WHERE label IS NOT NULL)")
         con.execute("CREATE TABLE vinfo AS SELECT vdict.vid, coalesce(vlab.lid, -1)::INTEGER AS lid "
                     "FROM vdict LEFT JOIN (SELECT DISTINCT id, label FROM vraw) v ON vdict.id = v.id "
                     "LEFT JOIN vlab ON v.label = vlab.label")
-        self._say(f"{n_vertices:,} vertices; encoding and deduplicating edges")
+        self._say(f"{n_vertices:,} vertices; encoding edges")
         con.execute("CREATE TABLE elab AS SELECT l AS label, (row_number() OVER (ORDER BY l) - 1)::INTEGER AS eid "
                     "FROM (SELECT DISTINCT l FROM raw)")
-        enc = ("SELECT a.vid AS s, b.vid AS d, el.eid AS l FROM raw JOIN vdict a ON raw.s = a.id "
-               "JOIN vdict b ON raw.d = b.id JOIN elab el ON raw.l = el.label")
-        if self.undirected:
-            enc = f"SELECT s, d, l FROM ({enc}) UNION SELECT d, s, l FROM ({enc})"
-        else:
-            enc = f"SELECT DISTINCT s, d, l FROM ({enc})"
-        con.execute(f"CREATE TABLE enc AS {enc}")
-        n_edges = con.execute("SELECT count(*) FROM enc").fetchone()[0]
-        n_input = con.execute("SELECT count(*) FROM raw").fetchone()[0]
-        self._say(f"{n_edges:,} distinct directed edges from {n_input:,} input rows")
+        self._encode(offset)
+        n_input = con.execute("SELECT count(*) FROM enc").fetchone()[0]
+        elabels = con.execute("SELECT label, eid FROM elab ORDER BY eid").fetchall()
+        # The sorts run one ahead in the background while the rows of the one before are written.
+        self.queries = _QueryQueue(con, [sql for sql, _ in self._partition_passes(len(elabels))])
 
         files = {}
         files.update(self._write_vertices(n_vertices))
-        elabels = con.execute("SELECT el.label, el.eid, count(e.l) FROM elab el LEFT JOIN enc e ON e.l = el.eid "
-                              "GROUP BY ALL ORDER BY el.eid").fetchall()
+        crc.add(*files)
         vlabels = con.execute("SELECT v.label, v.lid, count(i.vid) FROM vlab v LEFT JOIN vinfo i ON i.lid = v.lid "
                               "GROUP BY ALL ORDER BY v.lid").fetchall()
-        partitions = self._write_partitions(len(elabels))
-        files.update(self._write_signatures(n_vertices))
+        self.n_vertex_labels = len(vlabels)
+        partitions = self._write_partitions(len(elabels), n_input, n_vertices)
+        pfiles = ("segments.arrow", "pcsr_groups.arrow", "pcsr_ci.arrow", "vindex.arrow", "vindex_batches.arrow")
+        crc.add(*pfiles)
+        freq = [partitions[fmt.partition_key(eid, "out")]["edges"] for _, eid in elabels]
+        n_edges = sum(freq)
+        sfiles = self.signatures.result()
+        crc.add(*sfiles)
+        files.update(sfiles)
 
         manifest = {
             "format": "sgsi-store",
@@ -340,7 +391,7 @@ class _Builder:
             "edge_labels": {
                 "present": self.has_edge_labels,
                 "values": [_json_label(x[0]) for x in elabels] if self.has_edge_labels else [None],
-                "frequency": [x[2] for x in elabels],
+                "frequency": freq,
             },
             "vertex_labels": {
                 "values": [_json_label(x[0]) for x in vlabels],
@@ -360,18 +411,74 @@ class _Builder:
             "partitions": partitions,
             "degree": self._degree_stats(partitions),
         }
-        for name in ("segments.arrow", "pcsr_groups.arrow", "pcsr_ci.arrow", "vindex.arrow", "vindex_batches.arrow"):
+        for name in pfiles:
             files[name] = None
         self._say("checksumming files")
+        sums = crc.result(sorted(files))
         manifest["files"] = {
-            name: {"bytes": os.path.getsize(os.path.join(self.dir, name)),
-                   "crc32": fmt.file_crc32(os.path.join(self.dir, name))}
+            name: {"bytes": os.path.getsize(os.path.join(self.dir, name)), "crc32": sums[name]}
             for name in sorted(files)}
         self._say(f"done: {n_vertices:,} vertices, {n_edges:,} edges, "
                   f"{sum(f['bytes'] for f in manifest['files'].values()):,} bytes")
         return manifest
 
     # -- vertices -----------------------------------------------------------------
+
+    def _vertex_dictionary(self):
+        """Create ``vdict(id, vid)``; returns (vertices, offset).
+
+        Dense ids are the ranks of the original ids. Where those are
+        integers that fill a range without gaps, ``vid = id - offset`` and
+        the edges are encoded by arithmetic instead of two joins; offset is
+        None otherwise. Integer ids that a vertex file lists as a full range
+        skip the distinct pass over the edges as well.
+        """
+        con = self.con
+        ids = "SELECT s AS id FROM raw UNION ALL SELECT d FROM raw UNION ALL SELECT id FROM vraw"
+        id_type = str(con.sql(ids).types[0])
+        offset = None
+        if id_type in _SQL_INTS:
+            emin, emax = con.execute("SELECT least(min(s), min(d)), greatest(max(s), max(d)) FROM raw").fetchone()
+            vmin, vmax, vn, vdistinct = con.execute(
+                "SELECT min(id), max(id), count(*), count(DISTINCT id) FROM vraw").fetchone()
+            if vn and vdistinct == vmax - vmin + 1 and (emin is None or (emin >= vmin and emax <= vmax)):
+                n_vertices = vmax - vmin + 1
+                self._check_vertex_count(n_vertices)
+                con.execute(f"CREATE TABLE vdict AS SELECT (range::HUGEINT + {vmin})::{id_type} AS id, "
+                            f"range::INTEGER AS vid FROM range({n_vertices})")
+                return n_vertices, vmin
+        con.execute("CREATE TABLE vdict AS SELECT id, (row_number() OVER (ORDER BY id) - 1)::INTEGER AS vid "
+                    "FROM (SELECT s AS id FROM raw UNION SELECT d FROM raw UNION SELECT id FROM vraw)")
+        n_vertices = con.execute("SELECT count(*) FROM vdict").fetchone()[0]
+        self._check_vertex_count(n_vertices)
+        if id_type in _SQL_INTS and n_vertices:
+            lo, hi = con.execute("SELECT min(id), max(id) FROM vdict").fetchone()
+            if hi - lo + 1 == n_vertices:
+                offset = lo
+        return n_vertices, offset
+
+    @staticmethod
+    def _check_vertex_count(n_vertices):
+        if n_vertices >= 2**31 - 1:
+            raise InputError(f"{n_vertices} vertices exceed the int32 id space")
+
+    def _encode(self, offset):
+        """``enc(s, d, l)``: every input row with dense vertex and label ids (repeats kept)."""
+        joins = []
+        if offset is not None:
+            t = str(self.con.sql("SELECT id FROM vdict").types[0])
+            s, d = (f"(raw.{c} - {offset}::{t})::INTEGER" for c in "sd")
+        else:
+            s, d = "a.vid", "b.vid"
+            joins += ["JOIN vdict a ON raw.s = a.id", "JOIN vdict b ON raw.d = b.id"]
+        if self.has_edge_labels:
+            lab = "el.eid"
+            joins.append("JOIN elab el ON raw.l = el.label")
+        else:
+            lab = "0::INTEGER"
+        self.con.execute(f"CREATE TABLE enc AS SELECT {s} AS s, {d} AS d, {lab} AS l FROM raw {' '.join(joins)}")
+        if self.undirected:
+            self.con.execute("CREATE VIEW uenc AS SELECT s, d, l FROM enc UNION ALL SELECT d, s, l FROM enc")
 
     def _write_vertices(self, n_vertices):
         con = self.con
@@ -391,32 +498,76 @@ class _Builder:
 
     # -- partitions ---------------------------------------------------------------
 
-    def _partition_queries(self, n_labels):
-        """(direction, label-aware?, SQL sorted by (l, s, d)) for each stored partition kind."""
-        q = []
-        q.append(("out", "SELECT l, s, d FROM enc ORDER BY l, s, d"))
-        if not self.undirected:
-            q.append(("in", "SELECT l, s, d FROM (SELECT l, d AS s, s AS d FROM enc) ORDER BY l, s, d"))
-            q.append(("both", "SELECT l, s, d FROM (SELECT l, s, d FROM enc UNION SELECT l, d, s FROM enc) "
-                              "ORDER BY l, s, d"))
-        if n_labels > 1:
-            q.append(("out", "SELECT -1 AS l, s, d FROM (SELECT DISTINCT s, d FROM enc) ORDER BY s, d"))
-            if not self.undirected:
-                q.append(("in", "SELECT -1 AS l, s, d FROM (SELECT DISTINCT d AS s, s AS d FROM enc) ORDER BY s, d"))
-                q.append(("both", "SELECT -1 AS l, s, d FROM (SELECT s, d FROM enc UNION SELECT d, s FROM enc) "
-                                  "ORDER BY s, d"))
-        return q
+    def _sorted_sql(self, table, v, w, label_major, with_neighbour_label):
+        """Rows (l, v, w[, nl]) of ``table`` sorted by (l, v, w) or (v, w, l); nl = label of w (-1: none)."""
+        cols, join = f"e.l AS l, e.{v} AS v, e.{w} AS w", ""
+        if with_neighbour_label:
+            if self.has_vertex_labels:
+                cols += ", vi.lid AS nl"
+                join = f" JOIN vinfo vi ON vi.vid = e.{w}"
+            else:
+                cols += ", CAST(-1 AS INTEGER) AS nl"
+        order = "l, v, w" if label_major else "v, w, l"
+        return f"SELECT {cols} FROM {table} e{join} ORDER BY {order}"
 
-    def _write_partitions(self, n_labels):
-        w = _SegmentWriter(self.dir, self.plan, self.theta)
-        for direction, sql in self._partition_queries(n_labels):
-            self._say(f"writing {direction} partitions")
-            reader = _stream(self.con, sql)
-            for batch in reader:
-                l, s, d = (batch.column(i).to_numpy().astype(np.int32) for i in range(3))
-                w.feed(direction, l, s, d)
-            w.finish_partition()
-            self._say(f"{direction}: {w.n_segments:,} segments so far")
+    def _scratch(self, name):
+        return os.path.join(self.scratch, f"{name}.arrow")
+
+    def _partition_passes(self, n_labels):
+        """(sorted query, scratch name) of each sorted pass, in the order they are written.
+
+        Label-major passes (l, v, w) give the labelled partitions; with
+        several edge labels, vertex-major passes (v, w, l) give the ``any``
+        ones. The scratch files of the vertex-sorted passes (the label-major
+        ones when there is a single label) also carry the neighbour label for
+        the signatures.
+        """
+        multi = n_labels > 1
+        table = "uenc" if self.undirected else "enc"
+        passes = [(self._sorted_sql(table, "s", "d", True, not multi), "by_label_out")]
+        if not self.undirected:
+            passes.append((self._sorted_sql("enc", "d", "s", True, not multi), "by_label_in"))
+        if multi:
+            passes.append((self._sorted_sql(table, "s", "d", False, True), "by_vertex_out"))
+            if not self.undirected:
+                passes.append((self._sorted_sql("enc", "d", "s", False, True), "by_vertex_in"))
+        return passes
+
+    def _write_partitions(self, n_labels, n_input, n_vertices):
+        w = _SegmentWriter(self.dir, self.plan, self.theta, _pcsr_workers())
+        self.writer = w
+        multi = n_labels > 1
+        und = self.undirected
+        sig_dirs = [signatures.UNDIRECTED] if und else [signatures.OUT, signatures.IN]
+        # Labelled partitions: out, in, and both = their merge.
+        d_file = self._scratch("by_label_out") if (not und or not multi) else None
+        self._sorted_pass(self.queries.take(), "out", True, d_file)
+        n_edges = sum(p["edges"] for p in w.parts.values())
+        self._say(f"{n_edges:,} distinct directed edges from {n_input:,} input rows")
+        files = [d_file]
+        if not und:
+            files.append(self._scratch("by_label_in"))
+            self._sorted_pass(self.queries.take(), "in", True, files[1])
+        if not multi:
+            # The signatures are counted from the scratch files, beside the last merge.
+            self.sig_sources = list(zip(files, sig_dirs))
+            self._start_signatures(n_vertices)
+        if not und:
+            self._merge_pass(files[0], files[1], "both", True)
+        if multi:
+            # Any label: the same by vertex, deduplicated on (src, dst).
+            for f in files:
+                if f:
+                    os.remove(f)
+            files = [self._scratch("by_vertex_out")]
+            self._sorted_pass(self.queries.take(), "out", False, files[0])
+            if not und:
+                files.append(self._scratch("by_vertex_in"))
+                self._sorted_pass(self.queries.take(), "in", False, files[1])
+            self.sig_sources = list(zip(files, sig_dirs))
+            self._start_signatures(n_vertices)
+            if not und:
+                self._merge_pass(files[0], files[1], "both", False)
         parts = w.close()
         # Aliases: an undirected store keeps one direction; one label is also "any".
         for lid in list(range(n_labels)) + [fmt.ANY_LABEL]:
@@ -431,6 +582,59 @@ class _Builder:
                                           "vertices": 0, "max_degree": 0})
         return parts
 
+    def _sorted_pass(self, batches, direction, label_major, scratch):
+        """Stream one sorted query into the segment writer, dropping repeated rows.
+
+        Label-major streams feed the labelled partitions; vertex-major ones
+        feed the ``any`` partition of ``direction``, deduplicated on (v, w).
+        The rows (distinct on (l, v, w)) also go to ``scratch`` when given.
+        """
+        self._say(f"writing {direction} partitions ({'by label' if label_major else 'any label'})")
+        w = self.writer
+        out = None
+        last = last_vw = None
+        for batch in batches:
+            if batch.num_rows == 0:
+                continue
+            cols = [_int32(c) for c in batch.columns]     # l, v, w[, nl]
+            keep = _new_rows(cols[:3], last)
+            if keep is not None:
+                cols = [c[keep] for c in cols]
+                if len(cols[0]) == 0:
+                    continue
+            l, v, dst = cols[:3]
+            last = (l[-1], v[-1], dst[-1])
+            if scratch is not None:
+                if out is None:
+                    out = fmt.BatchFile(scratch, pa.schema([(f.name, pa.int32()) for f in batch.schema]))
+                out.write([pa.array(c) for c in cols])
+            if label_major:
+                w.feed(direction, l, v, dst)
+            else:
+                keep = _new_rows((v, dst), last_vw)
+                last_vw = (v[-1], dst[-1])
+                if keep is not None:
+                    v, dst = v[keep], dst[keep]
+                if len(v):
+                    w.feed(direction, fmt.ANY_LABEL, v, dst)
+        if scratch is not None:
+            if out is None:
+                out = fmt.BatchFile(scratch, _SCRATCH_SCHEMA)
+            out.close()
+        w.finish_partition()
+        w.sync()
+        self._say(f"{direction}: {w.n_segments:,} segments so far")
+
+    def _merge_pass(self, x_file, y_file, direction, label_major):
+        """The union of two scratch files (sorted the same way) into the partitions of ``direction``."""
+        self._say(f"writing {direction} partitions ({'by label' if label_major else 'any label'})")
+        w = self.writer
+        for lab, v, dst in _merge_sorted(x_file, y_file, label_major):
+            w.feed(direction, lab if label_major else fmt.ANY_LABEL, v, dst)
+        w.finish_partition()
+        w.sync()
+        self._say(f"{direction}: {w.n_segments:,} segments so far")
+
     def _degree_stats(self, partitions):
         stats = {}
         for key, p in partitions.items():
@@ -441,53 +645,297 @@ class _Builder:
 
     # -- signatures ---------------------------------------------------------------
 
+    def _group_map(self, con, dir_char, n_labels):
+        """(edge label, neighbour label) -> signature group, for one direction."""
+        groups = signatures.n_groups(self.sig_bits, self.label_bits)
+        width = self.n_vertex_labels + 1
+        if n_labels * width <= _DENSE_GROUP_TABLE:
+            table = np.array([signatures.pair_group(a, dir_char, b - 1, groups)      # one per label pair
+                              for a in range(n_labels) for b in range(width)], np.int64)
+            return lambda l, nl: table[l.astype(np.int64) * width + (nl + 1)]
+        # Many labels: only the pairs that occur.
+        v, w = ("s", "d") if dir_char != signatures.IN else ("d", "s")
+        table = "uenc" if self.undirected else "enc"
+        keys = con.execute(f"SELECT DISTINCT e.l, vi.lid FROM {table} e JOIN vinfo vi ON vi.vid = e.{w} "
+                           f"ORDER BY 1, 2").fetchall()
+        packed = np.array([a * width + b + 1 for a, b in keys], np.int64)
+        grp = np.array([signatures.pair_group(a, dir_char, b, groups) for a, b in keys], np.int64)
+        return lambda l, nl: grp[np.searchsorted(packed, l.astype(np.int64) * width + (nl + 1))]
+
     def _write_signatures(self, n_vertices):
-        con = self.con
+        con = self.con.cursor()       # runs on its own thread, beside the last merge
         self._say("computing vertex signatures")
         groups = signatures.n_groups(self.sig_bits, self.label_bits)
-        if self.undirected:
-            pairs = "SELECT e.s AS v, e.l, 'u' AS dir, vi.lid AS nl FROM enc e JOIN vinfo vi ON vi.vid = e.d"
-        else:
-            pairs = ("SELECT e.s AS v, e.l, 'o' AS dir, vi.lid AS nl FROM enc e JOIN vinfo vi ON vi.vid = e.d "
-                     "UNION ALL SELECT e.d AS v, e.l, 'i' AS dir, vi.lid AS nl FROM enc e JOIN vinfo vi ON vi.vid = e.s")
-        con.execute(f"CREATE VIEW pairs AS {pairs}")
-        keys = con.sql("SELECT DISTINCT l, dir, nl FROM pairs").to_arrow_table()
-        ls, ds, ns = (keys.column(i).to_pylist() for i in range(3))
-        grp = [signatures.pair_group(a, b, c, groups) for a, b, c in zip(ls, ds, ns)]  # one per distinct key
-        key_table = keys.append_column("grp", pa.array(grp, pa.int32()))
-        con.register("sigkeys_arrow", key_table)
-        con.execute("CREATE TABLE sigkeys AS SELECT * FROM sigkeys_arrow")
-        con.unregister("sigkeys_arrow")
-        counts = _stream(con, 
-            "SELECT p.v, k.grp, count(*) AS c FROM pairs p JOIN sigkeys k ON p.l = k.l AND p.dir = k.dir "
-            "AND p.nl = k.nl GROUP BY p.v, k.grp ORDER BY p.v")
+        n_labels = con.execute("SELECT count(*) FROM elab").fetchone()[0]
+        sources = [(_VertexCursor(path), self._group_map(con, dc, n_labels)) for path, dc in self.sig_sources]
         labels = _stream(con, "SELECT lid FROM vinfo ORDER BY vid")
 
         seg_len = self.plan.signature_segment_vertices
+        block = max(1, min(seg_len, _SIGNATURE_BINS // groups))     # vertices counted per bincount
         cols = self.plan.signature_bucket_columns
         n_words = self.sig_bits // 32
         sig_file = fmt.BatchFile(os.path.join(self.dir, "signatures.arrow"),
                                  pa.schema([(f"w{c}", pa.uint32()) for c in range(cols)]))
         lab_file = fmt.BatchFile(os.path.join(self.dir, "vertex_labels.arrow"), pa.schema([("label", pa.int32())]))
-        count_stream = _Restreamer(counts, 3)
         label_stream = _Restreamer(labels, 1)
+        label_table = signatures.label_bit_table(self.n_vertex_labels, self.label_bits)
         for start in range(0, max(n_vertices, 1), seg_len) if n_vertices else []:
             stop = min(start + seg_len, n_vertices)
             (lab,) = label_stream.take_rows(stop - start)
-            v, g, c = count_stream.take_until(0, stop)
-            words = signatures.words_from_groups(v, g, c, lab.astype(np.int64), stop - start, self.sig_bits,
-                                                 self.label_bits, first_vertex=start)
-            lab_file.write([pa.array(lab.astype(np.int32))])
-            for b in range(n_words // cols):
-                sig_file.write([pa.array(words[:, b * cols + k]) for k in range(cols)])
+            lab = lab.astype(np.int32)
+            words = np.empty((stop - start, n_words), np.uint32)
+            for a in range(start, stop, block):          # blocks of vertices, not single ones
+                b = min(a + block, stop)
+                keys = []
+                for cursor, group_of in sources:
+                    for v, l, nl in cursor.take_below(b):
+                        k = v.astype(np.int64)
+                        k -= a
+                        k *= groups
+                        k += group_of(l, nl)
+                        keys.append(k)
+                keys = keys[0] if len(keys) == 1 else np.concatenate(keys) if keys else np.zeros(0, np.int64)
+                counts = np.bincount(keys, minlength=(b - a) * groups)
+                words[a - start:b - start] = signatures.words_from_counts(
+                    counts.reshape(b - a, groups), lab[a - start:b - start], self.sig_bits, self.label_bits,
+                    label_table)
+            lab_file.write([pa.array(lab)])
+            for k in range(n_words // cols):
+                sig_file.write([pa.array(words[:, k * cols + c]) for c in range(cols)])
         sig_file.close()
         lab_file.close()
         return {"signatures.arrow": None, "vertex_labels.arrow": None}
 
 
+_SQL_INTS = ("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT", "UINTEGER",
+             "UBIGINT", "UHUGEINT")
+_SCRATCH_SCHEMA = pa.schema([("l", pa.int32()), ("v", pa.int32()), ("w", pa.int32()), ("nl", pa.int32())])
+#: Label pairs up to this many get a dense (edge label, neighbour label) -> group table.
+_DENSE_GROUP_TABLE = 1 << 20
+#: Rough peak memory of one PCSR build per edge (edges, ci, gather steps, per-vertex arrays).
+_BUILD_BYTES_PER_EDGE = 64
+#: Counters per signature bincount (vertices x groups).
+_SIGNATURE_BINS = 1 << 18
+_LOW32 = np.uint64(0xFFFFFFFF)
+
+
 def _stream(con, sql):
     """A RecordBatchReader over a query, on its own cursor so several can be open at once."""
     return con.cursor().sql(sql).to_arrow_reader(_BATCH_ROWS)
+
+
+class _QueryQueue:
+    """Runs a list of queries in order, each one ahead in a background thread.
+
+    DuckDB releases the GIL while it sorts, so the next sort runs while the
+    rows of the current one are turned into segments.
+    """
+
+    def __init__(self, con, sqls):
+        self.con = con
+        self.sqls = list(sqls)
+        self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sgsi-sort")
+        self.future = None
+        self._submit()
+
+    def _submit(self):
+        if self.sqls:
+            cursor = self.con.cursor()            # made here, used only by the worker
+            self.future = self.pool.submit(_open_query, cursor, self.sqls.pop(0))
+        else:
+            self.future = None
+
+    def take(self):
+        """Record batches of the next query."""
+        reader, first = self.future.result()
+        self._submit()
+        return _batches(reader, first)
+
+    def close(self):
+        self.pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _open_query(cursor, sql):
+    reader = cursor.sql(sql).to_arrow_reader(_BATCH_ROWS)
+    try:
+        first = reader.read_next_batch()          # runs the query (the sort) here
+    except StopIteration:
+        first = None
+    return reader, first
+
+
+def _batches(reader, first):
+    if first is not None:
+        yield first
+        yield from reader
+
+
+def _int32(col):
+    a = col.to_numpy()
+    return a if a.dtype == np.int32 else a.astype(np.int32)
+
+
+def _new_rows(cols, last):
+    """Mask of the rows of sorted columns that differ from the row before (None: all do).
+
+    ``last`` is the last row of the previous batch, or None.
+    """
+    n = len(cols[0])
+    new = np.zeros(n, bool)
+    for c in cols:
+        new[1:] |= c[1:] != c[:-1]
+    new[0] = last is None or any(c[0] != x for c, x in zip(cols, last))
+    return None if new.all() else new
+
+
+def _pack(v, w):
+    """(v, w) of non-negative int32 ids as one sortable uint64."""
+    k = v.astype(np.uint64)
+    k <<= np.uint64(32)
+    k |= w.astype(np.uint64)
+    return k
+
+
+def _unpack(k):
+    return (k >> np.uint64(32)).astype(np.int32), (k & _LOW32).astype(np.int32)
+
+
+class _KeyCursor:
+    """The rows of a scratch file as (label, packed (v, w)) arrays, consumed by key bound."""
+
+    def __init__(self, path, label_major):
+        self.file = fmt.open_batches(path)
+        self.next_batch = 0
+        self.label_major = label_major
+        self.l = self.k = None
+
+    def fill(self):
+        while (self.k is None or len(self.k) == 0) and self.next_batch < self.file.num_record_batches:
+            b = self.file.get_batch(self.next_batch)
+            self.next_batch += 1
+            self.l = b.column("l").to_numpy() if self.label_major else None
+            self.k = _pack(b.column("v").to_numpy(), b.column("w").to_numpy())
+        return self.k is not None and len(self.k) > 0
+
+    def last(self):
+        return (int(self.l[-1]) if self.label_major else 0, int(self.k[-1]))
+
+    def take(self, bound):
+        """Rows with (label, key) <= bound (all rows if bound is None)."""
+        if self.k is None or len(self.k) == 0:
+            return None, np.zeros(0, np.uint64)
+        if bound is None:
+            cut = len(self.k)
+        elif self.label_major:
+            i0 = int(np.searchsorted(self.l, bound[0], "left"))
+            i1 = int(np.searchsorted(self.l, bound[0], "right"))
+            cut = i0 + int(np.searchsorted(self.k[i0:i1], np.uint64(bound[1]), "right"))
+        else:
+            cut = int(np.searchsorted(self.k, np.uint64(bound[1]), "right"))
+        l = self.l[:cut] if self.label_major else None
+        k = self.k[:cut]
+        if self.label_major:
+            self.l = self.l[cut:]
+        self.k = self.k[cut:]
+        return l, k
+
+
+def _merge_sorted(x_file, y_file, label_major):
+    """Yield (label, v, w) runs of the distinct union of two sorted scratch files.
+
+    Label-major files are sorted by (label, v, w) and yield one run per label
+    and chunk; vertex-major ones are merged on (v, w) alone (label None).
+    """
+    x, y = _KeyCursor(x_file, label_major), _KeyCursor(y_file, label_major)
+    prev = None     # vertex-major files repeat (v, w) under several labels, maybe across batches
+    while True:
+        hx, hy = x.fill(), y.fill()
+        if not hx and not hy:
+            return
+        bound = min(x.last(), y.last()) if (hx and hy) else None
+        xl, xk = x.take(bound)
+        yl, yk = y.take(bound)
+        if not label_major:
+            k = _merge_keys(xk, yk)
+            if len(k) and prev is not None and k[0] == prev:
+                k = k[1:]
+            if len(k):
+                prev = k[-1]
+                yield (None, *_unpack(k))
+            continue
+        labels = np.union1d(_run_values(xl), _run_values(yl))
+        for lab in labels.tolist():                       # one step per label in the chunk
+            xs = xk[np.searchsorted(xl, lab, "left"):np.searchsorted(xl, lab, "right")] if xl is not None else xk[:0]
+            ys = yk[np.searchsorted(yl, lab, "left"):np.searchsorted(yl, lab, "right")] if yl is not None else yk[:0]
+            yield (lab, *_unpack(_merge_keys(xs, ys)))
+
+
+def _run_values(sorted_values):
+    if sorted_values is None or len(sorted_values) == 0:
+        return np.zeros(0, np.int32)
+    return sorted_values[np.r_[True, sorted_values[1:] != sorted_values[:-1]]]
+
+
+def _merge_keys(a, b):
+    """Sorted distinct union of two sorted uint64 arrays."""
+    k = np.concatenate([a, b])
+    k.sort(kind="stable")          # two sorted runs: timsort merges them in linear time
+    if len(k) > 1:
+        keep = np.empty(len(k), bool)
+        keep[0] = True
+        np.not_equal(k[1:], k[:-1], out=keep[1:])
+        if not keep.all():
+            k = k[keep]
+    return k
+
+
+class _VertexCursor:
+    """The rows of a vertex-sorted scratch file, handed out by vertex bound."""
+
+    def __init__(self, path):
+        self.file = fmt.open_batches(path)
+        self.next_batch = 0
+        self.buf = None
+
+    def take_below(self, bound):
+        """Yield (v, l, nl) pieces of the rows whose vertex is below ``bound``."""
+        while True:
+            if self.buf is None or len(self.buf[0]) == 0:
+                if self.next_batch >= self.file.num_record_batches:
+                    return
+                b = self.file.get_batch(self.next_batch)
+                self.next_batch += 1
+                self.buf = tuple(b.column(c).to_numpy() for c in ("v", "l", "nl"))
+            v = self.buf[0]
+            cut = int(np.searchsorted(v, bound, "left"))
+            if cut:
+                yield tuple(c[:cut] for c in self.buf)
+            if cut < len(v):
+                self.buf = tuple(c[cut:] for c in self.buf)
+                return
+            self.buf = None
+
+
+class _Checksums:
+    """crc32 of finished files, computed in a background thread while the build goes on."""
+
+    def __init__(self, directory):
+        self.dir = directory
+        self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sgsi-crc")
+        self.futures = {}
+
+    def add(self, *names):
+        for name in names:
+            self.futures[name] = self.pool.submit(fmt.file_crc32, os.path.join(self.dir, name))
+
+    def result(self, names):
+        for name in names:
+            if name not in self.futures:
+                self.add(name)
+        return {name: self.futures[name].result() for name in names}
+
+    def close(self):
+        self.pool.shutdown(wait=True, cancel_futures=True)
 
 
 def _json_label(x):
@@ -521,49 +969,64 @@ class _Restreamer:
         self.buf = [b[k:] for b in self.buf]
         return out
 
-    def take_until(self, col, bound):
-        """Rows whose ``col`` value is below ``bound`` (the stream is sorted by it)."""
-        while not self.done and (len(self.buf[col]) == 0 or self.buf[col][-1] < bound):
-            self._pull()
-        k = int(np.searchsorted(self.buf[col], bound))
-        out = [b[:k] for b in self.buf]
-        self.buf = [b[k:] for b in self.buf]
-        return out
-
 
 class _SegmentWriter:
-    """Cuts sorted (label, src, dst) streams into segments and writes their PCSRs."""
+    """Cuts sorted (label, src, dst) streams into segments and writes their PCSRs.
 
-    def __init__(self, directory, plan, theta):
+    The feeding side cuts segments; each segment's PCSR is built by
+    :func:`_build_segment`, on ``workers`` threads when there are any (NumPy
+    releases the GIL in the heavy steps), and everything is written and
+    indexed by the consuming side in the order it was fed, so the store is
+    the same whatever the number of workers.
+    """
+
+    def __init__(self, directory, plan, theta, workers=0):
         self.plan, self.theta = plan, theta
         self.groups = fmt.BatchFile(os.path.join(directory, "pcsr_groups.arrow"), pa.schema([("g", pa.int32())]))
         self.ci = fmt.BatchFile(os.path.join(directory, "pcsr_ci.arrow"), pa.schema([("ci", pa.int32())]))
         self.vindex = fmt.BatchFile(os.path.join(directory, "vindex.arrow"),
                                     pa.schema([("vertex", pa.int32()), ("degree", pa.int32())]))
+        self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="sgsi-pcsr") if workers else None
+        self.max_queued = 2 * workers
+        # Segments in flight hold about _BUILD_BYTES_PER_EDGE each (their edges and the PCSR temporaries):
+        # at most a quarter of RAM, so large segments are built fewer at a time.
+        self.max_inflight = budget_mod.host_memory_bytes() // 4
+        self.inflight = 0
+        self.queue = collections.deque()    # ("start" | "segment" | "end", key, job)
         self.seg_rows = []      # (partition, first_src, last_src, edges, groups)
         self.idx_rows = []      # (partition, first_vertex, last_vertex, rows)
         self.parts = {}
         self.n_segments = 0
-        self.key = None
-        self._reset_pending()
-
-    def _reset_pending(self):
+        self.key = None         # partition being fed
         self.pend_s, self.pend_d, self.pend_n = [], [], 0
+        self._reset_index()
+
+    def _reset_index(self):
         self.idx_v, self.idx_c = [], []
         self.idx_n = 0
         self.carry = None       # (vertex, count) of the last run, may continue
 
-    def feed(self, direction, l, s, d):
+    # -- feeding side ----------------------------------------------------------------
+
+    def feed(self, direction, label, s, d):
+        """Append edges sorted by (label, src, dst); ``label`` is one id or an array."""
+        if np.ndim(label) == 0:
+            self._start(int(label), direction)
+            self._append(s, d)
+            return
+        l = label
         cuts = np.flatnonzero(l[1:] != l[:-1]) + 1
         bounds = np.r_[0, cuts, len(l)]
-        for a, b in zip(bounds[:-1], bounds[1:]):   # one iteration per label run in the batch
-            key = fmt.partition_key(int(l[a]), direction)
-            if key != self.key:
-                self.finish_partition()
-                self.key = key
-                self.parts[key] = {"segments": [self.n_segments, 0], "vindex": [len(self.idx_rows), 0],
-                                   "edges": 0, "vertices": 0, "max_degree": 0}
+        for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist()):   # one iteration per label run
+            self._start(int(l[a]), direction)
             self._append(s[a:b], d[a:b])
+
+    def _start(self, label, direction):
+        key = fmt.partition_key(label, direction)
+        if key != self.key:
+            self.finish_partition()
+            self.key = key
+            self.queue.append(("start", key, None))
 
     def _append(self, s, d):
         per = self.plan.segment_edges
@@ -579,66 +1042,106 @@ class _SegmentWriter:
     def _flush_segment(self):
         if not self.pend_n:
             return
-        s = np.concatenate(self.pend_s)
-        d = np.concatenate(self.pend_d)
+        s = self.pend_s[0] if len(self.pend_s) == 1 else np.concatenate(self.pend_s)
+        d = self.pend_d[0] if len(self.pend_d) == 1 else np.concatenate(self.pend_d)
         self.pend_s, self.pend_d, self.pend_n = [], [], 0
-        groups, ci = pcsr.build(s, d, self.theta)
+        if self.pool is None:
+            job = _build_segment(s, d, self.theta)
+        else:
+            job = self.pool.submit(_build_segment, s, d, self.theta)
+            self.inflight += len(s) * _BUILD_BYTES_PER_EDGE
+        self.queue.append(("segment", self.key, job))
+        self._drain()
+
+    def finish_partition(self):
+        if self.key is None:
+            return
+        self._flush_segment()
+        self.queue.append(("end", self.key, None))
+        self.key = None
+        self._drain()
+
+    def sync(self):
+        """Write everything fed so far (``parts`` and ``n_segments`` are then up to date)."""
+        self._drain(everything=True)
+
+    # -- consuming side (in feeding order) -------------------------------------------
+
+    def _drain(self, everything=False):
+        q = self.queue
+        while q:
+            kind, key, job = q[0]
+            if kind == "segment" and self.pool is not None and not job.done() and not everything \
+                    and len(q) <= self.max_queued and self.inflight <= self.max_inflight:
+                return
+            q.popleft()
+            if kind == "start":
+                self.parts[key] = {"segments": [self.n_segments, 0], "vindex": [len(self.idx_rows), 0],
+                                   "edges": 0, "vertices": 0, "max_degree": 0}
+            elif kind == "segment":
+                built = job if self.pool is None else job.result()
+                if self.pool is not None:
+                    self.inflight -= built[6] * _BUILD_BYTES_PER_EDGE
+                self._write_segment(key, built)
+            else:
+                self._end_partition(key)
+
+    def _write_segment(self, key, built):
+        groups, ci, verts, counts, first, last, n = built
         self.groups.write([pa.array(groups.reshape(-1))])
         self.ci.write([pa.array(ci)])
-        self.seg_rows.append((self.key, int(s[0]), int(s[-1]), len(s), groups.shape[0]))
+        self.seg_rows.append((key, first, last, n, groups.shape[0]))
         self.n_segments += 1
-        p = self.parts[self.key]
+        p = self.parts[key]
         p["segments"][1] += 1
-        p["edges"] += len(s)
+        p["edges"] += n
         # Degree index: runs of equal sources; the last run may continue in the next segment.
-        starts = np.flatnonzero(np.r_[True, s[1:] != s[:-1]])
-        verts = s[starts]
-        counts = np.diff(np.r_[starts, len(s)])
         if self.carry is not None:
             if verts[0] == self.carry[0]:
                 counts[0] += self.carry[1]
             else:
-                self._add_index(np.array([self.carry[0]]), np.array([self.carry[1]]))
-        self._add_index(verts[:-1], counts[:-1])
+                self._add_index(key, np.array([self.carry[0]]), np.array([self.carry[1]]))
+        self._add_index(key, verts[:-1], counts[:-1])
         self.carry = (int(verts[-1]), int(counts[-1]))
 
-    def _add_index(self, v, c):
+    def _end_partition(self, key):
+        if self.carry is not None:
+            self._add_index(key, np.array([self.carry[0]]), np.array([self.carry[1]]))
+            self.carry = None
+        while self.idx_n:
+            self._flush_index(key, self.plan.index_batch_rows)
+        self._reset_index()
+
+    def _add_index(self, key, v, c):
         if len(v) == 0:
             return
         self.idx_v.append(v.astype(np.int32))
         self.idx_c.append(c.astype(np.int32))
         self.idx_n += len(v)
-        p = self.parts[self.key]
+        p = self.parts[key]
         p["vertices"] += len(v)
         p["max_degree"] = max(p["max_degree"], int(c.max()))
         while self.idx_n >= self.plan.index_batch_rows:
-            self._flush_index(self.plan.index_batch_rows)
+            self._flush_index(key, self.plan.index_batch_rows)
 
-    def _flush_index(self, k):
+    def _flush_index(self, key, k):
         v = np.concatenate(self.idx_v)
         c = np.concatenate(self.idx_c)
         k = min(k, len(v))
         if k == 0:
             return
         self.vindex.write([pa.array(v[:k]), pa.array(c[:k])])
-        self.idx_rows.append((self.key, int(v[0]), int(v[k - 1]), k))
-        self.parts[self.key]["vindex"][1] += 1
+        self.idx_rows.append((key, int(v[0]), int(v[k - 1]), k))
+        self.parts[key]["vindex"][1] += 1
         self.idx_v, self.idx_c, self.idx_n = [v[k:]], [c[k:]], len(v) - k
 
-    def finish_partition(self):
-        if self.key is None:
-            return
-        self._flush_segment()
-        if self.carry is not None:
-            self._add_index(np.array([self.carry[0]]), np.array([self.carry[1]]))
-            self.carry = None
-        while self.idx_n:
-            self._flush_index(self.plan.index_batch_rows)
-        self.key = None
-        self._reset_pending()
-
     def close(self):
-        self.finish_partition()
+        try:
+            self.finish_partition()
+            self.sync()
+        finally:
+            if self.pool is not None:
+                self.pool.shutdown(wait=True, cancel_futures=True)
         for f in (self.groups, self.ci, self.vindex):
             f.close()
         d = os.path.dirname(self.groups.path)
@@ -660,6 +1163,17 @@ class _SegmentWriter:
         with pa.ipc.new_file(os.path.join(d, "vindex_batches.arrow"), idx.schema) as wr:
             wr.write_table(idx)
         return self.parts
+
+    def abort(self):
+        if self.pool is not None:
+            self.pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _build_segment(s, d, theta):
+    """PCSR of one segment and its source runs: (groups, ci, verts, counts, first, last, edges)."""
+    starts, verts, counts = pcsr.source_runs(s)
+    groups, ci = pcsr.build_from_runs(starts, verts, counts, d, theta)
+    return groups, ci, verts, counts, int(s[0]), int(s[-1]), len(s)
 
 
 def stderr_progress(msg):
