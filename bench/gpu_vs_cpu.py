@@ -64,12 +64,11 @@ def main(argv=None):
         n_gpu = g.count(pat, device="gpu")
         t_gpu = time.perf_counter() - t
         st = dict(g.last_stats)
-        gpu_backend = next(b for b in g._backends.values() if b.name == "gpu")
-        gpu_backend.load_balance = False             # the same query with one warp per row (SGSI vs SGSI+)
+        os.environ["SGSI_LOAD_BALANCE"] = "0"          # the same query with one warp per row (SGSI vs SGSI+)
         t = time.perf_counter()
         n_nolb = g.count(pat, device="gpu")
         t_nolb = time.perf_counter() - t
-        gpu_backend.load_balance = True
+        os.environ["SGSI_LOAD_BALANCE"] = "1"
         if n_nolb != n_gpu:
             raise SystemExit(f"COUNT MISMATCH balanced={n_gpu} warp-only={n_nolb} for {pat}")
         t_cpu = n_cpu = None

@@ -38,7 +38,7 @@ class GpuBackend:
         self._cache = OrderedDict()
         self._cache_bytes = 0
         self._cache_limit = self.budget // 2
-        self.load_balance = os.environ.get("SGSI_LOAD_BALANCE", "1") != "0"
+        self.load_balance = None        # None: follow SGSI_LOAD_BALANCE (0 = one warp per row)
         self._costs = None
         self.stats = {"segments": 0, "segment_bytes": 0, "h2d_bytes": 0, "h2d_seconds": 0.0,
                       "cache_hits": 0}
@@ -209,7 +209,7 @@ class GpuBackend:
         Each row's workload is its list length; the histogram and cost model
         of :mod:`sgsi.join.balance` send rows to a warp, a block, or a launch
         of their own. ``thresholds`` (x3, x1) overrides the model (tests);
-        ``self.load_balance = False`` runs every row on one warp.
+        ``self.load_balance = False`` (or SGSI_LOAD_BALANCE=0) runs every row on one warp.
         """
         n_rows = int(rows.size)
         if n_rows == 0:
@@ -226,7 +226,10 @@ class GpuBackend:
             conf = cp.zeros((1, 1), cp.int32)
             table_rows = 1
         args = (flist, fstart, fcnt, conf, np.int32(len(conflict_cols)), np.int64(table_rows), F, fill, gba)
-        if not self.load_balance:
+        balanced = self.load_balance
+        if balanced is None:
+            balanced = os.environ.get("SGSI_LOAD_BALANCE", "1") != "0"
+        if not balanced:
             self._launch_warp(rows, run, args)
             return
         bins = fcnt[run] // balance.BIN
