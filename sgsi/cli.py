@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 import textwrap
+import threading
 import time
 
 from . import __version__
@@ -219,8 +221,10 @@ def _cmd_build(args):
 
 
 def _cmd_info(args):
-    from .storage.store import Store
+    from .storage.store import Store, verify_files
 
+    if args.verify:
+        verify_files(args.store)     # first, so that a damaged file is named by its checksum
     store = Store(args.store)
     m = store.manifest
     out = []
@@ -259,7 +263,6 @@ def _cmd_info(args):
         out += [f"  {s}" for s in m["sources"]]
     print("\n".join(out))
     if args.verify:
-        store.verify()
         print(f"checksums      all {len(files)} files OK")
     store.close()
     return 0
@@ -294,8 +297,9 @@ def _cmd_count(args):
 
 
 def _cmd_match(args):
-    from .errors import InputError, PatternError
+    from .errors import InputError, PatternError, SgsiError, os_error_behind
     from .graph import open as open_graph
+    from .graph import reraise_stream_error
     from .results import write_parquet
 
     out = args.output
@@ -308,12 +312,19 @@ def _cmd_match(args):
         raise InputError(f"output directory does not exist: {parent}")
     with open_graph(args.store) as g:
         t0 = time.perf_counter()
-        reader = g.match(args.pattern, device=args.device, memory_budget=args.memory_budget,
-                         injective=not args.homomorphism, limit=args.limit)
+        reader, failure = g._match(args.pattern, device=args.device, memory_budget=args.memory_budget,
+                                   injective=not args.homomorphism, limit=args.limit)
         if len(reader.schema) == 0:
             raise PatternError("the pattern names no vertex, so there are no columns to write: name one, "
                                "e.g. (a), or use sgsi count")
-        rows = write_parquet(reader, out)
+        try:
+            rows = write_parquet(reader, out)
+        except Exception as e:
+            reraise_stream_error(failure, e)
+            disk = os_error_behind(e)
+            if disk is not None and disk.errno:
+                raise SgsiError(f"writing {out} failed: {os.strerror(disk.errno)} (nothing was written)") from None
+            raise
         dt = time.perf_counter() - t0
         _say(f"sgsi: {_stats_line(g.last_stats)}, {dt:.3f} s")
     print(f"{rows} rows written to {out}")
@@ -353,34 +364,111 @@ def _one_line(text):
     return lines[0] if lines else "unknown error"
 
 
+class _Terminated(BaseException):
+    """SIGTERM, raised in the main thread so that cleanup runs as for Ctrl-C."""
+
+
+class _Signals:
+    """Ctrl-C and SIGTERM while a command runs.
+
+    Both raise in the main thread, so that every ``finally`` and cleanup
+    runs (a build removes its temporary directory, ``match`` its partial
+    output file). Each records that it came: DuckDB turns a Ctrl-C during
+    one of its queries into an error of its own ("Query interrupted"), and
+    an error after a signal is reported as the interruption it is. Handlers
+    are installed only in the main thread and only over the defaults, so a
+    command started with SIGINT ignored (``sgsi build ... &`` in a script)
+    keeps ignoring it.
+    """
+
+    def __init__(self):
+        self.interrupted = False
+        self.terminated = False
+        self._saved = {}
+
+    def _on_int(self, signum, frame):
+        self.interrupted = True
+        raise KeyboardInterrupt
+
+    def _on_term(self, signum, frame):
+        self.terminated = True
+        raise _Terminated
+
+    def __enter__(self):
+        if threading.current_thread() is not threading.main_thread():
+            return self
+        for sig, default, handler in ((signal.SIGINT, signal.default_int_handler, self._on_int),
+                                      (signal.SIGTERM, signal.SIG_DFL, self._on_term)):
+            try:
+                if signal.getsignal(sig) is default:
+                    self._saved[sig] = signal.signal(sig, handler)
+            except (ValueError, OSError):   # pragma: no cover - no signals here
+                pass
+        return self
+
+    def __exit__(self, *exc):
+        for sig, old in self._saved.items():
+            signal.signal(sig, old)
+        self._saved.clear()
+        return False
+
+
 def main(argv=None):
-    """Run the command line; returns the exit status (0 ok, 1 error, 130 interrupted)."""
+    """Run the command line; returns the exit status (0 ok, 1 error, 130 interrupted, 143 terminated)."""
     parser = _parser()
     args = parser.parse_args(argv)
-    try:
-        import duckdb
-
-        from .errors import SgsiError
+    with _Signals() as signals:
         try:
-            return args.func(args) or 0
-        except SgsiError as e:
-            _say(f"sgsi: error: {_one_line(e)}")
-        except duckdb.Error as e:
-            _say(f"sgsi: error: {_one_line(e)}")
-        except BrokenPipeError:
-            # the reader of our output went away (sgsi info | head): not an error
-            try:
-                sys.stdout = open(os.devnull, "w")
-            except OSError:
-                pass
-            return 0
-        except OSError as e:
-            where = f": {e.filename}" if e.filename else ""
-            _say(f"sgsi: error: {e.strerror or _one_line(e)}{where}")
-        return 1
-    except KeyboardInterrupt:
+            return _run(args, signals)
+        except KeyboardInterrupt:
+            pass
+        except _Terminated:
+            pass
+        except BaseException:
+            if not (signals.interrupted or signals.terminated):
+                raise
+        # An error that follows a signal is the interruption (e.g. DuckDB's "Query interrupted").
+        if signals.terminated:
+            _say("sgsi: terminated")
+            return 143
         _say("sgsi: interrupted")
         return 130
+
+
+def _run(args, signals):
+    try:
+        return args.func(args) or 0
+    except BaseException as e:
+        if isinstance(e, (KeyboardInterrupt, _Terminated)) or signals.interrupted or signals.terminated:
+            raise
+        return _report(e)
+
+
+def _report(e):
+    """Print one line for an error a user can cause and return the exit status; re-raise others."""
+    import duckdb
+
+    from .errors import SgsiError, os_error_behind
+    if not isinstance(e, (SgsiError, duckdb.Error, MemoryError)):
+        e = os_error_behind(e) or e       # a disk-full error hidden by the writer's failing cleanup
+    if isinstance(e, (SgsiError, duckdb.Error)):
+        _say(f"sgsi: error: {_one_line(e)}")
+    elif isinstance(e, BrokenPipeError):
+        # the reader of our output went away (sgsi info | head): not an error
+        try:
+            sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - kept open until exit
+        except OSError:
+            pass
+        return 0
+    elif isinstance(e, MemoryError):
+        _say("sgsi: error: out of memory; give a smaller --memory-budget")
+    elif isinstance(e, OSError):
+        where = f": {e.filename}" if e.filename else ""
+        what = e.strerror or (os.strerror(e.errno) if e.errno else _one_line(e))
+        _say(f"sgsi: error: {what}{where}")
+    else:
+        raise e
+    return 1
 
 
 if __name__ == "__main__":  # pragma: no cover

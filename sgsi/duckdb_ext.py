@@ -28,6 +28,14 @@ or when the process exits. Scratch files live under
 directory; directories left by a crashed process are removed by the next
 registration.
 
+A Python function that DuckDB is running does not see ``con.interrupt()``:
+DuckDB checks its interrupt flag only between its own operators. So sgsi
+wraps ``DuckDBPyConnection.interrupt`` (once, on the first registration):
+the wrapper first cancels the sgsi engine runs of that connection (they
+stop within one segment's work and raise
+:class:`~sgsi.errors.Cancelled`, removing their scratch files), then calls
+DuckDB's own. :meth:`Registration.interrupt` does the same explicitly.
+
 Python UDFs belong to the database, not the connection: every connection
 and cursor of one database shares them, so the per-database state lives in
 :class:`_Database` and each registered connection gets its own macros and a
@@ -52,8 +60,8 @@ from pathlib import Path
 import duckdb
 
 from . import budget as budget_mod
-from .errors import InputError, PatternError, SgsiError
-from .graph import Graph
+from .errors import InputError, PatternError, SgsiError, os_error_behind
+from .graph import Graph, reraise_stream_error
 from .results import write_parquet_parts
 from .storage.ingest import build_store
 
@@ -101,6 +109,7 @@ def register(con, **defaults):
     >>> con.sql("SELECT count(*) FROM match('social.sgsi', '(a)-[:KNOWS]->(b)')")   # doctest: +SKIP
     """
     literals = _check_defaults(defaults)
+    _install_interrupt_hook()
     state = _database_state(con)
     token = state.connect(con)
     con.execute(_macro_sql(token, literals))
@@ -170,6 +179,19 @@ class Registration:
         """Delete this connection's cached results now (a later query recomputes)."""
         self._state.release(self.token)
 
+    def interrupt(self):
+        """Cancel the sgsi queries running on this connection, then interrupt DuckDB's.
+
+        Safe to call from another thread; ``con.interrupt()`` does the same
+        on a registered connection.
+        """
+        c = self._state.connections.get(self.token)
+        if c is not None:
+            c.cancel_running()
+            con = c.ref() if c.ref is not None else None
+            if con is not None:
+                _ORIGINAL_INTERRUPT(con) if _ORIGINAL_INTERRUPT is not None else con.interrupt()
+
     def __repr__(self):
         return f"Registration(token={self.token!r}, stats={self.stats!r})"
 
@@ -210,6 +232,40 @@ def _macro_sql(token, literals) -> str:
     except (ModuleNotFoundError, FileNotFoundError):   # a source checkout that is not installed
         text = (Path(__file__).resolve().parent.parent / "sql" / "match.sql").read_text()
     return string.Template(text).substitute(token=_sql_str(token), **literals)
+
+
+_ORIGINAL_INTERRUPT = None
+_HOOK_LOCK = threading.Lock()
+
+
+def _install_interrupt_hook():
+    """Make ``con.interrupt()`` also cancel the sgsi engine runs of ``con`` (see the module notes)."""
+    global _ORIGINAL_INTERRUPT
+    with _HOOK_LOCK:
+        cls = duckdb.DuckDBPyConnection
+        current = getattr(cls, "interrupt", None)
+        if current is None or getattr(current, "_sgsi_hook", False):
+            return
+        original = current
+
+        def interrupt(self):
+            _cancel_connection(self)
+            return original(self)
+
+        interrupt._sgsi_hook = True
+        interrupt.__doc__ = getattr(original, "__doc__", None)
+        try:
+            cls.interrupt = interrupt
+        except (TypeError, AttributeError):     # an immutable type: Registration.interrupt() still works
+            return
+        _ORIGINAL_INTERRUPT = original
+
+
+def _cancel_connection(con):
+    for state in list(_STATES.values()):
+        for c in list(state.connections.values()):
+            if c.ref is not None and c.ref() is con:
+                c.cancel_running()
 
 
 def _database_state(con) -> "_Database":
@@ -258,6 +314,15 @@ class _Connection:
         self.generation = 0
         self.files = {}                 # key -> _Entry(list of parquet files, directory)
         self.counts = {}                # key -> _Entry(int, None)
+        self.running = set()            # threading.Event of each engine run in progress
+
+    def cancel_running(self):
+        for event in list(self.running):
+            event.set()
+
+    def run(self):
+        """``with c.run() as cancel:`` an Event that ``con.interrupt()`` sets while the block runs."""
+        return _Run(self)
 
     def advance(self, txid):
         """Start a new generation on a new transaction id; drop results two generations old."""
@@ -274,6 +339,21 @@ class _Connection:
             for e in cache.values():
                 _remove(e.directory)
             cache.clear()
+
+
+class _Run:
+    __slots__ = ("conn", "event")
+
+    def __init__(self, conn):
+        self.conn, self.event = conn, threading.Event()
+
+    def __enter__(self):
+        self.conn.running.add(self.event)
+        return self.event
+
+    def __exit__(self, *exc):
+        self.conn.running.discard(self.event)
+        return False
 
 
 def _remove(directory):
@@ -366,30 +446,44 @@ class _Database:
             key = _key(graph, pattern, device, memory_budget, homomorphism, max_rows)
             entry = c.files.get(key)
             if entry is None or not all(os.path.exists(f) for f in entry.value):
-                entry = _Entry(*self._run_match(token, graph, pattern, device, memory_budget, homomorphism,
-                                                max_rows), c.generation)
+                with c.run() as cancel:
+                    entry = _Entry(*self._run_match(token, graph, pattern, device, memory_budget, homomorphism,
+                                                    max_rows, cancel), c.generation)
                 c.files[key] = entry
             entry.generation = c.generation
             return entry.value
 
-    def _run_match(self, token, graph, pattern, device, memory_budget, homomorphism, max_rows):
+    def _run_match(self, token, graph, pattern, device, memory_budget, homomorphism, max_rows, cancel=None):
         _require(graph, "graph")
         _require(pattern, "pattern")
+        if max_rows is not None and max_rows < 0:
+            raise SgsiError(f"max_rows must not be negative, got {max_rows}")
         with Graph(graph) as g:
-            reader = g.match(pattern, device=device or "auto", memory_budget=memory_budget,
-                             injective=not homomorphism, limit=max_rows)
-            if len(reader.schema) == 0:
-                raise PatternError("the pattern names no vertex, so match() would return no columns: "
-                                   "name one, e.g. (a), or use match_count()")
-            _check_column_names(reader.schema.names)
-            self.stats["match_runs"] += 1
-            d = self._result_dir(token)
+            reader, failure = g._match(pattern, device=device or "auto", memory_budget=memory_budget,
+                                       injective=not homomorphism, limit=max_rows, cancel=cancel)
             try:
-                _rows, n_files = write_parquet_parts(reader, d)
-            except BaseException:
-                _remove(d)
-                raise
+                if len(reader.schema) == 0:
+                    raise PatternError("the pattern names no vertex, so match() would return no columns: "
+                                       "name one, e.g. (a), or use match_count()")
+                _check_column_names(reader.schema.names)
+                self._bump("match_runs")
+                d = self._result_dir(token)
+                try:
+                    _rows, n_files = write_parquet_parts(reader, d)
+                except BaseException as e:
+                    _remove(d)
+                    reraise_stream_error(failure, e)      # the engine's own error, with its type
+                    disk = os_error_behind(e) if isinstance(e, Exception) else None
+                    if disk is not None:
+                        raise SgsiError(_scratch_failure(disk, d)) from None
+                    raise
+            finally:
+                reader.close()      # stops the engine now, whatever happened
         return [os.path.join(d, f"part-{i:05d}.parquet") for i in range(n_files)], d
+
+    def _bump(self, key):
+        with self.lock:
+            self.stats[key] += 1
 
     def count(self, token, txid, graph, pattern, device, memory_budget, homomorphism):
         """``sgsi_count``: the number of matches."""
@@ -401,10 +495,10 @@ class _Database:
             if entry is None:
                 _require(graph, "graph")
                 _require(pattern, "pattern")
-                with Graph(graph) as g:
-                    self.stats["count_runs"] += 1
+                with Graph(graph) as g, c.run() as cancel:
+                    self._bump("count_runs")
                     n = g.count(pattern, device=device or "auto", memory_budget=memory_budget,
-                                injective=not homomorphism)
+                                injective=not homomorphism, cancel=cancel)
                 if n >= 2**63:
                     raise SgsiError(f"{n} matches do not fit in a BIGINT")
                 entry = c.counts[key] = _Entry(n, None, c.generation)
@@ -445,7 +539,7 @@ class _Database:
         finally:
             if tmp is not None:
                 shutil.rmtree(tmp, ignore_errors=True)
-        self.stats["builds"] += 1
+        self._bump("builds")
         with Graph(path) as g:
             return f"{path}: {g.store.n_vertices:,} vertices, {g.store.n_edges:,} edges"
 
@@ -471,6 +565,16 @@ def _key(graph, pattern, device, memory_budget, homomorphism, max_rows):
     return (g, mtime(os.path.join(g, "manifest.json")) if g else None, pattern,
             mtime(pattern) if pattern and "(" not in pattern else None,
             device or "auto", memory_budget, bool(homomorphism), max_rows)
+
+
+def _scratch_failure(err, directory) -> str:
+    """The message for a result that could not be written to the scratch directory."""
+    text = str(err).strip()
+    what = err.strerror or (text.splitlines()[0] if text else type(err).__name__)
+    return (f"writing the result of match() to the scratch directory {os.path.dirname(os.path.dirname(directory))} "
+            f"failed: {what}; match() writes its whole result there before returning the first row (it has "
+            f"been removed): free space there or set TMPDIR to a larger disk, bound the result with max_rows, "
+            f"or use match_count()")
 
 
 def _check_column_names(names):

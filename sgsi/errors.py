@@ -36,3 +36,30 @@ class PatternError(SgsiError):
 
 class BudgetError(SgsiError):
     """A memory budget that cannot be parsed or is too small for the work."""
+
+
+class Cancelled(SgsiError):
+    """A query stopped on request before it finished.
+
+    Raised by :meth:`sgsi.Graph.count` and :meth:`sgsi.Graph.match` when
+    their ``cancel`` event is set (or callable returns True), and in SQL when
+    ``con.interrupt()`` is called while ``match()`` or ``match_count()``
+    runs. Nothing of the query is left behind: its memory is freed and its
+    scratch files are removed.
+    """
+
+
+def os_error_behind(exc):
+    """The OSError (disk full, file too large, ...) that ``exc`` is, or that it was raised while handling.
+
+    Writers that fail again while cleaning up after a failed write (pyarrow:
+    "Operation on closed file") hide the first, telling error; this finds it.
+    Returns None when there is none.
+    """
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, OSError) and exc.errno is not None:
+            return exc
+        exc = exc.__cause__ or exc.__context__
+    return None

@@ -3,17 +3,24 @@
 from __future__ import annotations
 
 import os
+import threading
 
 import pyarrow as pa
 
 from . import budget as budget_mod
-from .errors import BudgetError, SgsiError
+from .errors import BudgetError, Cancelled, PatternError, SgsiError
 from .join.backend import get_backend
 from .join.engine import Engine
 from .join.plan import make_plan
 from .pattern import load_pattern
 from .storage.ingest import build_store
 from .storage.store import Store
+
+#: The most vertices a pattern may have. The engine runs one join step per
+#: pattern vertex, nested (depth first), and plans in time quadratic in the
+#: pattern's size; far larger patterns are refused with a PatternError
+#: rather than exhausting the stack or the clock.
+MAX_PATTERN_VERTICES = 256
 
 
 def build(out, edges=None, vertices=None, *, graph=None, src="src", dst="dst", label=None, id="id",
@@ -66,9 +73,13 @@ def build(out, edges=None, vertices=None, *, graph=None, src="src", dst="dst", l
     return Graph(path)
 
 
-def open(path):  # noqa: A001 - the public name of the API
-    """Open a graph store read-only; see :class:`Graph`."""
-    return Graph(path)
+def open(path, verify=False):  # noqa: A001 - the public name of the API
+    """Open a graph store read-only; see :class:`Graph`.
+
+    ``verify=True`` also checks every file against its checksum first (reads
+    the whole store once; ``sgsi info --verify`` does the same).
+    """
+    return Graph(path, verify=verify)
 
 
 class Graph:
@@ -78,20 +89,33 @@ class Graph:
     :class:`~sgsi.pattern.Pattern`, or the path of a query file.
     ``device`` is ``"cpu"``, ``"gpu"`` or ``"auto"`` (the GPU where one is
     present); ``memory_budget`` bounds one join step (bytes or ``"64KB"``);
-    ``injective=False`` asks for homomorphisms instead of isomorphisms.
+    ``injective=False`` asks for homomorphisms instead of isomorphisms;
+    ``cancel`` (a :class:`threading.Event`, or a callable returning True)
+    stops the query with :class:`~sgsi.errors.Cancelled` once set: it is
+    checked before each segment the engine reads and between result batches.
+
+    A Graph may be shared by threads: each running query takes a backend of
+    its own (an idle one is reused, so the GPU backend's segment cache
+    survives between queries), and the store is only read. The store's files
+    are all opened when the Graph is, so a store rebuilt in place with
+    ``force`` is not seen by Graphs opened before.
     """
 
-    def __init__(self, path):
+    def __init__(self, path, verify=False):
         self.path = os.fspath(path)
         self.store = Store(self.path)
-        self._backends = {}
+        if verify:
+            self.store.verify()
+        self._lock = threading.Lock()
+        self._idle = {}         # (device, memory_budget) -> a backend no query uses now
         self.last_stats = {}
 
     def __repr__(self):
         return f"Graph({self.path!r}: {self.store.n_vertices:,} vertices, {self.store.n_edges:,} edges)"
 
     def close(self):
-        self._backends.clear()
+        with self._lock:
+            self._idle.clear()
         self.store.close()
 
     def __enter__(self):
@@ -100,46 +124,121 @@ class Graph:
     def __exit__(self, *exc):
         self.close()
 
-    def _engine(self, pattern, device, memory_budget, injective):
-        pat = load_pattern(pattern)
-        backend = self._backends.get((device, memory_budget))
-        if backend is None:     # kept per graph: the GPU backend caches segments between queries
-            backend = self._backends[(device, memory_budget)] = get_backend(device, memory_budget)
+    # -- backends -------------------------------------------------------------------
+
+    def _take_backend(self, device, memory_budget):
+        """A backend for one query: the idle one kept for these options, or a new one."""
+        key = (device, memory_budget)
+        with self._lock:
+            backend = self._idle.pop(key, None)
+        if backend is None:
+            backend = get_backend(device, memory_budget)
         backend.stats = dict.fromkeys(backend.stats, 0)
+        return key, backend
+
+    def _give_back(self, key, backend):
+        """Keep ``backend`` for the next query (after a query that ended well: a failed
+        one may leave the GPU backend's cache or copies half done)."""
+        with self._lock:
+            self._idle.setdefault(key, backend)
+
+    def _guard(self, fn, *args, **kwargs):
+        """Run ``fn``; an unexpected error is checked against the store's checksums, so a
+        damaged file is reported as a StoreError naming it rather than as a crash."""
+        try:
+            return fn(*args, **kwargs)
+        except (SgsiError, RecursionError):
+            raise
+        except Exception as e:
+            damage = self.store.find_damage()
+            if damage is not None:
+                raise damage from e
+            raise
+
+    def _engine(self, pattern, backend, memory_budget, injective, cancel):
+        pat = load_pattern(pattern)
+        if len(pat.vertices) > MAX_PATTERN_VERTICES:
+            raise PatternError(f"the pattern has {len(pat.vertices):,} vertices; sgsi matches patterns of at most "
+                               f"{MAX_PATTERN_VERTICES} vertices")
         budget = budget_mod.resolve_budget(memory_budget, backend.name)
         need = 2 * self.store.max_segment_bytes
         if need > budget:
             raise BudgetError(f"memory budget of {budget_mod.format_size(budget)} cannot hold two segments of "
                               f"this store ({budget_mod.format_size(need)}); use a larger budget or rebuild the "
                               f"store with a smaller --memory-budget")
+        check = _cancel_check(cancel)
+        if check is not None:
+            check()
+            backend = _Watched(backend, check)
         # Plan on the filtered candidate sets; refine them only if the join outgrows them.
-        plan = make_plan(self.store, pat, backend, injective=injective, refine_rounds=0)
+        plan = self._guard(make_plan, self.store, pat, backend, injective=injective, refine_rounds=0)
         refined = lambda: make_plan(self.store, pat, backend, injective=injective, refine_rounds=2)  # noqa: E731
-        return pat, backend, Engine(self.store, plan, backend, budget, replan=refined)
+        return pat, Engine(self.store, plan, backend, budget, replan=refined)
 
-    def count(self, pattern, device="auto", memory_budget=None, injective=True) -> int:
+    def _prepare(self, key, backend, pattern, memory_budget, injective, cancel):
+        """:meth:`_engine`, giving the backend back when the query is refused (bad pattern, budget)."""
+        try:
+            return self._engine(pattern, backend, memory_budget, injective, cancel)
+        except (PatternError, BudgetError):
+            self._give_back(key, backend)
+            raise
+
+    # -- queries --------------------------------------------------------------------
+
+    def count(self, pattern, device="auto", memory_budget=None, injective=True, cancel=None) -> int:
         """Number of embeddings of ``pattern`` (every automorphic copy counted)."""
-        _pat, backend, engine = self._engine(pattern, device, memory_budget, injective)
-        n = engine.count()
+        key, backend = self._take_backend(device, memory_budget)
+        _pat, engine = self._prepare(key, backend, pattern, memory_budget, injective, cancel)
+        n = self._guard(engine.count)
         self.last_stats = {"device": backend.name, **engine.stats, **backend.stats}
+        self._give_back(key, backend)
         return n
 
-    def match(self, pattern, device="auto", memory_budget=None, injective=True, limit=None) -> pa.RecordBatchReader:
-        """Embeddings as a stream of record batches: one column per named vertex, original ids."""
-        if limit is not None and (not isinstance(limit, int) or limit < 0):
+    def match(self, pattern, device="auto", memory_budget=None, injective=True, limit=None,
+              cancel=None) -> pa.RecordBatchReader:
+        """Embeddings as a stream of record batches: one column per named vertex, original ids.
+
+        The engine runs as the batches are read. Closing the reader early
+        (``reader.close()``, leaving a ``with`` block, or dropping it) stops
+        the engine and frees its memory; so does ``limit`` once reached.
+
+        A bad pattern, store or budget raises here, before any batch. An
+        error while the batches are read (``cancel`` set, a store damaged
+        under the query) reaches the reader as :class:`pyarrow.ArrowInvalid`
+        whose message holds sgsi's: pyarrow's stream interface, which makes
+        ``close()`` stop the engine, carries no exception type.
+        """
+        return self._match(pattern, device, memory_budget, injective, limit, cancel)[0]
+
+    def _match(self, pattern, device="auto", memory_budget=None, injective=True, limit=None, cancel=None):
+        """:meth:`match`, and a list that receives the exception that ended the stream, if any
+        (the command line and SQL re-raise it with its type)."""
+        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
             raise SgsiError(f"limit must be a non-negative integer, got {limit!r}")
-        pat, backend, engine = self._engine(pattern, device, memory_budget, injective)
+        key, backend = self._take_backend(device, memory_budget)
+        pat, engine = self._prepare(key, backend, pattern, memory_budget, injective, cancel)
+        check = _cancel_check(cancel)
         names = pat.output_names
         cols = pat.output_vertices
         id_type = self.store.vertex_id_type
         schema = pa.schema([(name, id_type) for name in names])
 
+        failure = []
+
         def batches():
             left = limit
-            if left == 0 or not names:
-                return
+            ok = False
             try:
-                for chunk in engine.chunks():
+                if left == 0 or not names:
+                    ok = True
+                    return
+                chunks = engine.chunks()
+                while True:
+                    chunk = self._guard(next, chunks, None)
+                    if chunk is None:
+                        break
+                    if check is not None:
+                        check()
                     n = int(next(iter(chunk.values())).size)
                     if left is not None and n > left:
                         chunk = {u: c[:left] for u, c in chunk.items()}
@@ -148,8 +247,70 @@ class Graph:
                     if left is not None:
                         left -= n
                         if left == 0:
-                            return
-            finally:   # also when stopped early by the limit
+                            break
+                ok = True
+            except Exception as e:
+                failure.append(e)
+                raise
+            finally:   # also when stopped early: by the limit, or the reader closed
                 self.last_stats = {"device": backend.name, **engine.stats, **backend.stats}
+                if ok:
+                    self._give_back(key, backend)
 
-        return pa.RecordBatchReader.from_batches(schema, batches())
+        reader = pa.RecordBatchReader.from_batches(schema, batches())
+        # A reader made by from_batches keeps its generator alive after close();
+        # seen through the C stream interface, close() releases it at once, and
+        # with it the engine and every array it holds.
+        from_stream = getattr(pa.RecordBatchReader, "from_stream", None)
+        if from_stream is not None:
+            reader = from_stream(reader)
+        return reader, failure
+
+
+def reraise_stream_error(failure, exc):
+    """Raise the exception that ended a :meth:`Graph._match` stream in place of pyarrow's copy."""
+    if failure and isinstance(exc, pa.ArrowException):
+        raise failure[0] from None
+
+
+def _cancel_check(cancel):
+    """A function raising Cancelled once ``cancel`` (an Event, or a callable) says stop; None for None."""
+    if cancel is None:
+        return None
+    if hasattr(cancel, "is_set"):
+        test = cancel.is_set
+    elif callable(cancel):
+        test = cancel
+    else:
+        raise SgsiError(f"cancel must be a threading.Event or a callable returning True to stop, "
+                        f"not {type(cancel).__name__}")
+
+    def check():
+        if test():
+            raise Cancelled("query cancelled")
+    return check
+
+
+class _Watched:
+    """A backend whose segment stream checks for cancellation.
+
+    Every join step and every refinement round reads its neighbour lists
+    through ``backend.segments()``, so a check there stops a query within
+    the work of one segment. Everything else is the backend's own.
+    """
+
+    def __init__(self, backend, check):
+        object.__setattr__(self, "_backend", backend)
+        object.__setattr__(self, "_check", check)
+
+    def __getattr__(self, name):
+        return getattr(self._backend, name)
+
+    def __setattr__(self, name, value):
+        setattr(self._backend, name, value)
+
+    def segments(self, store, seg_ids):
+        self._check()
+        for item in self._backend.segments(store, seg_ids):
+            yield item
+            self._check()

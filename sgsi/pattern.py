@@ -89,13 +89,19 @@ def _is_digit(ch):
     return "0" <= ch <= "9"
 
 
+def _clean(text, limit=60):
+    """``text`` fit for a one-line message: control and invisible characters escaped, long text cut."""
+    out = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+    return out if len(out) <= limit else out[:limit] + "..."
+
+
 def _describe(token):
     """How an error message names ``token``: ``'['``, ``'abc'``, ``end of pattern``."""
     if token.kind == _END:
         return "end of pattern"
     if token.kind == _QUOTED:
-        return "quoted name `" + token.text.replace("`", "``") + "`"
-    return repr(token.text)
+        return "quoted name `" + _clean(token.text.replace("`", "``")) + "`"
+    return repr(_clean(token.text))
 
 
 class _Lexer:
@@ -198,7 +204,7 @@ class _PatternBuilder:
                 self.labels[i] = label
             elif old != label:
                 raise PatternError(
-                    f"conflicting labels for vertex {name}: "
+                    f"conflicting labels for vertex {_show_name(name)}: "
                     f"{_show_label(old)} and {_show_label(label)}", label_pos)
         return i
 
@@ -214,7 +220,7 @@ class _PatternBuilder:
 
     def display(self, i):
         name = self.names[i]
-        return name if name is not None else f"() at position {self.first_pos[i]}"
+        return _show_name(name) if name is not None else f"() at position {self.first_pos[i]}"
 
     def build(self):
         vertices = tuple(PatternVertex(n, l) for n, l in zip(self.names, self.labels))
@@ -225,8 +231,15 @@ class _PatternBuilder:
 def _show_label(label):
     """A label as it would be written in a pattern: ``:Person``, ``:`a b```."""
     if _is_plain_label(label):
-        return ":" + label
-    return ":`" + label.replace("`", "``") + "`"
+        return ":" + _clean(label)
+    return ":`" + _clean(label.replace("`", "``")) + "`"
+
+
+def _show_name(name):
+    """A vertex name as it would be written in a pattern: ``a``, ```a b```."""
+    if _is_ident_start(name[0]) and all(_is_ident_char(c) for c in name):
+        return _clean(name)
+    return "`" + _clean(name.replace("`", "``")) + "`"
 
 
 def _is_plain_label(label):
@@ -242,7 +255,7 @@ class _Parser:
 
         pattern := path ("," path)* END
         path    := vertex (edge vertex)*
-        vertex  := "(" [IDENT] [":" label] ")"
+        vertex  := "(" [IDENT | QUOTED] [":" label] ")"
         edge    := "-" [body] "-" [">"]  |  "<" "-" [body] "-"
         body    := "[" [":" label] "]"
         label   := IDENT | INTEGER | QUOTED
@@ -296,9 +309,11 @@ class _Parser:
     def vertex(self):
         open_ = self._expect("(", "'(' to start a vertex")
         name = None
-        token = self._accept(_IDENT)
+        token = self._accept(_IDENT) or self._accept(_QUOTED)
         if token is not None:
             name = token.text
+            if name == "":
+                raise PatternError("empty vertex name ``", token.pos)
         label, label_pos = None, None
         if self.lexer.peek().kind == ":":
             label_pos = self.lexer.peek().pos
@@ -408,8 +423,9 @@ def parse_pattern(text: str) -> Pattern:
         One or more paths separated by commas. A path alternates vertices
         ``(name:Label)`` and edges ``-[:L]->``, ``<-[:L]-``, ``-[:L]-``
         (undirected), ``-->``, ``<--``, ``--`` (any label). Names and labels
-        are optional; a label is an identifier, an integer or a
-        backtick-quoted string (a doubled backtick is a literal backtick).
+        are optional; a name is an identifier or a backtick-quoted string, a
+        label an identifier, an integer or a backtick-quoted string (a
+        doubled backtick is a literal backtick).
         A name used again refers to the same vertex; each ``()`` is a new,
         anonymous vertex.
 
@@ -682,7 +698,7 @@ def load_pattern(pattern_or_path) -> Pattern:
     except PatternError as err:
         if "(" in pattern_or_path:
             raise
-        raise _with_prefix(err, f"{pattern_or_path!r} is neither an existing "
+        raise _with_prefix(err, f"{_clean(pattern_or_path)!r} is neither an existing "
                                 f"query file nor a pattern: ") from None
 
 

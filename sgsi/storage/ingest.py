@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import collections
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -67,10 +68,12 @@ def build_store(out, *, edges=None, vertices=None, graph=None, src="src", dst="d
     parent = os.path.dirname(os.path.abspath(out))
     if not os.path.isdir(parent):
         raise InputError(f"output directory does not exist: {parent}")
-    tmp = os.path.join(parent, f".{os.path.basename(out)}.tmp-{uuid.uuid4().hex[:8]}")
+    _sweep_stale(parent, os.path.basename(out))
+    pid = os.getpid()
+    tmp = os.path.join(parent, f".{os.path.basename(out)}.tmp-{pid}-{uuid.uuid4().hex[:8]}")
     os.mkdir(tmp)
     try:
-        with tempfile.TemporaryDirectory(prefix="sgsi-spill-", dir=parent) as spill:
+        with tempfile.TemporaryDirectory(prefix=f"sgsi-spill-{pid}-", dir=parent) as spill:
             con = duckdb.connect(config={"temp_directory": spill, "preserve_insertion_order": False,
                                          "threads": os.cpu_count() or 1,
                                          "memory_limit": f"{_duckdb_memory_mb()}MB"})
@@ -124,15 +127,47 @@ def _describe(edges, vertices, graph):
 
 
 def _move_into_place(tmp, out, force):
+    """Rename the finished store into place; with ``force``, swap it in atomically."""
     if os.path.exists(out):
         if not force:
             raise InputError(f"output path exists: {out} (use --force to replace it)")
-        trash = f"{tmp}.old"
-        os.rename(out, trash)
-        os.rename(tmp, out)
-        shutil.rmtree(trash, ignore_errors=True) if os.path.isdir(trash) else os.remove(trash)
+        if not _exchange(tmp, out):
+            trash = f"{tmp}.old"          # no atomic exchange here: two renames
+            os.rename(out, trash)
+            os.rename(tmp, out)
+            tmp = trash
+        shutil.rmtree(tmp, ignore_errors=True) if os.path.isdir(tmp) else os.remove(tmp)
     else:
         os.rename(tmp, out)
+
+
+def _exchange(a, b) -> bool:
+    """Swap two paths atomically (Linux renameat2 RENAME_EXCHANGE); False where unsupported."""
+    try:
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        renameat2 = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    at_fdcwd, rename_exchange = -100, 2
+    return renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0
+
+
+def _sweep_stale(parent, name):
+    """Remove the temporary and spill directories of builds (of any target here) that died."""
+    pattern = re.compile(rf"^(?:\.{re.escape(name)}\.tmp-|sgsi-spill-)(\d+)-")
+    for entry in os.listdir(parent):
+        m = pattern.match(entry)
+        if not m:
+            continue
+        try:
+            os.kill(int(m.group(1)), 0)
+            continue                      # its builder is still running
+        except ProcessLookupError:
+            pass
+        except (PermissionError, OverflowError, ValueError):
+            continue
+        shutil.rmtree(os.path.join(parent, entry), ignore_errors=True)
 
 
 def _sql_str(s: str) -> str:

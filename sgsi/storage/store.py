@@ -1,14 +1,34 @@
 """Opening a graph store and reading its pieces (memory-mapped).
 
-:class:`Store` checks the manifest version and every file's size on open,
-and says which file is wrong. Readers hand out NumPy views over the
-memory-mapped Arrow IPC files, so nothing is read until it is touched.
+:class:`Store` checks, on open and cheaply (no data page is read):
+
+* the manifest: version, and the fields the reader relies on;
+* every file the manifest lists: present, of the recorded size, an Arrow
+  file with the expected columns and number of batches;
+* the two small tables read whole on open (``segments.arrow``,
+  ``vindex_batches.arrow``) against their checksums, and their values
+  against the manifest.
+
+Each batch is checked again when first read (its length, and the ranges of
+the values that size allocations: PCSR offsets, degrees), so a damaged file
+gives a :class:`~sgsi.errors.StoreError` naming it instead of a crash or a
+runaway allocation. Content damage that keeps every value in range is found
+only by :meth:`Store.verify` (all checksums; ``sgsi info --verify``,
+``sgsi.open(path, verify=True)``).
+
+All files are opened (memory-mapped) when the store is opened, so a store
+replaced on disk while open (``build --force``) keeps serving the files it
+was opened with: a reader sees one store, never a mix of two.
+
+Readers hand out NumPy views over the memory-mapped Arrow IPC files, so
+nothing is read until it is touched.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import threading
 from dataclasses import dataclass
 
 import numpy as np
@@ -35,6 +55,26 @@ class Partition:
     idx_last: np.ndarray
 
 
+#: The Arrow files a store needs, with the columns each must have.
+ARROW_FILES = {
+    "segments.arrow": ("partition", "first_src", "last_src", "edges", "groups"),
+    "pcsr_groups.arrow": None,
+    "pcsr_ci.arrow": None,
+    "vindex.arrow": None,
+    "vindex_batches.arrow": ("partition", "first_vertex", "last_vertex", "rows"),
+    "vertex_ids.arrow": None,
+    "vertex_labels.arrow": None,
+    "signatures.arrow": None,
+}
+#: Every file a store needs.
+STORE_FILES = tuple(sorted(ARROW_FILES)) + ("vertices.parquet",)
+#: Files read whole on open, so checked against their checksums then.
+_CHECKED_ON_OPEN = ("segments.arrow", "vindex_batches.arrow")
+#: Errors of reading a damaged file (Arrow raises several kinds).
+_READ_ERRORS = (pa.ArrowException, OSError, ValueError, KeyError, IndexError, TypeError, SystemError,
+                UnicodeDecodeError, OverflowError)
+
+
 class Store:
     """A graph store opened read-only.
 
@@ -42,69 +82,195 @@ class Store:
     ----------
     path : str
         The store directory written by :func:`sgsi.build`.
+
+    Raises
+    ------
+    StoreError
+        When there is no store at ``path``, or it is of another format
+        version, or a file is missing, of the wrong size or not the Arrow
+        file it should be; the message names the file.
     """
 
     def __init__(self, path):
         self.path = os.fspath(path)
+        self._lock = threading.Lock()
+        # A store replaced on disk (build --force) while we open it would give
+        # a manifest of one and files of the other: open again if the
+        # directory changed under us.
+        for _attempt in range(3):
+            before = _identity(self.path)
+            try:
+                self._open()
+            except StoreError:
+                if _identity(self.path) == before:
+                    raise
+                continue
+            if _identity(self.path) == before:
+                return
+            self.close()
+        raise StoreError(f"store {self.path} kept changing while it was opened (is it being rebuilt?)")
+
+    def _open(self):
+        self._readers = {}
         self.manifest = _read_manifest(self.path)
         m = self.manifest
-        self.n_vertices = int(m["vertices"])
-        self.n_edges = int(m["edges"])
-        self.undirected = bool(m["undirected"])
-        p = m["parameters"]
-        self.theta = int(p["theta"])
-        self.signature_bits = int(p["signature_bits"])
-        self.label_bits = int(p["label_bits"])
-        self.bucket_columns = int(p["signature_bucket_columns"])
-        self.sig_segment_vertices = int(p["signature_segment_vertices"])
-        self.build_budget = int(p["memory_budget"])
-        self._edge_label_ids = {_label_key(v): i for i, v in enumerate(m["edge_labels"]["values"])
-                                if m["edge_labels"]["present"]}
-        self._vertex_label_ids = {_label_key(v): i for i, v in enumerate(m["vertex_labels"]["values"])}
-        self.edge_label_freq = np.asarray(m["edge_labels"]["frequency"], np.int64)
-        self._readers = {}
-        seg = self._reader("segments.arrow").read_all()
-        self._seg_partition = np.asarray(seg.column("partition").to_pylist(), dtype=object)
-        self._seg_first = seg.column("first_src").to_numpy()
-        self._seg_last = seg.column("last_src").to_numpy()
-        self._seg_edges = seg.column("edges").to_numpy()
-        self._seg_groups = seg.column("groups").to_numpy()
-        idx = self._reader("vindex_batches.arrow").read_all()
-        self._idx_first = idx.column("first_vertex").to_numpy()
-        self._idx_last = idx.column("last_vertex").to_numpy()
+        try:
+            self.n_vertices = _count(m["vertices"], "vertices")
+            self.n_edges = _count(m["edges"], "edges")
+            self.undirected = bool(m["undirected"])
+            p = m["parameters"]
+            self.theta = int(p["theta"])
+            self.signature_bits = int(p["signature_bits"])
+            self.label_bits = int(p["label_bits"])
+            self.bucket_columns = int(p["signature_bucket_columns"])
+            self.sig_segment_vertices = int(p["signature_segment_vertices"])
+            self.build_budget = int(p["memory_budget"])
+            present = bool(m["edge_labels"]["present"])
+            self._edge_label_ids = {_label_key(v): i for i, v in enumerate(m["edge_labels"]["values"]) if present}
+            self._vertex_label_ids = {_label_key(v): i for i, v in enumerate(m["vertex_labels"]["values"])}
+            self.edge_label_freq = np.asarray(m["edge_labels"]["frequency"], np.int64)
+            parts = m["partitions"]
+            for info in parts.values():
+                target = parts[info["alias"]] if "alias" in info else info
+                for field in ("segments", "vindex"):
+                    a, n = target[field]
+                    _count(a, field), _count(n, field)
+                for field in ("edges", "vertices", "max_degree"):
+                    _count(target[field], field)
+            if not 2 <= self.theta <= 16 or self.signature_bits % 32 or self.signature_bits <= 0 \
+                    or self.bucket_columns <= 0 or (self.signature_bits // 32) % self.bucket_columns \
+                    or self.sig_segment_vertices <= 0:
+                raise ValueError("parameters out of range")
+        except StoreError:
+            raise
+        except (KeyError, TypeError, ValueError, AttributeError, IndexError) as e:
+            raise StoreError(f"damaged store {self.path}: {fmt.MANIFEST} lacks or has a bad value for "
+                             f"{_what(e)}") from None
+
+        files = m["files"]
+        for name in _CHECKED_ON_OPEN:
+            crc = fmt.file_crc32(os.path.join(self.path, name))
+            if crc != files[name]["crc32"]:
+                raise StoreError(f"damaged store {self.path}: {name} fails its checksum "
+                                 f"(crc32 {crc}, manifest says {files[name]['crc32']})")
+        for name, columns in ARROW_FILES.items():
+            self._readers[name] = self._open_arrow(name, files[name]["bytes"], columns)
+
+        seg = self._read_table("segments.arrow")
+        idx = self._read_table("vindex_batches.arrow")
+        with self._reading("segments.arrow"):
+            self._seg_partition = np.asarray(seg.column("partition").to_pylist(), dtype=object)
+            self._seg_first = _ints(seg.column("first_src"))
+            self._seg_last = _ints(seg.column("last_src"))
+            self._seg_edges = _ints(seg.column("edges"))
+            self._seg_groups = _ints(seg.column("groups"))
+        with self._reading("vindex_batches.arrow"):
+            self._idx_partition = np.asarray(idx.column("partition").to_pylist(), dtype=object)
+            self._idx_first = _ints(idx.column("first_vertex"))
+            self._idx_last = _ints(idx.column("last_vertex"))
+            self._idx_rows = _ints(idx.column("rows"))
+        self._check_structure()
         self._partitions = {}
         self._segments = {}
-        self._views = {}
+        self._checked_index = set()
+        self._vid = None
         self.max_segment_bytes = int(max((self._seg_edges * 4 + self._seg_groups * self.theta * 8).max(initial=0), 0))
+
+    # -- checks ---------------------------------------------------------------------
+
+    def _damaged(self, name, problem) -> StoreError:
+        return StoreError(f"damaged store {self.path}: {name} {problem} (run `sgsi info --verify {self.path}`, "
+                          f"or rebuild the store)")
+
+    def _open_arrow(self, name, size, columns):
+        fp = os.path.join(self.path, name)
+        try:
+            mm = pa.memory_map(fp, "r")
+        except OSError as e:
+            raise StoreError(f"damaged store {self.path}: cannot read {name}: {e.strerror or e}") from None
+        if mm.size() != size:     # the file we mapped, not whatever the path names now
+            raise StoreError(f"damaged store {self.path}: {name} has {mm.size()} bytes, manifest says {size}")
+        try:
+            reader = pa.ipc.open_file(mm)
+            names = reader.schema.names
+        except _READ_ERRORS as e:
+            raise StoreError(f"damaged store {self.path}: cannot read {name}: {_first_line(e)}") from None
+        if columns is not None and list(names) != list(columns):
+            raise StoreError(f"damaged store {self.path}: {name} has columns {', '.join(names)}, expected "
+                             f"{', '.join(columns)}")
+        return reader
+
+    def _read_table(self, name):
+        with self._reading(name):
+            return self._readers[name].read_all()
+
+    def _reading(self, name):
+        return _Reading(self, name)
+
+    def _check_structure(self):
+        """Counts and ranges that tie the files to each other and to the manifest (metadata only)."""
+        nseg = len(self._seg_edges)
+        n = self.n_vertices
+        if len(self._seg_partition) and (
+                (self._seg_edges < 0).any() or (self._seg_groups < 0).any() or (self._seg_first < 0).any()
+                or (self._seg_first > self._seg_last).any() or (self._seg_last >= n).any()):
+            raise self._damaged("segments.arrow", "holds values out of range")
+        if len(self._idx_rows) and ((self._idx_rows <= 0).any() or (self._idx_first < 0).any()
+                                    or (self._idx_first > self._idx_last).any() or (self._idx_last >= n).any()):
+            raise self._damaged("vindex_batches.arrow", "holds values out of range")
+        expect = {"pcsr_groups.arrow": nseg, "pcsr_ci.arrow": nseg, "vindex.arrow": len(self._idx_rows)}
+        n_vseg = -(-n // self.sig_segment_vertices) if n else 0
+        expect["vertex_labels.arrow"] = n_vseg
+        expect["signatures.arrow"] = n_vseg * self.n_buckets
+        for name, k in expect.items():
+            got = self._readers[name].num_record_batches
+            if got != k:
+                raise self._damaged(name, f"has {got} batches, the store needs {k}")
+        vid = self._readers["vertex_ids.arrow"]
+        with self._reading("vertex_ids.arrow"):
+            rows = sum(vid.get_batch(i).num_rows for i in range(vid.num_record_batches))
+        if rows != n:
+            raise self._damaged("vertex_ids.arrow", f"has {rows} ids, the store has {n} vertices")
+        for key, info in self.manifest["partitions"].items():
+            info = self.manifest["partitions"].get(info.get("alias"), info)
+            (s0, ns), (i0, ni) = info["segments"], info["vindex"]
+            if s0 + ns > nseg or i0 + ni > len(self._idx_rows):
+                raise StoreError(f"damaged store {self.path}: {fmt.MANIFEST} names segments or index batches "
+                                 f"of partition {key} that segments.arrow or vindex_batches.arrow lack")
 
     # -- files ----------------------------------------------------------------------
 
     def _reader(self, name):
         r = self._readers.get(name)
         if r is None:
-            try:
-                r = fmt.open_batches(os.path.join(self.path, name))
-            except (pa.ArrowInvalid, OSError) as e:
-                raise StoreError(f"damaged store {self.path}: cannot read {name}: {str(e).splitlines()[0]}") from None
-            self._readers[name] = r
+            if name in ARROW_FILES:
+                raise StoreError(f"store {self.path} is closed")
+            raise StoreError(f"store {self.path} has no file {name}")
         return r
 
-    def _column(self, name, batch, col=0):
-        """One column of one batch as a NumPy view (cached: views cost no memory of their own)."""
-        key = (name, int(batch), col)
-        hit = self._views.get(key)
-        if hit is None:
-            hit = self._reader(name).get_batch(int(batch)).column(col).to_numpy(zero_copy_only=False)
-            self._views[key] = hit
-        return hit
+    def _batch(self, name, batch, rows=None):
+        with self._reading(name):
+            rb = self._reader(name).get_batch(int(batch))
+        if rows is not None and rb.num_rows != rows:
+            raise self._damaged(name, f"batch {int(batch)} has {rb.num_rows} rows, the store needs {rows}")
+        return rb
+
+    def _column(self, name, batch, col=0, rows=None):
+        rb = self._batch(name, batch, rows)
+        with self._reading(name):
+            return rb.column(col).to_numpy(zero_copy_only=False)
 
     def verify(self):
-        """Check every file's checksum; raises StoreError naming the first bad file."""
-        for name, info in self.manifest["files"].items():
-            crc = fmt.file_crc32(os.path.join(self.path, name))
-            if crc != info["crc32"]:
-                raise StoreError(f"damaged store {self.path}: {name} fails its checksum "
-                                 f"(crc32 {crc}, manifest says {info['crc32']})")
+        """Check every file's size and checksum; raises StoreError naming the first bad file."""
+        verify_files(self.path, self.manifest)
+
+    def find_damage(self):
+        """The StoreError :meth:`verify` would raise, or None for a sound store."""
+        try:
+            self.verify()
+        except StoreError as e:
+            return e
+        return None
 
     # -- labels ---------------------------------------------------------------------
 
@@ -139,12 +305,26 @@ class Store:
         return p
 
     def segment(self, seg_id: int):
-        """(groups, ci) of a segment: views over the memory-mapped files."""
+        """(groups, ci) of a segment: views over the memory-mapped files.
+
+        Checked when first read: batch lengths, and that every PCSR offset
+        lies inside the segment's column index (they size allocations).
+        """
         hit = self._segments.get(seg_id)
         if hit is not None:
             return hit
-        groups = self._column("pcsr_groups.arrow", seg_id).reshape(-1, self.theta, 2)
-        ci = self._column("pcsr_ci.arrow", seg_id)
+        n_groups, n_edges = int(self._seg_groups[seg_id]), int(self._seg_edges[seg_id])
+        groups = self._column("pcsr_groups.arrow", seg_id, rows=n_groups * self.theta * 2)
+        ci = self._column("pcsr_ci.arrow", seg_id, rows=n_edges)
+        groups = groups.reshape(-1, self.theta, 2)
+        if groups.size:
+            off = groups[:, :, 1]
+            head = groups[:, :-1, 0]
+            gid = groups[:, -1, 0]
+            if (int(off.min()) < 0 or int(off.max()) > n_edges or (np.diff(off, axis=1) < 0).any()
+                    or int(head.min()) < -1 or int(head.max()) >= self.n_vertices
+                    or int(gid.min()) < -1 or int(gid.max()) >= n_groups):
+                raise self._damaged("pcsr_groups.arrow", f"holds values out of range in segment {seg_id}")
         self._segments[seg_id] = (groups, ci)   # views: they cost no memory of their own
         return groups, ci
 
@@ -152,8 +332,26 @@ class Store:
         return int(self._seg_edges[seg_id] * 4 + self._seg_groups[seg_id] * self.theta * 8)
 
     def index_batch(self, batch_id: int):
-        """(vertex, degree) arrays of one degree-index batch (sorted by vertex)."""
-        return self._column("vindex.arrow", batch_id, 0), self._column("vindex.arrow", batch_id, 1)
+        """(vertex, degree) arrays of one degree-index batch (sorted by vertex).
+
+        Checked when first read: its length, that its vertices lie in the
+        range vindex_batches.arrow gives, and that every degree is at most
+        the partition's maximum degree (degrees size allocations).
+        """
+        batch_id = int(batch_id)
+        rows = int(self._idx_rows[batch_id])
+        rb = self._batch("vindex.arrow", batch_id, rows)
+        with self._reading("vindex.arrow"):
+            v, d = rb.column(0).to_numpy(), rb.column(1).to_numpy()
+        if batch_id not in self._checked_index:
+            key = self._idx_partition[batch_id]
+            info = self.manifest["partitions"].get(key)
+            top = int(info["max_degree"]) if isinstance(info, dict) and "max_degree" in info else None
+            if (top is None or int(v[0]) != int(self._idx_first[batch_id]) or int(v[-1]) != int(self._idx_last[batch_id])
+                    or (np.diff(v) <= 0).any() or int(d.min()) < 1 or int(d.max()) > top):
+                raise self._damaged("vindex.arrow", f"holds values out of range in batch {batch_id}")
+            self._checked_index.add(batch_id)
+        return v, d
 
     # -- vertices -------------------------------------------------------------------
 
@@ -171,26 +369,49 @@ class Store:
         for k, start in enumerate(range(0, self.n_vertices, step)):
             yield start, min(step, self.n_vertices - start), k
 
+    def _vertex_segment_rows(self, seg):
+        return min(self.sig_segment_vertices, self.n_vertices - int(seg) * self.sig_segment_vertices)
+
     def vertex_labels(self, seg: int):
-        return self._column("vertex_labels.arrow", seg)
+        return self._column("vertex_labels.arrow", seg, rows=self._vertex_segment_rows(seg))
 
     def signature_columns(self, seg: int, bucket: int):
         """The word columns of one (vertex segment, bucket) piece."""
-        batch = seg * self.n_buckets + bucket
-        return [self._column("signatures.arrow", batch, c) for c in range(self.bucket_columns)]
+        rb = self._batch("signatures.arrow", seg * self.n_buckets + bucket, self._vertex_segment_rows(seg))
+        if rb.num_columns != self.bucket_columns:
+            raise self._damaged("signatures.arrow", f"has {rb.num_columns} columns, the store needs "
+                                                    f"{self.bucket_columns}")
+        with self._reading("signatures.arrow"):
+            return [rb.column(c).to_numpy() for c in range(rb.num_columns)]
 
     def vertex_ids(self, dense: np.ndarray) -> pa.Array:
         """Original vertex ids of dense ids (Arrow array of the original type)."""
         ids = self._vertex_id_table()
-        return ids.take(pa.array(np.asarray(dense, np.int64)))
+        with self._reading("vertex_ids.arrow"):
+            out = ids.take(pa.array(np.asarray(dense, np.int64)))
+            return out.combine_chunks() if isinstance(out, pa.ChunkedArray) else out
 
     def _vertex_id_table(self):
-        t = getattr(self, "_vid", None)
+        t = self._vid
         if t is None:
-            t = self._reader("vertex_ids.arrow").read_all().column(0)
-            if t.num_chunks == 1:
-                t = t.chunk(0)
-            self._vid = t
+            with self._lock:
+                t = self._vid
+                if t is None:
+                    with self._reading("vertex_ids.arrow"):
+                        t = self._reader("vertex_ids.arrow").read_all().column(0)
+                        # Arrow trusts the offsets of a string column read from a file; a damaged
+                        # one would make take() read out of bounds. Checked once, here.
+                        t.validate(full=True)
+                        if t.num_chunks == 1:
+                            t = t.chunk(0)
+                        elif t.num_chunks == 0:
+                            t = pa.array([], t.type)
+                        else:       # several batches: one array, so that take() gives an Array
+                            try:
+                                t = pa.concat_arrays(t.chunks)
+                            except (pa.ArrowInvalid, pa.ArrowCapacityError):
+                                pass    # > 2 GiB of string ids: vertex_ids() combines each result
+                    self._vid = t
         return t
 
     @property
@@ -198,34 +419,119 @@ class Store:
         return self._reader("vertex_ids.arrow").schema.field(0).type
 
     def close(self):
-        self._readers.clear()
-        self._partitions.clear()
-        self._segments.clear()
-        self._views.clear()
+        self._readers = {}
+        self._partitions = {}
+        self._segments = {}
         self._vid = None
+
+
+class _Reading:
+    """``with store._reading(name):`` turns errors of reading ``name`` into a StoreError naming it."""
+
+    __slots__ = ("name", "store")
+
+    def __init__(self, store, name):
+        self.store, self.name = store, name
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, exc, tb):
+        if exc is not None and isinstance(exc, _READ_ERRORS) and not isinstance(exc, StoreError):
+            raise StoreError(f"damaged store {self.store.path}: cannot read {self.name}: "
+                             f"{_first_line(exc)}") from None
+        return False
+
+
+def verify_files(path, manifest=None):
+    """Check every file of the store at ``path`` against the sizes and checksums of its manifest.
+
+    Works on a store too damaged to open; raises StoreError naming the
+    first bad file.
+    """
+    path = os.fspath(path)
+    if manifest is None:
+        manifest = _read_manifest(path, check_files=False)
+    for name, info in manifest["files"].items():
+        fp = os.path.join(path, name)
+        try:
+            size = os.path.getsize(fp)
+            crc = fmt.file_crc32(fp)
+        except OSError as e:
+            raise StoreError(f"damaged store {path}: cannot read {name}: {e.strerror or e}") from None
+        if size != info["bytes"]:
+            raise StoreError(f"damaged store {path}: {name} has {size} bytes, manifest says {info['bytes']}")
+        if crc != info["crc32"]:
+            raise StoreError(f"damaged store {path}: {name} fails its checksum "
+                             f"(crc32 {crc}, manifest says {info['crc32']})")
+
+
+def _identity(path):
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+def _first_line(e) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
+
+
+def _what(e) -> str:
+    if isinstance(e, KeyError):
+        return repr(e.args[0]) if e.args else "a field"
+    return f"a field ({_first_line(e)})"
+
+
+def _count(value, what) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"{what} = {value!r}")
+    return value
+
+
+def _ints(column) -> np.ndarray:
+    if column.null_count:
+        raise ValueError("null values")
+    return column.to_numpy()
 
 
 def _label_key(v) -> str:
     return str(v)
 
 
-def _read_manifest(path):
+def _read_manifest(path, check_files=True):
     if not os.path.isdir(path):
         raise StoreError(f"no graph store at {path}" + (" (it is a file)" if os.path.exists(path) else ""))
     mpath = os.path.join(path, fmt.MANIFEST)
     if not os.path.isfile(mpath):
         raise StoreError(f"{path} is not a graph store: {fmt.MANIFEST} is missing")
     try:
-        with open(mpath) as f:
+        with open(mpath, encoding="utf-8") as f:
             m = json.load(f)
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise StoreError(f"damaged store {path}: {fmt.MANIFEST} is not valid JSON ({e})") from None
+    except (ValueError, UnicodeDecodeError, RecursionError) as e:
+        raise StoreError(f"damaged store {path}: {fmt.MANIFEST} is not valid JSON ({_first_line(e)})") from None
+    except OSError as e:
+        raise StoreError(f"cannot read {os.path.join(path, fmt.MANIFEST)}: {e.strerror or e}") from None
     if not isinstance(m, dict) or m.get("format") != "sgsi-store":
         raise StoreError(f"{path} is not a graph store: {fmt.MANIFEST} is not an sgsi manifest")
     if m.get("version") != fmt.FORMAT_VERSION:
         raise StoreError(f"store {path} has format version {m.get('version')}; this sgsi reads version "
                          f"{fmt.FORMAT_VERSION} (rebuild the store)")
-    for name, info in m.get("files", {}).items():
+    files = m.get("files")
+    if not isinstance(files, dict):
+        raise StoreError(f"damaged store {path}: {fmt.MANIFEST} lists no files")
+    for name in STORE_FILES:
+        if name not in files:
+            raise StoreError(f"damaged store {path}: {fmt.MANIFEST} does not list {name}")
+    for name, info in files.items():
+        if (not isinstance(name, str) or os.path.basename(name) != name or name in (".", "..")
+                or not isinstance(info, dict) or not isinstance(info.get("bytes"), int)
+                or not isinstance(info.get("crc32"), str)):
+            raise StoreError(f"damaged store {path}: {fmt.MANIFEST} has a bad entry for file {name!r}")
+        if not check_files:
+            continue
         fp = os.path.join(path, name)
         if not os.path.isfile(fp):
             raise StoreError(f"damaged store {path}: {name} is missing")

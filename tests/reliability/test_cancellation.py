@@ -1,0 +1,227 @@
+"""Cancellation: a query stopped early stops the engine, frees its memory and leaves no files.
+
+The queries here have astronomically many matches (a 7-vertex path on a
+dense random graph), so only a working stop ends them; each bound below
+is a liveness bound, generous on a slow 2-core CI machine, not a speed
+measurement.
+"""
+
+import gc
+import os
+import signal
+import threading
+import time
+import tracemalloc
+
+import duckdb
+import pyarrow as pa
+import pytest
+
+import reliability_helpers as rh
+import sgsi
+from sgsi.errors import Cancelled
+
+#: Seconds a stopped query may take to end (a full run would take days).
+STOP_BOUND = 20
+
+
+def _q(s):
+    return "'" + str(s).replace("'", "''") + "'"
+
+
+@pytest.fixture(scope="module")
+def dgraph(dense):
+    g = sgsi.open(dense["store"])
+    # warm up (lazy imports, the store's caches) so that what a query leaves behind can be measured
+    g.match(rh.HUGE, device="cpu", memory_budget=dense["budget"], limit=100).read_all()
+    yield g
+    g.close()
+
+
+def _traced(fn):
+    """Run fn with tracemalloc on; return (fn(), memory still held after gc)."""
+    gc.collect()
+    tracemalloc.start()
+    try:
+        base = tracemalloc.get_traced_memory()[0]
+        result = fn()
+        gc.collect()
+        return result, tracemalloc.get_traced_memory()[0] - base
+    finally:
+        tracemalloc.stop()
+
+
+@pytest.mark.parametrize("how", ["close", "with", "del", "limit"])
+def test_stopping_a_reader_early_stops_the_engine(dgraph, dense, how):
+    finished = []
+
+    def run():
+        dgraph.last_stats = {}
+        if how == "limit":
+            t = dgraph.match(rh.HUGE, device="cpu", memory_budget=dense["budget"], limit=5000).read_all()
+            assert t.num_rows == 5000
+        else:
+            reader = dgraph.match(rh.HUGE, device="cpu", memory_budget=dense["budget"])
+            if how == "with":
+                with reader:
+                    for _ in range(3):
+                        reader.read_next_batch()
+            else:
+                for _ in range(3):
+                    reader.read_next_batch()
+                if how == "close":
+                    reader.close()
+                    # the engine ended at close(), while the reader object is still referenced
+                    finished.append(bool(dgraph.last_stats))
+                    with pytest.raises(Exception):
+                        reader.read_next_batch()
+                del reader
+        finished.append(bool(dgraph.last_stats))
+    _, held = _traced(run)
+    assert all(finished)                   # the generator's finally ran: the engine is gone
+    assert held < 256 * 1024, held         # and so is what it held
+    assert dgraph.count("(a)-->(b)", device="cpu") > 0      # the Graph is still fine
+
+
+def test_cancel_event_stops_count_and_match(dgraph, dense):
+    for run in (lambda ev: dgraph.count(rh.HUGE, device="cpu", memory_budget=dense["budget"], cancel=ev),
+                lambda ev: dgraph.match(rh.HUGE, device="cpu", memory_budget=dense["budget"], cancel=ev).read_all()):
+        ev = threading.Event()
+        timer = threading.Timer(0.5, ev.set)
+        timer.start()
+        t0 = time.monotonic()
+
+        def go():
+            # match(): the error reaches the reader through pyarrow's stream interface (see Graph.match)
+            with pytest.raises((Cancelled, pa.ArrowInvalid), match="query cancelled"):
+                run(ev)
+        _, held = _traced(go)
+        assert time.monotonic() - t0 < STOP_BOUND
+        assert held < 256 * 1024, held
+    assert dgraph.count("(a)-->(b)", device="cpu") > 0
+
+
+def test_cancel_callable_and_bad_cancel(dgraph):
+    deadline = time.monotonic() + 0.3
+    with pytest.raises(Cancelled, match="cancelled"):
+        dgraph.count(rh.HUGE, device="cpu", cancel=lambda: time.monotonic() > deadline)
+    with pytest.raises(sgsi.SgsiError, match="cancel must be"):
+        dgraph.count("(a)-->(b)", device="cpu", cancel=5)
+    # already set: nothing runs
+    ev = threading.Event()
+    ev.set()
+    with pytest.raises(Cancelled):
+        dgraph.count("(a)-->(b)", device="cpu", cancel=ev)
+
+
+def _interrupt_after(con, seconds, use_registration=None):
+    def fire():
+        time.sleep(seconds)
+        if use_registration is not None:
+            use_registration.interrupt()
+        else:
+            con.interrupt()
+    t = threading.Thread(target=fire)
+    t.start()
+    return t
+
+
+@pytest.mark.parametrize("sql", [
+    "SELECT count(*) FROM match({g}, {p})",
+    "SELECT * FROM match({g}, {p}) LIMIT 3",
+    "SELECT match_count({g}, {p})",
+])
+def test_duckdb_interrupt_stops_the_query(dense, scratch_root, sql):
+    con = duckdb.connect()
+    reg = sgsi.register(con, device="cpu", memory_budget=dense["budget"])
+    t = _interrupt_after(con, 0.7)
+    t0 = time.monotonic()
+    with pytest.raises(duckdb.Error) as err:
+        con.execute(sql.format(g=_q(dense["store"]), p=_q(rh.HUGE))).fetchall()
+    assert time.monotonic() - t0 < STOP_BOUND
+    t.join()
+    assert "cancel" in str(err.value).lower() or "interrupt" in str(err.value).lower(), err.value
+    # no scratch files left, and the connection still works
+    d = reg.scratch_dir
+    assert d is None or not os.path.exists(d) or not any(os.scandir(d)), os.listdir(d)
+    assert con.execute("SELECT 42").fetchall() == [(42,)]
+    (n,), = con.execute(f"SELECT match_count({_q(dense['store'])}, '(a)-->(b)')").fetchall()
+    assert n > 0
+    rows = con.execute(f"SELECT count(*) FROM match({_q(dense['store'])}, '(a)-->(b)')").fetchall()
+    assert rows == [(n,)]
+    con.close()
+    assert list(scratch_root.iterdir()) == []
+
+
+def test_registration_interrupt_on_a_cursor(dense, scratch_root):
+    con = duckdb.connect()
+    cur = con.cursor()
+    reg = sgsi.register(cur, device="cpu", memory_budget=dense["budget"])
+    t = _interrupt_after(cur, 0.7, use_registration=reg)
+    with pytest.raises(duckdb.Error):
+        cur.execute(f"SELECT count(*) FROM match({_q(dense['store'])}, {_q(rh.HUGE)})").fetchall()
+    t.join()
+    assert cur.execute("SELECT 1").fetchall() == [(1,)]
+    cur.close()
+    con.close()
+    assert list(scratch_root.iterdir()) == []
+
+
+def test_interrupt_of_an_idle_connection_is_harmless(social):
+    con = duckdb.connect()
+    sgsi.register(con, device="cpu")
+    con.interrupt()
+    (n,), = con.execute(f"SELECT match_count({_q(social['store'])}, '(a)-->(b)')").fetchall()
+    assert n == len(rh.expected_rows(social, "(a)-->(b)"))
+    con.close()
+
+
+# ---------------------------------------------------------------------------
+# The command line: Ctrl-C and SIGTERM
+# ---------------------------------------------------------------------------
+
+
+def _start_and_signal(args, sig, delay=2.5):
+    p = rh.spawn_sgsi(*args)
+    time.sleep(delay)            # past start-up: the query is running (it would run for days)
+    assert p.poll() is None, p.communicate()
+    p.send_signal(sig)
+    return rh.wait_exit(p, STOP_BOUND)
+
+
+def test_ctrl_c_stops_sgsi_count(dense):
+    rc, out, err, _ = _start_and_signal(["count", dense["store"], rh.HUGE, "--device", "cpu",
+                                         "--memory-budget", dense["budget"]], signal.SIGINT)
+    assert rc == 130, err
+    assert rh.assert_one_line(err, "sgsi: interrupted")
+    assert out == ""
+
+
+@pytest.mark.parametrize("sig, code, word", [(signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "terminated")])
+def test_interrupted_match_output_leaves_no_file(dense, tmp_path, sig, code, word):
+    out = tmp_path / "out.parquet"
+    rc, _, err, _ = _start_and_signal(["match", dense["store"], rh.HUGE, "--output", out, "--device", "cpu",
+                                       "--memory-budget", dense["budget"]], sig)
+    assert rc == code, err
+    rh.assert_one_line(err, f"sgsi: {word}")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_ctrl_c_during_build_leaves_nothing(tmp_path):
+    import numpy as np
+    rng = np.random.default_rng(5)
+    n = 400_000
+    e = rh.write_edges(tmp_path / "e.parquet", rng.integers(0, 50_000, n), rng.integers(0, 50_000, n),
+                       rng.choice(["A", "B", "C"], n))
+    out = tmp_path / "g.sgsi"
+    p = rh.spawn_sgsi("build", "--edges", e, "--out", out, "--memory-budget", "256KB")
+    for line in p.stderr:          # progress lines: stop it in the middle
+        if "partitions" in line or "signatures" in line:
+            break
+    p.send_signal(signal.SIGINT)
+    rc, _, err, _ = rh.wait_exit(p, STOP_BOUND)
+    if rc == 0:
+        pytest.skip("the build finished before the signal")
+    assert rc == 130, err
+    assert "Traceback" not in err and err.strip().splitlines()[-1] == "sgsi: interrupted", err
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["e.parquet"]
