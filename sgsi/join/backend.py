@@ -103,10 +103,7 @@ class CpuBackend:
         if vals.size == 0:
             return
         # Rank of each survivor within its row (rows come in runs).
-        new = np.r_[True, rid[1:] != rid[:-1]]
-        start = np.flatnonzero(new)
-        rank = np.arange(rid.size) - np.repeat(start, np.diff(np.r_[start, rid.size]))
-        gba[F[rid] + fill[rid] + rank] = vals
+        gba[F[rid] + fill[rid] + rank_in_runs(np, self, rid)] = vals
         fill += np.bincount(rid, minlength=fill.size)
 
     def popcount(self, bits):
@@ -116,6 +113,14 @@ class CpuBackend:
         """Membership of vertex ids ``v`` in a bitset."""
         v = v.astype(np.int64, copy=False)
         return ((bits[v >> 5] >> (v & 31).astype(np.uint32)) & np.uint32(1)).astype(bool)
+
+
+def rank_in_runs(xp, backend, ids):
+    """Rank of each element within its run of equal (adjacent) ids."""
+    new = xp.concatenate([xp.ones(1, bool), ids[1:] != ids[:-1]])
+    start = xp.flatnonzero(new)
+    lengths = xp.diff(xp.concatenate([start, xp.asarray([ids.size], dtype=start.dtype)]))
+    return xp.arange(ids.size) - start[backend.repeat_index(lengths)]
 
 
 def gpu_available() -> bool:

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..partition import pcsr
+from .backend import rank_in_runs
 from .plan import QueryPlan, Step
 from .stream import neighbour_lists
 
@@ -226,7 +227,7 @@ class Engine:
             own = owner[keep] + lo
             if own.size == 0:
                 continue
-            gba[F[own] + fill[own] + _rank_in_runs(xp, backend, own)] = nb[keep]
+            gba[F[own] + fill[own] + rank_in_runs(xp, backend, own)] = nb[keep]
             fill += backend.bincount(own, nd)
 
         # Each tuple's entries: the buffer of its first-link vertex.
@@ -317,14 +318,6 @@ def _distinct_tuples(xp, backend, cols):
     row_tuple = xp.empty(n, dtype=xp.int64)
     row_tuple[order] = tid_sorted
     return row_tuple, [c[new] for c in srt]
-
-
-def _rank_in_runs(xp, backend, ids):
-    """Rank of each element within its run of equal (adjacent) ids."""
-    new = xp.concatenate([xp.ones(1, bool), ids[1:] != ids[:-1]])
-    start = xp.flatnonzero(new)
-    lengths = xp.diff(xp.concatenate([start, xp.asarray([ids.size], dtype=start.dtype)]))
-    return xp.arange(ids.size) - start[backend.repeat_index(lengths)]
 
 
 def _runs(xp, sorted_values):
