@@ -20,7 +20,11 @@ ROW_GROUP_ROWS = 1 << 17
 
 
 class _RowGroupWriter:
-    """Gathers batches into row groups of ``ROW_GROUP_ROWS`` rows for one file."""
+    """Gathers batches into row groups of ``ROW_GROUP_ROWS`` rows for one file.
+
+    After a failed write (disk full: pyarrow then closes the file), close()
+    writes nothing more, so the write's own error is the one raised.
+    """
 
     def __init__(self, path, schema, compression):
         self.writer = pq.ParquetWriter(path, schema, compression=compression)
@@ -28,6 +32,7 @@ class _RowGroupWriter:
         self.pending = []
         self.pending_rows = 0
         self.rows = 0
+        self.failed = False
 
     def write(self, batch):
         self.pending.append(batch)
@@ -39,10 +44,20 @@ class _RowGroupWriter:
     def _flush(self):
         if self.pending_rows:
             table = pa.Table.from_batches(self.pending, schema=self.schema)
-            self.writer.write_table(table, row_group_size=ROW_GROUP_ROWS)
+            try:
+                self.writer.write_table(table, row_group_size=ROW_GROUP_ROWS)
+            except BaseException:
+                self.failed = True
+                raise
         self.pending, self.pending_rows = [], 0
 
     def close(self):
+        if self.failed:
+            try:
+                self.writer.close()
+            except Exception:
+                pass        # the file is already closed, or as broken as the write that failed
+            return
         self._flush()
         self.writer.close()
 

@@ -13,6 +13,8 @@ import pyarrow.parquet as pq
 import pytest
 
 import sgsi
+from oracle import oracle_matches
+from sgsi.cli import main
 from sgsi.errors import BudgetError, InputError, SgsiError
 
 
@@ -183,10 +185,42 @@ def test_null_vertex_ids(tmp_path, good):
     fails(tmp_path, ["v.parquet", "3 null values", "'id'"], edges=e, vertices=v)
 
 
-def test_null_vertex_labels(tmp_path, good):
+def test_null_vertex_labels_are_no_label(tmp_path, capsys):
+    """A null vertex label means no label, as for a vertex the vertex files do not list."""
+    edges = [(1, 2, "K"), (2, 3, "K"), (3, 1, "L"), (3, 4, "K"), (4, 5, "K"), (5, 1, "L"), (2, 5, "K"), (4, 1, "K")]
+    vlabels = {1: "A", 2: None, 3: "A", 4: None, 6: None, 7: "B"}     # 5: not listed; 6, 7: on no edge
+    e = parquet(tmp_path / "e.parquet", src=[s for s, _, _ in edges], dst=[d for _, d, _ in edges],
+                label=[l for _, _, l in edges])
+    v = parquet(tmp_path / "v.parquet", id=list(vlabels), label=list(vlabels.values()))
+    with sgsi.build(str(tmp_path / "g.sgsi"), edges=e, vertices=v) as g:
+        for p in ["(a:A)-->(b)", "(a)-->(b)", "(a)-[:K]->(b:A)", "(a:A)-->(b)-->(c:A)", "(a)-->(b)-->(c)",
+                  "(a:A)", "(a)", "(a:B)"]:
+            want = oracle_matches(edges, vlabels, p)
+            assert g.count(p, device="cpu") == len(want), p
+        t = g.match("(a:A)-->(b)", device="cpu").read_all()
+        assert sorted(zip(t["a"].to_pylist(), t["b"].to_pylist())) == [(1, 2), (3, 1), (3, 4)]
+        assert g.store.manifest["vertex_labels"] == {"values": ["A", "B"], "frequency": [2, 1], "unlabeled": 4}
+    assert main(["info", str(tmp_path / "g.sgsi")]) == 0
+    assert "vertex labels  2 (+ 4 unlabeled vertices)" in capsys.readouterr().out
+
+
+def test_vertex_label_columns_of_only_nulls(tmp_path, good):
+    """A label column of the null type (only nulls) in some vertex files, strings in others."""
     e, _ = good
-    v = parquet(tmp_path / "v.parquet", id=[1, 2, 3], label=["A", None, "B"])
-    fails(tmp_path, ["v.parquet", "1 null value", "'label'"], edges=e, vertices=v)
+    n = str(tmp_path / "n.parquet")
+    pq.write_table(pa.table({"id": [1, 2], "label": pa.array([None, None])}), n)
+    s = parquet(tmp_path / "s.parquet", id=[3], label=["A"])
+    for files, labeled in [([n], 0), ([n, s], 1), ([s, n], 1)]:
+        with sgsi.build(str(tmp_path / "g.sgsi"), edges=e, vertices=files, force=True) as g:
+            assert g.count("(a:A)", device="cpu") == labeled
+            assert g.count("(a)-[:K]->(b)", device="cpu") == 2
+            assert g.store.manifest["vertex_labels"]["unlabeled"] == 3 - labeled
+
+
+def test_vertex_with_a_label_and_a_null_label(tmp_path, good):
+    e, _ = good
+    v = parquet(tmp_path / "v.parquet", id=[1, 2, 1], label=["A", "B", None])
+    fails(tmp_path, ["vertex 1", "a label in one row", "none (null) in another"], edges=e, vertices=v)
 
 
 def test_vertex_with_two_labels(tmp_path, good):

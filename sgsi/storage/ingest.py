@@ -211,11 +211,13 @@ def _kind(t: pa.DataType) -> str:
     return str(t)
 
 
-def _check_columns(files, needed, optional, what):
+def _check_columns(files, needed, optional, what, nullable=()):
     """Check column presence and types; returns {column: kind} and which optionals exist.
 
     A column whose integer type differs between files (int32 here, int64
-    there) gets the kind ``integer-mixed`` and is read as BIGINT.
+    there) gets the kind ``integer-mixed`` and is read as BIGINT. A
+    ``nullable`` column may have the null type (only nulls) in some files:
+    its kind is then ``null`` in all files, or ``KIND-mixed``.
     """
     kinds = {}
     types_seen = {}
@@ -233,6 +235,9 @@ def _check_columns(files, needed, optional, what):
             present_opt.setdefault(col, set()).add(has)
         for col in list(needed) + [c for c in optional if c in names]:
             k = _kind(schema.field(col).type)
+            if k == "null" and col in nullable:
+                types_seen.setdefault(col, set()).add(k)
+                continue
             if k not in ("integer", "string"):
                 raise InputError(f"{f}: column {col!r} has type {k}; ids and labels must be integers or strings")
             kinds.setdefault(col, {}).setdefault(k, f)
@@ -246,7 +251,9 @@ def _check_columns(files, needed, optional, what):
             raise InputError(f"column {col!r} holds {k1}s in {f1} but {k2}s in {f2}")
     out = {c: next(iter(k)) for c, k in kinds.items()}
     for c, types in types_seen.items():
-        if out.get(c) == "integer" and len(types) > 1:
+        if "null" in types:
+            out[c] = f"{out[c]}-mixed" if c in out else "null"
+        elif out.get(c) == "integer" and len(types) > 1:
             out[c] = "integer-mixed"
     return out, {c: True in v for c, v in present_opt.items()}
 
@@ -262,14 +269,15 @@ def _load_parquet(con, edges, vertices, src, dst, label, id_col, vertex_label):
     lab = _column_sql(label_name, ekinds.get(label_name)) if has_edge_labels else "0"
     con.execute(f"CREATE VIEW raw AS SELECT {_column_sql(src, ekinds[src])} AS s, "
                 f"{_column_sql(dst, ekinds[dst])} AS d, {lab} AS l, "
-                f"filename AS f FROM read_parquet({lst}, filename=true)")
+                f"filename AS f FROM read_parquet({lst}{_read_options(ekinds)})")
     _check_nulls(con, "raw", {"s": src, "d": dst, "l": label_name if has_edge_labels else None})
 
     has_vertex_labels = False
     if vertices is not None:
         vfiles = _expand(vertices, "vertex")
         vl_name = vertex_label or "label"
-        vkinds, vopt = _check_columns(vfiles, [id_col], {vl_name: vertex_label is not None}, "vertex")
+        vkinds, vopt = _check_columns(vfiles, [id_col], {vl_name: vertex_label is not None}, "vertex",
+                                      nullable=[vl_name])
         if vkinds[id_col].split("-")[0] != ekinds[src].split("-")[0]:
             raise InputError(f"vertex ids are {vkinds[id_col]}s but edge ids are {ekinds[src]}s")
         has_vertex_labels = vopt[vl_name]
@@ -277,14 +285,23 @@ def _load_parquet(con, edges, vertices, src, dst, label, id_col, vertex_label):
         vlab = _column_sql(vl_name, vkinds.get(vl_name)) if has_vertex_labels else "NULL"
         con.execute(f"CREATE VIEW vraw AS SELECT {_column_sql(id_col, vkinds[id_col])} AS id, {vlab} AS label, "
                     f"filename AS f "
-                    f"FROM read_parquet({vlst}, filename=true)")
-        _check_nulls(con, "vraw", {"id": id_col, "label": vl_name if has_vertex_labels else None})
-        bad = con.execute("SELECT id FROM vraw GROUP BY id HAVING count(DISTINCT label) > 1 LIMIT 1").fetchone()
-        if bad:
+                    f"FROM read_parquet({vlst}{_read_options(vkinds)})")
+        _check_nulls(con, "vraw", {"id": id_col})        # a null label is no label
+        bad = con.execute("SELECT id, count(DISTINCT label) FROM vraw GROUP BY id "
+                          "HAVING count(DISTINCT label) + bool_or(label IS NULL)::INTEGER > 1 LIMIT 1").fetchone()
+        if bad and bad[1] > 1:
             raise InputError(f"vertex {bad[0]!r} has more than one label in the vertex files")
+        if bad:
+            raise InputError(f"vertex {bad[0]!r} has a label in one row of the vertex files and none (null) in another")
     else:
         con.execute("CREATE VIEW vraw AS SELECT s AS id, NULL AS label FROM raw WHERE false")
     return has_edge_labels, has_vertex_labels, efiles + (_expand(vertices, "vertex") if vertices else [])
+
+
+def _read_options(kinds):
+    """read_parquet options: each file read with its own types where a column's type differs between files."""
+    mixed = any(k.endswith("-mixed") for k in kinds.values())
+    return ", filename=true" + (", union_by_name=true" if mixed else "")
 
 
 def _column_sql(name, kind):

@@ -49,6 +49,25 @@ def test_ids_of_different_kinds_across_files(tmp_path):
     assert not os.path.exists(tmp_path / "g.sgsi") and rh.leftovers(tmp_path, "g.sgsi") == []
 
 
+def test_integer_widths_across_files(tmp_path):
+    """int32 ids in one file, int64 ids above 2^31 in the next and uint8 in a third: each read with its own type."""
+    a = rh.write_edges(tmp_path / "i32.parquet", pa.array([1, 2], pa.int32()), pa.array([2, 3], pa.int32()))
+    b = rh.write_edges(tmp_path / "i64.parquet", pa.array([3, 2**40], pa.int64()), pa.array([2**40, 1], pa.int64()))
+    c = rh.write_edges(tmp_path / "u8.parquet", pa.array([7], pa.uint8()), pa.array([1], pa.uint8()))
+    with sgsi.build(str(tmp_path / "g.sgsi"), edges=[a, b, c]) as g:
+        assert rh.rows_of(g.match("(a)-->(b)-->(c)-->(d)-->(a)", device="cpu")) == sorted(
+            [(1, 2, 3, 2**40), (2, 3, 2**40, 1), (3, 2**40, 1, 2), (2**40, 1, 2, 3)])
+        assert g.count("(a)-->(b)", device="cpu") == 5
+    v32 = str(tmp_path / "v32.parquet")
+    v64 = str(tmp_path / "v64.parquet")
+    pq.write_table(pa.table({"id": pa.array([1, 2], pa.int32()), "label": pa.array([5, 6], pa.int32())}), v32)
+    pq.write_table(pa.table({"id": pa.array([2**40], pa.int64()), "label": pa.array([2**40], pa.int64())}), v64)
+    with sgsi.build(str(tmp_path / "v.sgsi"), edges=[a, b, c], vertices=[v32, v64]) as g:
+        assert rh.rows_of(g.match(f"(a:5)-->(b:6)-->(c)-->(d:{2**40})", device="cpu")) == [(1, 2, 3, 2**40)]
+    s = rh.write_edges(tmp_path / "strs.parquet", ["x"], ["y"])
+    with pytest.raises(InputError, match=r"column 'src' holds integers in .*i32\.parquet but strings in .*strs\.parquet"):
+        sgsi.build(str(tmp_path / "s.sgsi"), edges=[a, b, s])
+    assert rh.leftovers(tmp_path, "s.sgsi") == []
 
 
 def test_uint64_ids_beyond_int64(tmp_path):

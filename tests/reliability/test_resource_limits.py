@@ -11,6 +11,7 @@ import sys
 
 import duckdb
 import numpy as np
+import pyarrow as pa
 import pytest
 
 import reliability_helpers as rh
@@ -109,6 +110,31 @@ def test_cli_match_output_larger_than_disk(dense, tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+def test_results_writer_reports_the_first_error(tmp_path, monkeypatch):
+    """A write that fails on a full disk raises its OSError, not the "closed file" error of the cleanup after it."""
+    schema = pa.schema([("a", pa.int64())])
+    real = results.pq.ParquetWriter
+
+    class FullDisk(real):
+        """Fails like pyarrow on a full disk: the first write raises, the file is closed after it."""
+        failed = False
+
+        def write_table(self, *a, **k):
+            if not FullDisk.failed:
+                FullDisk.failed = True
+                raise OSError(errno.ENOSPC, "Error writing bytes to file. Detail: [errno 28] No space left on device")
+            raise pa.ArrowInvalid("Operation on closed file")      # what pyarrow says next (seen on a tmpfs)
+
+    monkeypatch.setattr(results.pq, "ParquetWriter", FullDisk)
+    batches = [pa.record_batch([pa.array(range(results.ROW_GROUP_ROWS))], schema=schema)] * 2
+    with pytest.raises(OSError) as err:
+        results.write_parquet(pa.RecordBatchReader.from_batches(schema, iter(batches)), tmp_path / "o.parquet")
+    assert err.value.errno == errno.ENOSPC, repr(err.value)
+    assert list(tmp_path.iterdir()) == []
+    FullDisk.failed = False
+    with pytest.raises(OSError) as err:
+        results.write_parquet_parts(pa.RecordBatchReader.from_batches(schema, iter(batches)), tmp_path)
+    assert err.value.errno == errno.ENOSPC, repr(err.value)
 
 
 def test_python_match_to_parquet_on_a_full_disk(dense, tmp_path, monkeypatch):
