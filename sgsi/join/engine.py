@@ -18,10 +18,13 @@ array per matched pattern vertex) by the next pattern vertex u:
    new table; each old column is repeated num(buf_i) times and the buffer
    entries become the new column. The join runs once: no count-then-join.
 
-Chunks are bounded by the memory budget: a chunk whose GBA would overflow is
-split, and the pieces are carried through the remaining steps depth first,
-so memory stays bounded whatever the number of matches. In count-only mode
-the last step counts without materialising.
+Chunks are bounded by the memory budget, which the steps share: a chunk
+whose GBA would overflow is split into pieces (rows sharing a first-link
+vertex stay together, so its list is streamed once), and each piece's output
+leaves in slices that are carried through the remaining steps depth first,
+on an explicit stack. Memory stays bounded whatever the number of matches
+and however long the pattern. In count-only mode the last step counts
+without materialising.
 """
 
 from __future__ import annotations
@@ -52,16 +55,21 @@ _GBA_ENTRY_BYTES = 16
 
 @dataclass
 class Limits:
-    """Chunk sizes derived from a memory budget."""
+    """Chunk sizes derived from a memory budget.
+
+    The walk is depth first, so every join step of the pattern may hold a
+    piece, its buffers and one output slice at the same time: each of the
+    ``levels`` steps gets an equal share of the budget.
+    """
 
     gba_entries: int     # most buffer entries of one piece
     chunk_rows: int      # most rows of one intermediate chunk (before a step)
 
     @classmethod
-    def from_budget(cls, budget: int, width: int):
-        room = budget // 4
-        gba = max(64, room // _GBA_ENTRY_BYTES)
-        rows = max(32, room // (4 * max(width, 1) + 8))
+    def from_budget(cls, budget: int, width: int, levels: int = 1):
+        room = budget // (4 * max(levels, 1))
+        gba = max(16, room // _GBA_ENTRY_BYTES)
+        rows = max(4, room // (4 * max(width, 1) + 8))
         return cls(gba, rows)
 
 
@@ -71,7 +79,8 @@ class Engine:
     def __init__(self, store, plan: QueryPlan, backend, budget: int, replan=None):
         self.store, self.plan, self.backend = store, plan, backend
         self.xp = backend.xp
-        self.limits = Limits.from_budget(budget, len(plan.order))
+        self.budget = budget
+        self.limits = Limits.from_budget(budget, len(plan.order), len(plan.steps))
         self.stats = {"chunks": 0, "steps": 0, "replanned": 0}
         # Adaptive planning: run on the cheap plan first; if the join's work
         # outgrows the candidate sets by far before any result has left, start
@@ -111,60 +120,94 @@ class Engine:
         self.plan = self.replan()
         self.replan = None
         self.work_limit = None
+        self.limits = Limits.from_budget(self.budget, len(self.plan.order), len(self.plan.steps))
         self.stats["replanned"] = 1
 
     def _run(self, count_only):
+        """Depth first over the join steps, driven by an explicit stack.
+
+        ``stack[k]`` yields the chunks that have matched the first k + 1
+        pattern vertices; a chunk taken from the top is handed to the next
+        step, whose output slices become the new top. Only one output slice
+        per step is alive at a time, and the Python stack does not grow with
+        the pattern.
+        """
+        steps = self.plan.steps
+        stack = [self._roots()]
+        while stack:
+            chunk = next(stack[-1], None)
+            if chunk is None:
+                stack.pop()
+                continue
+            k = len(stack) - 1
+            if k == len(steps):
+                yield ("count", _n_rows(chunk)) if count_only else ("chunk", chunk)
+            elif count_only and k == len(steps) - 1:
+                yield ("count", sum(self._count(piece, step_sets, steps[k])
+                                    for piece, step_sets in self._pieces_with_sets(chunk, steps[k])))
+            else:
+                stack.append(self._step(chunk, steps[k]))
+
+    def _roots(self):
+        """Chunks of the first pattern vertex's candidates."""
         first = self.plan.order[0]
         ids_all = self.backend.bits_to_ids(self.plan.candidates[first], self.store.n_vertices)
         rows = self.limits.chunk_rows
         for a in range(0, int(ids_all.size), rows):
-            ids = ids_all[a:a + rows]
-            if not self.plan.steps:
-                yield ("count", int(ids.size)) if count_only else ("chunk", {first: ids})
-                continue
-            yield from self._extend({first: ids}, 0, count_only)
+            yield {first: ids_all[a:a + rows]}
 
-    def _extend(self, chunk, k, count_only):
-        """Depth first: join ``chunk`` with step k, then recurse on the pieces."""
-        step = self.plan.steps[k]
-        last = k == len(self.plan.steps) - 1
-        for piece, deg in self._pieces(chunk, step):
+    def _step(self, chunk, step: Step):
+        """One join step over ``chunk``: its output in slices of about ``chunk_rows`` rows."""
+        for piece, sets in self._pieces_with_sets(chunk, step):
+            yield from self._extension(piece, sets, step)
+
+    def _pieces_with_sets(self, chunk, step):
+        for piece, deg, window in self._pieces(chunk, step):
             self.stats["chunks"] += 1
-            if last and count_only:
-                yield ("count", self._join(piece, deg, step, count_only=True))
-                continue
-            new = self._join(piece, deg, step, count_only=False)
-            n = int(next(iter(new.values())).size)
-            if n == 0:
-                continue
-            if last:
-                yield ("chunk", new)
-                continue
-            rows = self.limits.chunk_rows
-            for a in range(0, n, rows):
-                sub = {u: col[a:a + rows] for u, col in new.items()} if n > rows else new
-                yield from self._extend(sub, k + 1, count_only)
+            yield piece, self._sets(piece, deg, step, window)
 
     def _pieces(self, chunk, step: Step):
-        """Split a chunk so that each piece's GBA holds at most about ``gba_entries``."""
+        """Split a chunk so that each piece's GBA holds at most about ``gba_entries``.
+
+        The GBA holds one buffer per distinct first-link vertex, so rows that
+        share that vertex stay in one piece and its list is streamed once. A
+        vertex whose list alone exceeds the cap is joined in windows of
+        ``gba_entries`` of its candidates, each a piece of its own.
+        Yields (piece, |N(v, l0)| per row, window or None).
+        """
         xp = self.xp
         e0 = step.links[0]
         deg = self._degrees(e0, chunk[e0.other])
         n = int(deg.size)
         if n == 0:
             return
-        cum = xp.cumsum(deg)
-        total = int(cum[-1])
         cap = self.limits.gba_entries
-        if total <= cap:
-            yield chunk, deg
+        if int(deg.sum()) <= cap:
+            yield chunk, deg, None
             return
-        # Rows whose buffer starts in [k*cap, (k+1)*cap) form piece k.
-        piece_of = (cum - deg) // cap
-        bounds = xp.flatnonzero(xp.diff(piece_of)) + 1
-        cuts = [0] + [int(b) for b in self.backend.to_host(bounds)] + [n]
-        for a, b in zip(cuts[:-1], cuts[1:]):
-            yield {u: col[a:b] for u, col in chunk.items()}, deg[a:b]
+        # Rows sorted by their first-link vertex; distinct vertices grouped greedily.
+        order = self.backend.argsort(chunk[e0.other])
+        chunk = {u: col[order] for u, col in chunk.items()}
+        deg = deg[order]
+        _v, vstart, vend = _runs(xp, chunk[e0.other])
+        vdeg = deg[vstart]
+        cum = xp.cumsum(vdeg)
+        group = (cum - vdeg) // cap
+        big = vdeg > cap
+        cut = xp.zeros(vdeg.size, dtype=bool)
+        cut[1:] = (group[1:] != group[:-1]) | big[1:] | big[:-1]
+        starts = self.backend.to_host(xp.flatnonzero(cut))
+        vs = [0] + [int(s) for s in starts] + [int(vdeg.size)]
+        vstart_h, vend_h = self.backend.to_host(vstart), self.backend.to_host(vend)
+        vdeg_h, big_h = self.backend.to_host(vdeg), self.backend.to_host(big)
+        for i, j in zip(vs[:-1], vs[1:]):       # one iteration per piece
+            a, b = int(vstart_h[i]), int(vend_h[j - 1])
+            piece = {u: col[a:b] for u, col in chunk.items()}
+            if big_h[i]:
+                for w0 in range(0, int(vdeg_h[i]), cap):
+                    yield piece, deg[a:b], (w0, w0 + cap)
+            else:
+                yield piece, deg[a:b], None
 
     # -- one join step -------------------------------------------------------------
 
@@ -190,7 +233,15 @@ class Engine:
             deg = xp.where(hit, d[pos].astype(xp.int64), deg)
         return deg
 
-    def _join(self, piece, deg, step: Step, count_only):
+    def _sets(self, piece, deg, step: Step, window):
+        """The candidate set S(t) of each distinct linking tuple t of the piece's rows.
+
+        Rows that map the linking vertices alike share one set: S(t) =
+        N(t0, l0) ∩ C(u) ∩ N(t1, l1) ∩ ... is found once, and each row later
+        takes S(t) minus its own vertices. ``window`` (w0, w1) keeps only the
+        w0-th to (w1-1)-th candidates of each first-link list (a hub's list in
+        parts). Returns a :class:`_Sets`.
+        """
         xp = self.xp
         backend, store = self.backend, self.store
         self.stats["steps"] += 1
@@ -198,9 +249,6 @@ class Engine:
         n = int(deg.size)
         cbits = self.plan.candidates[step.vertex]
 
-        # Rows that map the linking vertices alike get one buffer: the set
-        # S(t) = N(t0, l0) ∩ C(u) ∩ N(t1, l1) ∩ ... of their tuple t is found
-        # once, then each row takes S(t) minus its own vertices.
         row_tuple, tuples = _distinct_tuples(xp, backend, [piece[k.other] for k in links])
         t0 = tuples[0]                                   # sorted
         d0, dstart, dend = _runs(xp, t0)                 # distinct first-link vertices
@@ -211,6 +259,9 @@ class Engine:
         # distinct first-link vertices; one GBA holds all their buffers.
         d0deg = xp.zeros(nd, dtype=xp.int64)
         d0deg[tuple_d[row_tuple]] = deg                  # rows carry |N(v'_i, l0)| already
+        w0, w1 = window if window is not None else (0, None)
+        if window is not None:
+            d0deg = xp.clip(d0deg - w0, 0, w1 - w0)
         F = xp.zeros(nd + 1, dtype=xp.int64)
         F[1:] = xp.cumsum(d0deg)
         gba_size = int(F[-1])
@@ -218,7 +269,7 @@ class Engine:
         if self.work_limit is not None and self.work > self.work_limit and not self.emitted:
             raise _Replan()
         gba = xp.empty(gba_size, dtype=xp.int32)
-        fill = xp.zeros(nd, dtype=xp.int64)
+        seen = xp.zeros(nd, dtype=xp.int64)             # candidates met so far per vertex
 
         # First edge, streamed over the segments of l0 (Algorithm 4): buf_v += N_x(v, l0) ∩ C(u).
         p0 = store.partition(links[0].label_id, links[0].direction)
@@ -227,13 +278,20 @@ class Engine:
             own = owner[keep] + lo
             if own.size == 0:
                 continue
-            gba[F[own] + fill[own] + rank_in_runs(xp, backend, own)] = nb[keep]
-            fill += backend.bincount(own, nd)
+            vals = nb[keep]
+            rank = seen[own] + rank_in_runs(xp, backend, own)
+            seen += backend.bincount(own, nd)
+            if window is not None:
+                inside = (rank >= w0) & (rank < w1)
+                own, vals, rank = own[inside], vals[inside], rank[inside] - w0
+            gba[F[own] + rank] = vals
+        fill = seen if window is None else xp.clip(seen - w0, 0, w1 - w0)
 
         # Each tuple's entries: the buffer of its first-link vertex.
         tcnt = fill[tuple_d]
         etuple = backend.repeat_index(tcnt)
         evals = gba[pcsr.ragged_indices(F[:-1][tuple_d], tcnt, xp)]
+        del gba
 
         # Other linking edges (Algorithm 5): keep entries found in N(t_j, l_j).
         if len(links) > 1:
@@ -243,35 +301,54 @@ class Engine:
                     break
                 alive &= self._member(link, col, etuple, evals)
             etuple, evals = etuple[alive], evals[alive]
-        m = int(tuples[0].size)
-        scount = backend.bincount(etuple, m)
-        sstart = xp.cumsum(scount) - scount
-        conflict_cols = [piece[c] for c in step.conflicts]
+        scount = backend.bincount(etuple, int(t0.size))
+        return _Sets(row_tuple, etuple, evals, scount, xp.cumsum(scount) - scount)
 
-        if count_only:
-            # Σ_rows |S(t_i)| minus the rows' own vertices found in their S(t_i).
-            total = int(scount[row_tuple].sum())
-            if conflict_cols and evals.size:
-                skeys = (etuple.astype(xp.int64) << 32) | evals.astype(xp.int64)
-                rt = row_tuple.astype(xp.int64) << 32
-                for col in conflict_cols:
-                    q = rt | col.astype(xp.int64)
-                    pos = xp.minimum(xp.searchsorted(skeys, q), skeys.size - 1)
-                    total -= int((skeys[pos] == q).sum())
-            return total
+    def _count(self, piece, s, step: Step) -> int:
+        """Σ_rows |S(t_i)| minus the rows' own vertices found in their S(t_i) (count-only last step)."""
+        xp = self.xp
+        total = int(s.scount[s.row_tuple].sum())
+        if step.conflicts and s.evals.size:
+            skeys = (s.etuple.astype(xp.int64) << 32) | s.evals.astype(xp.int64)     # sorted
+            rt = s.row_tuple.astype(xp.int64) << 32
+            for c in step.conflicts:
+                q = rt | piece[c].astype(xp.int64)
+                pos = xp.minimum(xp.searchsorted(skeys, q), skeys.size - 1)
+                total -= int((skeys[pos] == q).sum())
+        return total
 
-        # Columnar extension (Algorithm 6): row i takes S(t_i) \ m_i.
-        rows = xp.arange(n)
-        RF = xp.zeros(n + 1, dtype=xp.int64)
-        RF[1:] = xp.cumsum(scount[row_tuple])
-        out_vals = xp.empty(int(RF[-1]), dtype=xp.int32)
-        rfill = xp.zeros(n, dtype=xp.int64)
-        backend.expand_rows(rows, row_tuple, evals, sstart, scount, conflict_cols, RF, rfill, out_vals)
-        erow = backend.repeat_index(rfill)
-        epos = RF[:-1][erow] + (xp.arange(erow.size) - (xp.cumsum(rfill) - rfill)[erow]) if erow.size else erow
-        out = {u: col[erow] for u, col in piece.items()}
-        out[step.vertex] = out_vals[epos]
-        return out
+    def _extension(self, piece, s, step: Step):
+        """Columnar extension (Algorithm 6), row i taking S(t_i) \\ m_i: yields the new
+        table in slices of about ``chunk_rows`` rows."""
+        xp, backend = self.xp, self.backend
+        per_row = s.scount[s.row_tuple]                   # outputs of each row, at most
+        n = int(per_row.size)
+        cum = xp.cumsum(per_row)
+        total = int(cum[-1]) if n else 0
+        if total == 0:
+            return
+        cap = self.limits.chunk_rows
+        if total <= cap:
+            cuts = [0, n]
+        else:
+            bounds = xp.flatnonzero(xp.diff((cum - per_row) // cap)) + 1
+            cuts = [0] + [int(b) for b in backend.to_host(bounds)] + [n]
+        for a, b in zip(cuts[:-1], cuts[1:]):
+            rt = s.row_tuple[a:b]
+            m = b - a
+            RF = xp.zeros(m + 1, dtype=xp.int64)
+            RF[1:] = xp.cumsum(per_row[a:b])
+            out_vals = xp.empty(int(RF[-1]), dtype=xp.int32)
+            rfill = xp.zeros(m, dtype=xp.int64)
+            conflict_cols = [piece[c][a:b] for c in step.conflicts]
+            backend.expand_rows(xp.arange(m), rt, s.evals, s.sstart, s.scount, conflict_cols, RF, rfill, out_vals)
+            erow = backend.repeat_index(rfill)
+            if erow.size == 0:
+                continue
+            epos = RF[:-1][erow] + (xp.arange(erow.size) - (xp.cumsum(rfill) - rfill)[erow])
+            out = {u: col[a:b][erow] for u, col in piece.items()}
+            out[step.vertex] = out_vals[epos]
+            yield out
 
     def _member(self, link, vcol, erow, evals):
         """For each buffer entry (row erow, value evals): is it in N(vcol[row], l)?"""
@@ -296,6 +373,21 @@ class Engine:
             pos = xp.minimum(xp.searchsorted(skeys, q), skeys.size - 1)
             found[sel] |= skeys[pos] == q
         return found
+
+
+@dataclass
+class _Sets:
+    """A piece's candidate sets: entries (etuple, evals) sorted by tuple then value."""
+
+    row_tuple: object    # tuple id of each row
+    etuple: object       # tuple of each entry
+    evals: object        # vertex of each entry
+    scount: object       # entries per tuple
+    sstart: object       # first entry of each tuple
+
+
+def _n_rows(chunk):
+    return int(next(iter(chunk.values())).size)
 
 
 def _distinct_tuples(xp, backend, cols):
