@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..partition import pcsr
+from . import membership
 from .backend import rank_in_runs
 from .plan import QueryPlan, Step
 from .stream import neighbour_lists
@@ -51,25 +51,22 @@ class _Replan(Exception):
 
 #: Bytes a GBA entry and its bookkeeping take (value, row id, flags).
 _GBA_ENTRY_BYTES = 16
+#: Bytes of a row's int64 temporaries in a join step (tuple id, degree, offsets, sort order).
+_ROW_TEMP_BYTES = 48
 
 
 @dataclass
 class Limits:
-    """Chunk sizes derived from a memory budget.
-
-    The walk is depth first, so every join step of the pattern may hold a
-    piece, its buffers and one output slice at the same time: each of the
-    ``levels`` steps gets an equal share of the budget.
-    """
+    """Chunk sizes derived from the part of the memory budget a join step may use."""
 
     gba_entries: int     # most buffer entries of one piece
     chunk_rows: int      # most rows of one intermediate chunk (before a step)
 
     @classmethod
-    def from_budget(cls, budget: int, width: int, levels: int = 1):
-        room = budget // (4 * max(levels, 1))
+    def from_budget(cls, budget: int, width: int):
+        room = max(budget, 0) // 8
         gba = max(16, room // _GBA_ENTRY_BYTES)
-        rows = max(4, room // (4 * max(width, 1) + 8))
+        rows = max(4, room // (4 * max(width, 1) + _ROW_TEMP_BYTES))
         return cls(gba, rows)
 
 
@@ -80,7 +77,6 @@ class Engine:
         self.store, self.plan, self.backend = store, plan, backend
         self.xp = backend.xp
         self.budget = budget
-        self.limits = Limits.from_budget(budget, len(plan.order), len(plan.steps))
         self.stats = {"chunks": 0, "steps": 0, "replanned": 0}
         # Adaptive planning: run on the cheap plan first; if the join's work
         # outgrows the candidate sets by far before any result has left, start
@@ -120,7 +116,6 @@ class Engine:
         self.plan = self.replan()
         self.replan = None
         self.work_limit = None
-        self.limits = Limits.from_budget(self.budget, len(self.plan.order), len(self.plan.steps))
         self.stats["replanned"] = 1
 
     def _run(self, count_only):
@@ -131,42 +126,59 @@ class Engine:
         step, whose output slices become the new top. Only one output slice
         per step is alive at a time, and the Python stack does not grow with
         the pattern.
+
+        ``held[k]`` is what level k holds while the deeper levels run (its
+        chunk, candidate sets and current slice, in bytes); a new step sizes
+        its pieces and slices from the budget left over, so the levels
+        together stay within the budget however long the pattern, and steps
+        under light levels get nearly all of it.
         """
         steps = self.plan.steps
-        stack = [self._roots()]
+        held = [0]
+        stack = [self._roots(self._limits(0), held)]
         while stack:
             chunk = next(stack[-1], None)
             if chunk is None:
                 stack.pop()
+                held.pop()
                 continue
             k = len(stack) - 1
+            lim = self._limits(sum(held))
             if k == len(steps):
                 yield ("count", _n_rows(chunk)) if count_only else ("chunk", chunk)
             elif count_only and k == len(steps) - 1:
                 yield ("count", sum(self._count(piece, step_sets, steps[k])
-                                    for piece, step_sets in self._pieces_with_sets(chunk, steps[k])))
+                                    for piece, step_sets in self._pieces_with_sets(chunk, steps[k], lim)))
             else:
-                stack.append(self._step(chunk, steps[k]))
+                held.append(0)
+                stack.append(self._step(chunk, steps[k], lim, held, k + 1))
 
-    def _roots(self):
+    def _limits(self, used):
+        """Limits of a step when the levels above it hold ``used`` bytes."""
+        return Limits.from_budget(self.budget - used, len(self.plan.order))
+
+    def _roots(self, lim, held):
         """Chunks of the first pattern vertex's candidates."""
         first = self.plan.order[0]
         ids_all = self.backend.bits_to_ids(self.plan.candidates[first], self.store.n_vertices)
-        rows = self.limits.chunk_rows
+        held[0] = int(ids_all.nbytes)
+        rows = lim.chunk_rows
         for a in range(0, int(ids_all.size), rows):
             yield {first: ids_all[a:a + rows]}
 
-    def _step(self, chunk, step: Step):
+    def _step(self, chunk, step: Step, lim, held, level):
         """One join step over ``chunk``: its output in slices of about ``chunk_rows`` rows."""
-        for piece, sets in self._pieces_with_sets(chunk, step):
-            yield from self._extension(piece, sets, step)
+        for piece, sets in self._pieces_with_sets(chunk, step, lim):
+            for out in self._extension(piece, sets, step, lim):
+                held[level] = _nbytes(chunk) + sets.nbytes + _nbytes(out)
+                yield out
 
-    def _pieces_with_sets(self, chunk, step):
-        for piece, deg, window in self._pieces(chunk, step):
+    def _pieces_with_sets(self, chunk, step, lim):
+        for piece, deg, window in self._pieces(chunk, step, lim):
             self.stats["chunks"] += 1
-            yield piece, self._sets(piece, deg, step, window)
+            yield piece, self._sets(piece, deg, step, window, lim)
 
-    def _pieces(self, chunk, step: Step):
+    def _pieces(self, chunk, step: Step, lim: Limits):
         """Split a chunk so that each piece's GBA holds at most about ``gba_entries``.
 
         The GBA holds one buffer per distinct first-link vertex, so rows that
@@ -181,7 +193,7 @@ class Engine:
         n = int(deg.size)
         if n == 0:
             return
-        cap = self.limits.gba_entries
+        cap = lim.gba_entries
         if int(deg.sum()) <= cap:
             yield chunk, deg, None
             return
@@ -233,7 +245,7 @@ class Engine:
             deg = xp.where(hit, d[pos].astype(xp.int64), deg)
         return deg
 
-    def _sets(self, piece, deg, step: Step, window):
+    def _sets(self, piece, deg, step: Step, window, lim: Limits):
         """The candidate set S(t) of each distinct linking tuple t of the piece's rows.
 
         Rows that map the linking vertices alike share one set: S(t) =
@@ -290,8 +302,11 @@ class Engine:
         # Each tuple's entries: the buffer of its first-link vertex.
         tcnt = fill[tuple_d]
         etuple = backend.repeat_index(tcnt)
-        evals = gba[pcsr.ragged_indices(F[:-1][tuple_d], tcnt, xp)]
-        del gba
+        # evals[e] = gba[F[first-link vertex of e's tuple] + rank of e in its tuple]
+        idx = (F[:-1][tuple_d] - (xp.cumsum(tcnt) - tcnt))[etuple]
+        idx += xp.arange(idx.size)
+        evals = xp.take(gba, idx)
+        del gba, idx
 
         # Other linking edges (Algorithm 5): keep entries found in N(t_j, l_j).
         if len(links) > 1:
@@ -299,8 +314,9 @@ class Engine:
             for link, col in zip(links[1:], tuples[1:]):
                 if not bool(alive.any()):
                     break
-                alive &= self._member(link, col, etuple, evals)
-            etuple, evals = etuple[alive], evals[alive]
+                alive &= self._member(link, col, etuple, evals, lim)
+            keep = xp.flatnonzero(alive)
+            etuple, evals = xp.take(etuple, keep), xp.take(evals, keep)
         scount = backend.bincount(etuple, int(t0.size))
         return _Sets(row_tuple, etuple, evals, scount, xp.cumsum(scount) - scount)
 
@@ -308,16 +324,28 @@ class Engine:
         """Σ_rows |S(t_i)| minus the rows' own vertices found in their S(t_i) (count-only last step)."""
         xp = self.xp
         total = int(s.scount[s.row_tuple].sum())
-        if step.conflicts and s.evals.size:
-            skeys = (s.etuple.astype(xp.int64) << 32) | s.evals.astype(xp.int64)     # sorted
-            rt = s.row_tuple.astype(xp.int64) << 32
-            for c in step.conflicts:
-                q = rt | piece[c].astype(xp.int64)
-                pos = xp.minimum(xp.searchsorted(skeys, q), skeys.size - 1)
-                total -= int((skeys[pos] == q).sum())
+        if not step.conflicts or s.evals.size == 0:
+            return total
+        # A row's own vertex can be in S(t) only within [min, max] of S(t) (each S(t) is
+        # sorted): test that first, binary-search only the rows left.
+        skeys = (s.etuple.astype(xp.int64) << 32) | s.evals.astype(xp.int64)         # sorted
+        nonempty = s.scount > 0
+        lo = xp.full(s.scount.size, -1, xp.int64)
+        hi = xp.full(s.scount.size, -2, xp.int64)
+        lo[nonempty] = s.evals[s.sstart[nonempty]]
+        hi[nonempty] = s.evals[s.sstart[nonempty] + s.scount[nonempty] - 1]
+        lr, hr = lo[s.row_tuple], hi[s.row_tuple]
+        for c in step.conflicts:
+            col = piece[c]
+            sel = xp.flatnonzero((col >= lr) & (col <= hr))
+            if sel.size == 0:
+                continue
+            q = (s.row_tuple[sel].astype(xp.int64) << 32) | col[sel].astype(xp.int64)
+            pos = xp.minimum(xp.searchsorted(skeys, q), skeys.size - 1)
+            total -= int((skeys[pos] == q).sum())
         return total
 
-    def _extension(self, piece, s, step: Step):
+    def _extension(self, piece, s, step: Step, lim: Limits):
         """Columnar extension (Algorithm 6), row i taking S(t_i) \\ m_i: yields the new
         table in slices of about ``chunk_rows`` rows."""
         xp, backend = self.xp, self.backend
@@ -327,7 +355,7 @@ class Engine:
         total = int(cum[-1]) if n else 0
         if total == 0:
             return
-        cap = self.limits.chunk_rows
+        cap = lim.chunk_rows
         if total <= cap:
             cuts = [0, n]
         else:
@@ -350,29 +378,11 @@ class Engine:
             out[step.vertex] = out_vals[epos]
             yield out
 
-    def _member(self, link, vcol, erow, evals):
-        """For each buffer entry (row erow, value evals): is it in N(vcol[row], l)?"""
-        xp = self.xp
-        backend, store = self.backend, self.store
-        found = xp.zeros(evals.size, dtype=bool)
-        if evals.size == 0:
-            return found
-        ev = vcol[erow]
-        order = backend.argsort(ev)
-        sev = ev[order]
-        uniq, ustart, uend = _runs(xp, sev)
-        keys = (ev.astype(xp.int64) << 32) | evals.astype(xp.int64)
-        p = store.partition(link.label_id, link.direction)
-        for lo, hi, nb, owner in neighbour_lists(store, backend, p, uniq):
-            # Keys (v, neighbour) come sorted: distinct v ascending, each list sorted.
-            skeys = (uniq[lo:hi][owner].astype(xp.int64) << 32) | nb.astype(xp.int64)
-            if skeys.size == 0:
-                continue
-            sel = order[int(ustart[lo]):int(uend[hi - 1])]
-            q = keys[sel]
-            pos = xp.minimum(xp.searchsorted(skeys, q), skeys.size - 1)
-            found[sel] |= skeys[pos] == q
-        return found
+    def _member(self, link, vcol, erow, evals, lim):
+        """For each buffer entry (tuple erow, value evals): is it in N(vcol[tuple], l)?
+        The bitset it builds is bounded like the GBA (``gba_entries`` int32 entries)."""
+        return membership.member(self.xp, self.backend, self.store, link, vcol, erow, evals,
+                                 cap=max(4096, 4 * lim.gba_entries))
 
 
 @dataclass
@@ -385,30 +395,50 @@ class _Sets:
     scount: object       # entries per tuple
     sstart: object       # first entry of each tuple
 
+    @property
+    def nbytes(self):
+        return sum(int(a.nbytes) for a in (self.row_tuple, self.etuple, self.evals, self.scount, self.sstart))
+
 
 def _n_rows(chunk):
     return int(next(iter(chunk.values())).size)
 
 
+def _nbytes(chunk):
+    return sum(int(col.nbytes) for col in chunk.values())
+
+
 def _distinct_tuples(xp, backend, cols):
     """Distinct rows of the columns ``cols``, sorted (first column major).
 
-    Returns (tuple id of each row, list of the tuples' columns).
+    Returns (tuple id of each row, list of the tuples' columns). One or two
+    columns sort as one int64 key (ids are non-negative int32), and not at
+    all when already sorted; rows come in runs, which a stable sort exploits.
     """
     n = int(cols[0].size)
-    if len(cols) == 1:
-        order = backend.argsort(cols[0])
+    if len(cols) <= 2:
+        key = cols[0] if len(cols) == 1 else (cols[0].astype(xp.int64) << 32) | cols[1].astype(xp.int64)
+        order = None if n < 2 or bool((key[1:] >= key[:-1]).all()) else backend.argsort(key)
+        skey = key if order is None else xp.take(key, order)
+        new = xp.empty(n, dtype=bool)
+        if n:
+            new[0] = True
+            xp.not_equal(skey[1:], skey[:-1], out=new[1:])
+        srt = list(cols) if order is None else [xp.take(c, order) for c in cols]
     else:
         order = backend.lexsort(cols[::-1])
-    srt = [c[order] for c in cols]
-    new = xp.zeros(n, dtype=bool)
-    if n:
-        new[0] = True
-        for c in srt:
-            new[1:] |= c[1:] != c[:-1]
+        srt = [c[order] for c in cols]
+        new = xp.zeros(n, dtype=bool)
+        if n:
+            new[0] = True
+            for c in srt:
+                new[1:] |= c[1:] != c[:-1]
     tid_sorted = xp.cumsum(new) - 1
-    row_tuple = xp.empty(n, dtype=xp.int64)
-    row_tuple[order] = tid_sorted
+    if order is None:
+        row_tuple = tid_sorted
+    else:
+        row_tuple = xp.empty(n, dtype=xp.int64)
+        row_tuple[order] = tid_sorted
     return row_tuple, [c[new] for c in srt]
 
 

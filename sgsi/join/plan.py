@@ -201,19 +201,29 @@ def _refine(store, backend, bits, inc):
         if cand.size == 0:
             continue
         union, inverse = xp.unique(cand, return_inverse=True)
-        # has[b, j]: union[j] has a neighbour in C(b) in this partition.
-        has = xp.zeros((n_pat, union.size), dtype=bool)
+        # has[i, j]: union[j] has a neighbour in C(ends[i]) in this partition.
+        ends = sorted({b for _, b in pairs})
+        far = stacked[ends]
+        has = xp.zeros((len(ends), union.size), dtype=bool)
         p = store.partition(lab, direction)
         for lo, hi, nb, owner in neighbour_lists(store, backend, p, union):
-            nb = nb.astype(xp.int64)
-            hit = ((stacked[:, nb >> 5] >> (nb & 31).astype(xp.uint32)) & xp.uint32(1)).astype(bool)
-            b_idx, e = xp.nonzero(hit)
-            flat = backend.bincount(b_idx * union.size + lo + owner[e], n_pat * union.size)
-            has |= flat.reshape(n_pat, union.size) > 0
+            if nb.size == 0:
+                continue
+            hit = (far[:, nb >> 5] >> (nb & 31).astype(xp.uint32)) & xp.uint32(1)
+            # Any hit per owner: owners come in sorted runs, so a prefix sum per run.
+            new = xp.empty(owner.size, dtype=bool)
+            new[0] = True
+            xp.not_equal(owner[1:], owner[:-1], out=new[1:])
+            start = xp.flatnonzero(new)
+            last = xp.concatenate([start[1:], xp.asarray([owner.size], dtype=start.dtype)]) - 1
+            cs = xp.cumsum(hit, axis=1, dtype=xp.int32)
+            tot = cs[:, last]
+            tot[:, 1:] -= cs[:, last[:-1]]
+            has[:, lo + owner[start]] |= tot > 0
         # A candidate v of a fails if some pattern neighbour b (through this partition) has no hit.
-        need = np.zeros((len(users), n_pat), np.float32)
+        need = np.zeros((len(users), len(ends)), np.float32)
         for a, b in pairs:
-            need[users.index(a), b] = 1
+            need[users.index(a), ends.index(b)] = 1
         missing = backend.to_device(need) @ (~has).astype(xp.float32)  # (users, union)
         ok = missing[owner_of, inverse.reshape(-1)] == 0
         rows = xp.asarray(users)[owner_of[ok]]

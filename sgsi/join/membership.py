@@ -1,0 +1,144 @@
+"""Later linking edges (Algorithm 5): is each buffer entry in N(t_j, l_j)?
+
+The entries of a piece come as (tuple, value) pairs, sorted by tuple and,
+within a tuple, by value; the tuples use far fewer distinct linking vertices
+than there are entries. So the lists of the distinct linking vertices are
+streamed once into a bitset, one row per vertex over the entries' value
+range, and each entry is then one bit lookup: linear passes and one gather,
+no sort of the entries. The bitset is bounded by ``cap`` bytes; wider value
+ranges are tested in blocks of linking vertices, and a single row too wide
+for the cap falls back to a binary search of (vertex, neighbour) keys.
+"""
+
+from __future__ import annotations
+
+from ..partition import pcsr
+from .stream import neighbour_lists
+
+
+def member(xp, backend, store, link, vcol, erow, evals, cap):
+    """For each entry i: is ``evals[i]`` in N(vcol[erow[i]], l)? (a bool array)
+
+    ``vcol`` holds the linking vertex of each tuple; ``erow`` the tuple of
+    each entry (sorted); ``cap`` bounds the bitset's bytes.
+    """
+    n = int(evals.size)
+    if n == 0:
+        return xp.zeros(0, dtype=bool)
+    p = store.partition(link.label_id, link.direction)
+    uniq, k_t = _link_index(xp, vcol)
+    xmin, xmax = int(evals.min()), int(evals.max())
+    b0 = xmin >> 3
+    width = (xmax >> 3) - b0 + 1                 # bytes per bitset row
+    if width > cap:
+        return _member_search(xp, backend, store, p, uniq, k_t, erow, evals)
+    per_block = max(1, cap // width)             # linking vertices per block
+    nd = int(uniq.size)
+    if nd <= per_block:
+        bits = _bitset(xp, backend, store, p, uniq, xmin, xmax, b0, width)
+        return _test(xp, bits, k_t * width - b0, erow, evals)
+    # Blocks of linking vertices: regroup the entries by block (a sort of tuples), test each.
+    found = xp.empty(n, dtype=bool)
+    block_t = k_t // per_block
+    ot = backend.argsort(block_t)
+    tstart = xp.searchsorted(erow, xp.arange(int(vcol.size) + 1))
+    cnt = xp.diff(tstart)[ot]
+    perm = pcsr.ragged_indices(tstart[:-1][ot], cnt, xp)            # entries, block-major
+    ecum = xp.zeros(cnt.size + 1, dtype=xp.int64)
+    ecum[1:] = xp.cumsum(cnt)
+    nblocks = (nd + per_block - 1) // per_block
+    ecut = backend.to_host(ecum[xp.searchsorted(block_t[ot], xp.arange(nblocks + 1))])
+    for b in range(nblocks):                     # a loop over blocks of the bitset
+        e0, e1 = int(ecut[b]), int(ecut[b + 1])
+        if e1 == e0:
+            continue
+        r0, r1 = b * per_block, min(nd, (b + 1) * per_block)
+        sel = perm[e0:e1]
+        ev = xp.take(evals, sel)
+        lo, hi = int(ev.min()), int(ev.max())
+        bb0 = lo >> 3
+        w = (hi >> 3) - bb0 + 1
+        bits = _bitset(xp, backend, store, p, uniq[r0:r1], lo, hi, bb0, w)
+        found[sel] = _test(xp, bits, (k_t - r0) * w - bb0, xp.take(erow, sel), ev)
+    return found
+
+
+def _test(xp, bits, rowbase, erow, evals):
+    """Bit ``evals & 7`` of byte ``rowbase[erow] + (evals >> 3)`` of ``bits``, as bool."""
+    idx = xp.take(rowbase, erow)
+    idx += evals >> 3
+    byte = xp.take(bits, idx)
+    byte >>= evals.astype(xp.uint8) & xp.uint8(7)      # the low 3 bits survive the cast
+    byte &= xp.uint8(1)
+    return byte.view(bool)
+
+
+def _bitset(xp, backend, store, p, uniq, xmin, xmax, b0, width):
+    """uint8 rows of ``width`` bytes, one per vertex of ``uniq``: bit x - 8*b0 set iff x in N(v, l)."""
+    bits = xp.zeros(int(uniq.size) * width, dtype=xp.uint8)
+    for lo, _hi, nb, owner in neighbour_lists(store, backend, p, uniq):
+        ok = (nb >= xmin) & (nb <= xmax)
+        nb = nb[ok]
+        if nb.size == 0:
+            continue
+        # (vertex, neighbour) pairs come sorted and distinct: byte positions are sorted and
+        # the bits of one byte distinct, so their sum is their OR.
+        byte = (owner[ok] + lo) * width + ((nb >> 3) - b0)
+        ub, uv = _or_runs(xp, byte, xp.left_shift(xp.int32(1), nb & 7))
+        bits[ub] |= uv                  # |=: a vertex's list may continue in the next segment
+    return bits
+
+
+def _or_runs(xp, byte, val):
+    """For sorted ``byte`` positions: the distinct positions and the sum of ``val`` over each run."""
+    new = xp.empty(byte.size, dtype=bool)
+    new[0] = True
+    xp.not_equal(byte[1:], byte[:-1], out=new[1:])
+    st = xp.flatnonzero(new)
+    cs = xp.cumsum(val, dtype=xp.int32)
+    end = xp.empty(st.size, dtype=st.dtype)
+    end[:-1] = st[1:] - 1
+    end[-1] = byte.size - 1
+    tot = cs[end]
+    tot[1:] -= cs[end[:-1]]
+    return byte[st], tot.astype(xp.uint8)
+
+
+def _link_index(xp, vcol):
+    """(sorted distinct values of ``vcol``, index of each element among them).
+
+    Vertex ids are dense: over a range not much wider than the input, a mark
+    array and a prefix sum give both in linear passes; otherwise sort and search.
+    """
+    lo, hi = int(vcol.min()), int(vcol.max())
+    r = hi - lo + 1
+    if r <= max(1 << 20, 16 * int(vcol.size)):
+        v = vcol - lo
+        mark = xp.zeros(r, dtype=bool)
+        mark[v] = True
+        rank = xp.cumsum(mark, dtype=xp.int64)
+        rank -= 1
+        return (xp.flatnonzero(mark) + lo).astype(vcol.dtype), xp.take(rank, v)
+    s = xp.sort(vcol)
+    new = xp.empty(s.size, dtype=bool)
+    new[0] = True
+    xp.not_equal(s[1:], s[:-1], out=new[1:])
+    u = s[new]
+    return u, xp.searchsorted(u, vcol)
+
+
+def _member_search(xp, backend, store, p, uniq, k_t, erow, evals):
+    """Value ranges too wide for a bitset row: binary search of sorted (vertex, neighbour)
+    keys, one segment at a time (a vertex's list may continue in the next segment)."""
+    found = xp.zeros(evals.size, dtype=bool)
+    kq = xp.take(k_t, erow)
+    keys = (kq.astype(xp.int64) << 32) | evals.astype(xp.int64)
+    for lo, hi, nb, owner in neighbour_lists(store, backend, p, uniq):
+        if nb.size == 0:
+            continue
+        skeys = ((owner + lo).astype(xp.int64) << 32) | nb.astype(xp.int64)      # sorted
+        sel = xp.flatnonzero((kq >= lo) & (kq < hi))
+        q = keys[sel]
+        pos = xp.minimum(xp.searchsorted(skeys, q), skeys.size - 1)
+        found[sel] |= skeys[pos] == q
+    return found
