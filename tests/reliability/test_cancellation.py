@@ -225,3 +225,33 @@ def test_ctrl_c_during_build_leaves_nothing(tmp_path):
     assert rc == 130, err
     assert "Traceback" not in err and err.strip().splitlines()[-1] == "sgsi: interrupted", err
     assert sorted(x.name for x in tmp_path.iterdir()) == ["e.parquet"]
+
+
+@pytest.mark.gpu
+def test_cancel_and_close_free_device_memory_gpu(dense):
+    """On the GPU backend: cancel= and closing a reader stop the engine; the device memory
+    the query used goes back to the pool (what stays is the Graph's segment cache)."""
+    from sgsi.join.backend import gpu_available
+    if not gpu_available():
+        pytest.skip("no CUDA GPU")
+    import cupy as cp
+    pool = cp.get_default_memory_pool()
+    with sgsi.open(dense["store"]) as g:
+        g.match(rh.HUGE, device="gpu", memory_budget="1GB", limit=100).read_all()        # warm the cache
+        cp.cuda.Device().synchronize()
+        base = pool.used_bytes()
+        ev = threading.Event()
+        threading.Timer(0.5, ev.set).start()
+        t0 = time.monotonic()
+        with pytest.raises(Cancelled, match="query cancelled"):
+            g.count(rh.HUGE, device="gpu", memory_budget="1GB", cancel=ev)
+        assert time.monotonic() - t0 < STOP_BOUND
+        reader = g.match(rh.HUGE, device="gpu", memory_budget="1GB")
+        for _ in range(3):
+            reader.read_next_batch()
+        reader.close()
+        del reader
+        gc.collect()
+        cp.cuda.Device().synchronize()
+        assert pool.used_bytes() <= base + (1 << 20), (pool.used_bytes(), base)
+        assert g.count("(a)-->(b)", device="gpu") == g.count("(a)-->(b)", device="cpu")
