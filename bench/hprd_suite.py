@@ -1,14 +1,15 @@
-"""The vendored benchmark query sets (HPRD, yeast) on the CPU backend.
+"""The vendored benchmark query sets (HPRD, yeast) on the CPU (or GPU) backend.
 
 Builds the store from ``tests/data/benchmarks/<set>/data.graph`` with
 ``sgsi.build(graph=...)``, opens it once, counts every query that has an
 expected count (optionally only those with expected count <= ``--max-count``)
-with ``device='cpu'``, checks every count against ``expected.txt`` (a
+with ``device='cpu'`` (``--device gpu``: the GPU backend), checks every count against ``expected.txt`` (a
 mismatch is reported and makes the exit status 1), and reports the total
 time of the set, best of ``--runs`` runs.
 
     python bench/hprd_suite.py                              # HPRD, 200 queries
     python bench/hprd_suite.py --set yeast --max-count 1e7
+    python bench/hprd_suite.py --set yeast --device gpu     # results: yeast_gpu_suite.md
 
 Results: ``bench/results/<set>_suite.md`` and ``.csv`` (per query).
 """
@@ -45,11 +46,12 @@ def _interrupt(signum, frame):
     raise KeyboardInterrupt(f"signal {signum}")
 
 
-def _worker_main(conn, store, base, memory_budget):
+def _worker_main(conn, store, base, memory_budget, device):
     """Child process: open the store once, then count the queries it is sent."""
     import signal
     faulthandler.register(signal.SIGUSR1)     # kill -USR1 PID: stack of a long query to stderr
     g = sgsi.open(store)
+    g.count("(a)-->(b)-->(c)", device=device, memory_budget=memory_budget)   # warm up: imports, kernels
     conn.send("ready")
     patterns = {}
     while True:
@@ -59,7 +61,7 @@ def _worker_main(conn, store, base, memory_budget):
         if name not in patterns:
             patterns[name] = sgsi.load_pattern(os.path.join(base, "queries", name))
         t = time.perf_counter()
-        c = g.count(patterns[name], device="cpu", memory_budget=memory_budget)
+        c = g.count(patterns[name], device=device, memory_budget=memory_budget)
         conn.send((c, time.perf_counter() - t))
     g.close()
 
@@ -72,10 +74,10 @@ class _Worker:
     ``Graph.count`` (pattern parsing excluded).
     """
 
-    def __init__(self, store, base, memory_budget):
+    def __init__(self, store, base, memory_budget, device):
         import multiprocessing as mp
         self._ctx = mp.get_context("spawn")
-        self._args = (store, base, memory_budget)
+        self._args = (store, base, memory_budget, device)
         self._start()
 
     def _start(self):
@@ -116,6 +118,7 @@ def main(argv=None):
     p.add_argument("--limit", type=int, default=None, help="first N queries only (smoke test)")
     p.add_argument("--only", default=None, help="comma-separated query file names")
     p.add_argument("--memory-budget", default=None)
+    p.add_argument("--device", default="cpu", choices=("cpu", "gpu"))
     p.add_argument("--data", default=os.path.join(C.DATA_DIR, "suite"))
     p.add_argument("--results", default=C.RESULTS_DIR)
     p.add_argument("--verbose", action="store_true", help="one line per query")
@@ -156,7 +159,7 @@ def main(argv=None):
     timed_out = {}
     import signal
     signal.signal(signal.SIGTERM, _interrupt)    # killed: stop the worker too (see the finally below)
-    worker = _Worker(out, base, args.memory_budget)
+    worker = _Worker(out, base, args.memory_budget, args.device)
     ok = False
     try:
         for r in range(args.runs):
@@ -200,7 +203,7 @@ def main(argv=None):
     rows += [{"query": n, "family": _family(n), "vertices": len(patterns[n].vertices),
               "edges": len(patterns[n].edges), "expected": expected[n], "count": None, "ok": None,
               "best_s": None, "all_s": f"timeout {timed_out[n]:g}", "commit": m["commit"]} for n in timed_out]
-    tag = args.set if args.max_count is None else f"{args.set}"
+    tag = args.set + ("" if args.device == "cpu" else f"_{args.device}")
     C.write_csv(os.path.join(args.results, f"{tag}_suite.csv"), rows)
 
     done = [r for r in rows if r["best_s"] is not None]
@@ -225,13 +228,13 @@ def main(argv=None):
     cmd = f"python bench/hprd_suite.py --set {args.set}" + (
         f" --max-count {args.max_count:g}" if args.max_count is not None else "") + f" --runs {args.runs}" + (
         f" --timeout {args.timeout:g}") + (f" --only {args.only}" if args.only else "") + (
-        f" --limit {args.limit}" if args.limit else "")
+        f" --limit {args.limit}" if args.limit else "") + (f" --device {args.device}" if args.device != "cpu" else "")
     status = ("all counts equal the expected counts" if not mismatches else
               f"**{len(mismatches)} MISMATCHES**: " + ", ".join(f"{n} got {c} expected {e}" for n, c, e in mismatches))
     if timed_out:
         status += (f"; **{len(timed_out)} queries stopped at the {args.timeout:g} s timeout** (not verified, not "
                    f"in the totals)")
-    md = f"""# {args.set.upper()} query suite, CPU backend
+    md = f"""# {args.set.upper()} query suite, {args.device.upper()} backend
 
 `{cmd}`
 
@@ -241,7 +244,7 @@ def main(argv=None):
 - data graph `tests/data/benchmarks/{args.set}/data.graph` ({n_vertices:,} vertices,
   {n_edges:,} directed edges stored, i.e. both directions), built with
   `sgsi.build(graph=...)` in {build_s:.2f} s
-- queries: {len(names)} ({sel}); `Graph.count(pattern, device="cpu")`, default memory budget, in one
+- queries: {len(names)} ({sel}); `Graph.count(pattern, device="{args.device}")`, default memory budget, in one
   worker process that opens the store once (so a query past `--timeout {args.timeout:g}` s can be
   stopped); each query's time is measured around `count()` (pattern parsing excluded)
 - every count checked against `expected.txt`: {n_ok}/{len(rows)} correct; {status}
