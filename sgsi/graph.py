@@ -292,11 +292,13 @@ def _cancel_check(cancel):
 
 
 class _Watched:
-    """A backend whose segment stream checks for cancellation.
+    """A backend that checks for cancellation between its units of work.
 
     Every join step and every refinement round reads its neighbour lists
-    through ``backend.segments()``, so a check there stops a query within
-    the work of one segment. Everything else is the backend's own.
+    through ``backend.segments()``, the filter runs one signature segment
+    per ``signature_filter()`` call, and the columnar extension one output
+    slice per ``expand_rows()`` call: a check at each stops a query within
+    the work of one segment or slice. Everything else is the backend's own.
     """
 
     def __init__(self, backend, check):
@@ -314,3 +316,11 @@ class _Watched:
         for item in self._backend.segments(store, seg_ids):
             yield item
             self._check()
+
+    def signature_filter(self, *args, **kwargs):
+        self._check()
+        return self._backend.signature_filter(*args, **kwargs)
+
+    def expand_rows(self, *args, **kwargs):
+        self._check()
+        return self._backend.expand_rows(*args, **kwargs)
