@@ -59,7 +59,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import _common as C  # noqa: E402
+import _common as C
 
 C.ensure_importable()
 
@@ -202,7 +202,7 @@ def _worker(conn, engine, path):
         t = time.perf_counter()
         count = {"networkx": _nx_counter, "rustworkx": _rx_counter}[engine](path)
         conn.send(("ready", time.perf_counter() - t))
-    except BaseException as e:  # noqa: BLE001 - reported to the parent
+    except BaseException as e:  # noqa: BLE001
         conn.send(("error", f"{type(e).__name__}: {e}"))
         return
     while True:
@@ -298,6 +298,7 @@ class Bench:
 
     def __init__(self, gdir, meta, engines, timeout, threads):
         import duckdb
+
         import sgsi
         self.gdir, self.meta, self.engines, self.timeout = gdir, meta, list(engines), timeout
         self.info = {"edges": meta["edges"], "scale": meta["scale"], "vertices": meta["vertices"]}
@@ -409,7 +410,6 @@ class Bench:
         try:
             n = self.kz.execute(q).get_next()[0]
         except RuntimeError as e:
-            s = time.perf_counter() - t
             if "interrupt" in str(e).lower() or "timeout" in str(e).lower():
                 return "timeout", None, self.timeout, ""
             return "error", None, None, f"{e}"[:200]
@@ -514,10 +514,10 @@ def self_check(args, engines, threads, data):
     for name, pat in qs:
         row = {"query": name, "pattern": pat}
         for e in ["sgsi"] + [e for e in b.engines if e != "sgsi"]:
-            status, n, s, note = b.run(e, pat, args.forms)
+            status, n, _s, _note = b.run(e, pat, args.forms)
             row[e] = n if status == "ok" else status
         if "kuzu" in b.engines:
-            status, n, s, note = b.run_kuzu(pat, injective=False)
+            status, n, _s, _note = b.run_kuzu(pat, injective=False)
             row["kuzu_no_injectivity"] = n if status == "ok" else status
         rows.append(row)
         C.say(f"  {name:12s} " + "  ".join(f"{e}={row[e]}" for e in row if e not in ("query", "pattern")))
@@ -554,7 +554,6 @@ def main(argv=None):
         if e in wanted and not installed(vers[e]):
             C.say(f"!! {e} {vers[e]}: left out")
     import gen
-    import sgsi  # noqa: F401 - the repository's sgsi (ensure_importable)
 
     mismatches = []
     check_rows, check_info = ([], {})
@@ -674,12 +673,12 @@ def report(args, m, vers, engines, check_rows, check_info, ginfo, rows, mismatch
                    "`<>` constraints: Kuzu (Cypher) lets two pattern vertices share a node.\n\n"
                    "| query | " + " | ".join(cols) + " | pattern |\n|---|" + "---:|" * len(cols) + "---|\n" +
                    "\n".join(f"| {r['query']} | " + " | ".join(str(r[c]) for c in cols) + f" | `{r['pattern']}` |"
-                             for r in check_rows) + "\n")
+                             for r in check_rows) + "\n\n")
     out.append("## Graphs\n\n| R-MAT rows | scale | vertices | distinct edges | engines | sgsi build (s) | "
                "DuckDB load (s) | Kuzu load (s) | networkx build (s) | rustworkx build (s) |\n"
                "|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|\n")
     for gi in ginfo:
-        def cell(k):
+        def cell(k, gi=gi):
             return f"{gi[k]:.2f}" if k in gi else "–"
         out.append(f"| {gi['edges']:,} | {gi['scale']} | {gi['vertices']:,} | {gi['distinct_edges']:,} | "
                    f"{', '.join(gi['engines'])} | {cell('sgsi_build_s')} | {cell('duckdb_load_s')} | "
@@ -720,7 +719,8 @@ def report(args, m, vers, engines, check_rows, check_info, ginfo, rows, mismatch
                             geomean(ok), sum(r["status"] == "timeout" for r in rs)))
     out.append("\n## Geometric means of peer / sgsi\n\n| R-MAT rows | peer | finished | geomean ratio | timeouts |\n"
                "|---:|---|---:|---:|---:|\n" +
-               "\n".join(f"| {g_:,} | {e} | {ok}/{n} | {gm:.3g} | {to} |" for g_, e, ok, n, gm, to in summary) + "\n")
+               "\n".join(f"| {g_:,} | {e} | {ok}/{n} | {gm:.3g} | {to} |".replace("| nan |", "| – |")
+                         for g_, e, ok, n, gm, to in summary) + "\n")
     if ginfo and ginfo[0]["queries"]:
         q = ginfo[0]["queries"][0]
         import cpu_vs_duckdb as CD

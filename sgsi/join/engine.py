@@ -194,11 +194,26 @@ class Engine:
         if n == 0:
             return
         cap = lim.gba_entries
-        if int(deg.sum()) <= cap:
+        total = int(deg.sum())
+        if total <= cap:
             yield chunk, deg, None
             return
+        col = chunk[e0.other]
+        distinct = _distinct_sum(xp, col, deg)
+        if distinct <= cap:             # the GBA holds one buffer per distinct vertex
+            yield chunk, deg, None
+            return
+        if int(deg.max()) <= cap and 2 * distinct >= total:
+            # Rows share few first-link vertices: cut them in their own order (no gather);
+            # rows whose buffers start in [k*cap, (k+1)*cap) form piece k.
+            cum = xp.cumsum(deg)
+            bounds = self.backend.to_host(xp.flatnonzero(xp.diff((cum - deg) // cap)) + 1)
+            cuts = [0] + [int(b) for b in bounds] + [n]
+            for a, b in zip(cuts[:-1], cuts[1:]):
+                yield {u: c[a:b] for u, c in chunk.items()}, deg[a:b], None
+            return
         # Rows sorted by their first-link vertex; distinct vertices grouped greedily.
-        order = self.backend.argsort(chunk[e0.other])
+        order = self.backend.argsort(col)
         chunk = {u: col[order] for u, col in chunk.items()}
         deg = deg[order]
         _v, vstart, vend = _runs(xp, chunk[e0.other])
@@ -406,6 +421,17 @@ def _n_rows(chunk):
 
 def _nbytes(chunk):
     return sum(int(col.nbytes) for col in chunk.values())
+
+
+def _distinct_sum(xp, col, deg):
+    """Σ deg over the distinct values of ``col`` (rows with equal values have equal deg)."""
+    lo, hi = int(col.min()), int(col.max())
+    if hi - lo + 1 > max(1 << 20, 16 * int(col.size)):
+        u = xp.unique(col, return_index=True)[1]
+        return int(deg[u].sum())
+    by_vertex = xp.zeros(hi - lo + 1, dtype=xp.int64)
+    by_vertex[col - lo] = deg
+    return int(by_vertex.sum())
 
 
 def _distinct_tuples(xp, backend, cols):
