@@ -174,18 +174,18 @@ class Engine:
                 yield out
 
     def _pieces_with_sets(self, chunk, step, lim):
-        for piece, deg, window in self._pieces(chunk, step, lim):
-            self.stats["chunks"] += 1
-            yield piece, self._sets(piece, deg, step, window, lim)
+        for piece, deg, hub in self._pieces(chunk, step, lim):
+            for sets in self._sets(piece, deg, step, hub, lim):
+                self.stats["chunks"] += 1
+                yield piece, sets
 
     def _pieces(self, chunk, step: Step, lim: Limits):
         """Split a chunk so that each piece's GBA holds at most about ``gba_entries``.
 
         The GBA holds one buffer per distinct first-link vertex, so rows that
         share that vertex stay in one piece and its list is streamed once. A
-        vertex whose list alone exceeds the cap is joined in windows of
-        ``gba_entries`` of its candidates, each a piece of its own.
-        Yields (piece, |N(v, l0)| per row, window or None).
+        vertex whose list alone exceeds the cap (a hub) is a piece of its own.
+        Yields (piece, |N(v, l0)| per row, whether the piece is one hub's rows).
         """
         xp = self.xp
         e0 = step.links[0]
@@ -196,12 +196,12 @@ class Engine:
         cap = lim.gba_entries
         total = int(deg.sum())
         if total <= cap:
-            yield chunk, deg, None
+            yield chunk, deg, False
             return
         col = chunk[e0.other]
         distinct = _distinct_sum(xp, col, deg)
         if distinct <= cap:             # the GBA holds one buffer per distinct vertex
-            yield chunk, deg, None
+            yield chunk, deg, False
             return
         if int(deg.max()) <= cap and 2 * distinct >= total:
             # Rows share few first-link vertices: cut them in their own order (no gather);
@@ -210,7 +210,7 @@ class Engine:
             bounds = self.backend.to_host(xp.flatnonzero(xp.diff((cum - deg) // cap)) + 1)
             cuts = [0] + [int(b) for b in bounds] + [n]
             for a, b in zip(cuts[:-1], cuts[1:]):
-                yield {u: c[a:b] for u, c in chunk.items()}, deg[a:b], None
+                yield {u: c[a:b] for u, c in chunk.items()}, deg[a:b], False
             return
         # Rows sorted by their first-link vertex; distinct vertices grouped greedily.
         order = self.backend.argsort(col)
@@ -226,15 +226,10 @@ class Engine:
         starts = self.backend.to_host(xp.flatnonzero(cut))
         vs = [0] + [int(s) for s in starts] + [int(vdeg.size)]
         vstart_h, vend_h = self.backend.to_host(vstart), self.backend.to_host(vend)
-        vdeg_h, big_h = self.backend.to_host(vdeg), self.backend.to_host(big)
+        big_h = self.backend.to_host(big)
         for i, j in zip(vs[:-1], vs[1:]):       # one iteration per piece
             a, b = int(vstart_h[i]), int(vend_h[j - 1])
-            piece = {u: col[a:b] for u, col in chunk.items()}
-            if big_h[i]:
-                for w0 in range(0, int(vdeg_h[i]), cap):
-                    yield piece, deg[a:b], (w0, w0 + cap)
-            else:
-                yield piece, deg[a:b], None
+            yield {u: col[a:b] for u, col in chunk.items()}, deg[a:b], bool(big_h[i])
 
     # -- one join step -------------------------------------------------------------
 
@@ -260,60 +255,71 @@ class Engine:
             deg = xp.where(hit, d[pos].astype(xp.int64), deg)
         return deg
 
-    def _sets(self, piece, deg, step: Step, window, lim: Limits):
+    def _sets(self, piece, deg, step: Step, hub, lim: Limits):
         """The candidate set S(t) of each distinct linking tuple t of the piece's rows.
 
         Rows that map the linking vertices alike share one set: S(t) =
         N(t0, l0) ∩ C(u) ∩ N(t1, l1) ∩ ... is found once, and each row later
-        takes S(t) minus its own vertices. ``window`` (w0, w1) keeps only the
-        w0-th to (w1-1)-th candidates of each first-link list (a hub's list in
-        parts). Returns a :class:`_Sets`.
+        takes S(t) minus its own vertices. Yields one :class:`_Sets`; for a
+        ``hub`` piece (the rows of one vertex whose list exceeds the cap) the
+        list is streamed once and a :class:`_Sets` is yielded each time
+        ``gba_entries`` of its candidates have been read.
         """
         xp = self.xp
         backend, store = self.backend, self.store
-        self.stats["steps"] += 1
         links = step.links
-        n = int(deg.size)
         cbits = self.plan.candidates[step.vertex]
-
         row_tuple, tuples = _distinct_tuples(xp, backend, [piece[k.other] for k in links])
-        t0 = tuples[0]                                   # sorted
-        d0, dstart, dend = _runs(xp, t0)                 # distinct first-link vertices
+        d0, dstart, dend = _runs(xp, tuples[0])          # distinct first-link vertices (sorted)
         nd = int(d0.size)
         tuple_d = backend.repeat_index(dend - dstart)    # tuple -> distinct t0
+        p0 = store.partition(links[0].label_id, links[0].direction)
+
+        if hub:
+            # One vertex: its candidates in windows of the cap, one pass over its segments.
+            cap = lim.gba_entries
+            parts, filled = [], 0
+            for _lo, _hi, nb, _owner in neighbour_lists(store, backend, p0, d0):
+                vals = nb[backend.test_bits(cbits, nb)]
+                while vals.size:
+                    take = min(cap - filled, int(vals.size))
+                    parts.append(vals[:take].copy())
+                    filled, vals = filled + take, vals[take:]
+                    if filled == cap:
+                        yield self._finish(row_tuple, tuples, tuple_d, xp.asarray([0, filled]),
+                                           xp.asarray([filled]), xp.concatenate(parts), step, lim)
+                        parts, filled = [], 0
+            if filled:
+                yield self._finish(row_tuple, tuples, tuple_d, xp.asarray([0, filled]),
+                                   xp.asarray([filled]), xp.concatenate(parts), step, lim)
+            return
 
         # Prealloc-Combine: F = exclusive prefix sum of |N(v, l0)| over the
         # distinct first-link vertices; one GBA holds all their buffers.
         d0deg = xp.zeros(nd, dtype=xp.int64)
         d0deg[tuple_d[row_tuple]] = deg                  # rows carry |N(v'_i, l0)| already
-        w0, w1 = window if window is not None else (0, None)
-        if window is not None:
-            d0deg = xp.clip(d0deg - w0, 0, w1 - w0)
         F = xp.zeros(nd + 1, dtype=xp.int64)
         F[1:] = xp.cumsum(d0deg)
-        gba_size = int(F[-1])
-        self.work += gba_size + n
-        if self.work_limit is not None and self.work > self.work_limit and not self.emitted:
-            raise _Replan()
-        gba = xp.empty(gba_size, dtype=xp.int32)
-        seen = xp.zeros(nd, dtype=xp.int64)             # candidates met so far per vertex
+        gba = xp.empty(int(F[-1]), dtype=xp.int32)
+        fill = xp.zeros(nd, dtype=xp.int64)             # candidates written per vertex
 
         # First edge, streamed over the segments of l0 (Algorithm 4): buf_v += N_x(v, l0) ∩ C(u).
-        p0 = store.partition(links[0].label_id, links[0].direction)
         for lo, hi, nb, owner in neighbour_lists(store, backend, p0, d0):
             keep = backend.test_bits(cbits, nb)
             own = owner[keep] + lo
             if own.size == 0:
                 continue
-            vals = nb[keep]
-            rank = seen[own] + rank_in_runs(xp, backend, own)
-            seen += backend.bincount(own, nd)
-            if window is not None:
-                inside = (rank >= w0) & (rank < w1)
-                own, vals, rank = own[inside], vals[inside], rank[inside] - w0
-            gba[F[own] + rank] = vals
-        fill = seen if window is None else xp.clip(seen - w0, 0, w1 - w0)
+            gba[F[own] + fill[own] + rank_in_runs(xp, backend, own)] = nb[keep]
+            fill += backend.bincount(own, nd)
+        yield self._finish(row_tuple, tuples, tuple_d, F, fill, gba, step, lim)
 
+    def _finish(self, row_tuple, tuples, tuple_d, F, fill, gba, step: Step, lim: Limits):
+        """From the GBA (buffer of distinct vertex i: gba[F[i]:F[i] + fill[i]]) to the sets."""
+        xp, backend = self.xp, self.backend
+        self.stats["steps"] += 1
+        self.work += int(gba.size) + int(row_tuple.size)
+        if self.work_limit is not None and self.work > self.work_limit and not self.emitted:
+            raise _Replan()
         # Each tuple's entries: the buffer of its first-link vertex.
         tcnt = fill[tuple_d]
         etuple = backend.repeat_index(tcnt)
@@ -324,15 +330,15 @@ class Engine:
         del gba, idx
 
         # Other linking edges (Algorithm 5): keep entries found in N(t_j, l_j).
-        if len(links) > 1:
+        if len(step.links) > 1:
             alive = xp.ones(evals.size, dtype=bool)
-            for link, col in zip(links[1:], tuples[1:]):
+            for link, col in zip(step.links[1:], tuples[1:]):
                 if not bool(alive.any()):
                     break
                 alive &= self._member(link, col, etuple, evals, lim)
             keep = xp.flatnonzero(alive)
             etuple, evals = xp.take(etuple, keep), xp.take(evals, keep)
-        scount = backend.bincount(etuple, int(t0.size))
+        scount = backend.bincount(etuple, int(tuples[0].size))
         return _Sets(row_tuple, etuple, evals, scount, xp.cumsum(scount) - scount)
 
     def _count(self, piece, s, step: Step) -> int:

@@ -35,6 +35,7 @@ class GpuBackend:
         self.budget = budget_mod.resolve_budget(memory_budget, "gpu")
         self.copy_stream = cp.cuda.Stream(non_blocking=True)
         self._pinned = [None, None]
+        self._pinned_busy = [None, None]    # the copy last issued from each pinned buffer
         self._cache = OrderedDict()
         self._cache_bytes = 0
         self._cache_limit = self.budget // 2
@@ -93,6 +94,11 @@ class GpuBackend:
             return hit[0], hit[1], None
         groups, ci = store.segment(seg)
         g_bytes, c_bytes = groups.nbytes, ci.nbytes
+        # Streams may nest (a hub's list is read while later steps read theirs): never
+        # overwrite a pinned buffer whose copy to the device is still in flight.
+        if self._pinned_busy[slot] is not None:
+            self._pinned_busy[slot].synchronize()
+            self._pinned_busy[slot] = None
         pinned = self._pinned_buffer(slot, g_bytes + c_bytes)
         t0 = time.perf_counter()
         pinned[:g_bytes] = groups.reshape(-1).view(np.uint8)
@@ -100,6 +106,7 @@ class GpuBackend:
         dev = cp.empty(g_bytes + c_bytes, dtype=cp.uint8)
         dev.set(pinned[:g_bytes + c_bytes], stream=self.copy_stream)
         event = self.copy_stream.record()
+        self._pinned_busy[slot] = event
         d_groups = dev[:g_bytes].view(cp.int32).reshape(groups.shape)
         d_ci = dev[g_bytes:].view(cp.int32)
         self.stats["h2d_bytes"] += g_bytes + c_bytes

@@ -14,6 +14,7 @@ import tracemalloc
 from contextlib import contextmanager
 
 import numpy as np
+import pytest
 
 import reliability_helpers as rh
 import sgsi
@@ -107,3 +108,29 @@ def test_hub_rows_share_one_neighbour_stream(tmp_path):
     assert read <= 20 * segs, f"{read:,} segment reads for a store of {segs} segments"
     assert len(rows) == n * (n - 1) and len(set(rows)) == len(rows)
     assert all(a == 0 and b != c and b > 0 and c > 0 for b, a, c in rows)
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("gpu", marks=pytest.mark.gpu)])
+def test_hub_windows_with_later_links(tmp_path, device):
+    """A hub whose list exceeds the budget's share is read once, in windows, while each
+    window's later links read their own lists (nested segment streams, on either backend).
+
+    Star 0 -> 1..n plus the path 1 -> 2 -> ... -> n: `(b)<--(a)-->(c), (b)-->(c)` has
+    a = 0 and (b, c) = (i, i + 1), n - 1 matches.
+    """
+    if device == "gpu":
+        from sgsi.join.backend import gpu_available
+        if not gpu_available():
+            pytest.skip("no CUDA GPU")
+    n = 3000
+    leaves = np.arange(1, n + 1, dtype=np.int64)
+    src = np.concatenate([np.zeros(n, np.int64), leaves[:-1]])
+    dst = np.concatenate([leaves, leaves[1:]])
+    e = rh.write_edges(tmp_path / "starpath.parquet", src, dst)
+    pattern = "(b)<--(a)-->(c), (b)-->(c)"
+    with sgsi.build(str(tmp_path / "sp.sgsi"), edges=e, memory_budget="64KB") as g:
+        assert g.count(pattern, device=device, memory_budget="64KB") == n - 1
+        assert g.last_stats["chunks"] > 1                       # the hub was read in windows
+        rows = rh.rows_of(g.match(pattern, device=device, memory_budget="64KB"))
+        assert rows == [(i, 0, i + 1) for i in range(1, n)]
+        assert g.count("(b)<--(a)-->(c)", device=device, memory_budget="64KB") == n * (n - 1)
