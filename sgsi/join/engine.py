@@ -265,34 +265,45 @@ class Engine:
         list is streamed once and a :class:`_Sets` is yielded each time
         ``gba_entries`` of its candidates have been read.
         """
-        xp = self.xp
-        backend, store = self.backend, self.store
-        links = step.links
-        cbits = self.plan.candidates[step.vertex]
-        row_tuple, tuples = _distinct_tuples(xp, backend, [piece[k.other] for k in links])
-        d0, dstart, dend = _runs(xp, tuples[0])          # distinct first-link vertices (sorted)
-        nd = int(d0.size)
-        tuple_d = backend.repeat_index(dend - dstart)    # tuple -> distinct t0
-        p0 = store.partition(links[0].label_id, links[0].direction)
-
-        if hub:
-            # One vertex: its candidates in windows of the cap, one pass over its segments.
-            cap = lim.gba_entries
-            parts, filled = [], 0
-            for _lo, _hi, nb, _owner in neighbour_lists(store, backend, p0, d0):
-                vals = nb[backend.test_bits(cbits, nb)]
-                while vals.size:
-                    take = min(cap - filled, int(vals.size))
-                    parts.append(vals[:take].copy())
-                    filled, vals = filled + take, vals[take:]
-                    if filled == cap:
-                        yield self._finish(row_tuple, tuples, tuple_d, xp.asarray([0, filled]),
-                                           xp.asarray([filled]), xp.concatenate(parts), step, lim)
-                        parts, filled = [], 0
-            if filled:
-                yield self._finish(row_tuple, tuples, tuple_d, xp.asarray([0, filled]),
-                                   xp.asarray([filled]), xp.concatenate(parts), step, lim)
+        if not hub:
+            yield self._sets_whole(piece, deg, step, lim)      # a call: nothing of it stays here
             return
+        # One vertex: its candidates in windows of the cap, one pass over its segments. While
+        # a window's sets are out, only the current segment and the tuples stay alive here.
+        xp, backend, store = self.xp, self.backend, self.store
+        cbits = self.plan.candidates[step.vertex]
+        tuples_of = _TuplesOf(xp, backend, piece, step)
+        p0 = store.partition(step.links[0].label_id, step.links[0].direction)
+        cap = lim.gba_entries
+        parts, filled = [], 0
+        for _lo, _hi, nb, _owner in neighbour_lists(store, backend, p0, tuples_of.d0):
+            vals = nb[backend.test_bits(cbits, nb)]
+            while vals.size:
+                take = min(cap - filled, int(vals.size))
+                parts.append(vals[:take].copy())
+                filled, vals = filled + take, vals[take:]
+                if filled == cap:
+                    yield self._window_sets(tuples_of, parts, step, lim)
+                    filled = 0
+        if filled:
+            yield self._window_sets(tuples_of, parts, step, lim)
+
+    def _window_sets(self, t, parts, step, lim):
+        """Sets of a hub piece from one window of the hub's candidates (``parts``, emptied)."""
+        xp = self.xp
+        gba = xp.concatenate(parts)
+        parts.clear()
+        n = int(gba.size)
+        return self._finish(t.row_tuple, t.tuples, t.tuple_d, xp.asarray([0, n]), xp.asarray([n]), gba, step, lim)
+
+    def _sets_whole(self, piece, deg, step: Step, lim: Limits):
+        """Sets of a piece whose GBA fits the cap: one pass over the first link's segments."""
+        xp, backend, store = self.xp, self.backend, self.store
+        cbits = self.plan.candidates[step.vertex]
+        t = _TuplesOf(xp, backend, piece, step)
+        row_tuple, tuples, d0, tuple_d = t.row_tuple, t.tuples, t.d0, t.tuple_d
+        nd = int(d0.size)
+        p0 = store.partition(step.links[0].label_id, step.links[0].direction)
 
         # Prealloc-Combine: F = exclusive prefix sum of |N(v, l0)| over the
         # distinct first-link vertices; one GBA holds all their buffers.
@@ -311,7 +322,7 @@ class Engine:
                 continue
             gba[F[own] + fill[own] + rank_in_runs(xp, backend, own)] = nb[keep]
             fill += backend.bincount(own, nd)
-        yield self._finish(row_tuple, tuples, tuple_d, F, fill, gba, step, lim)
+        return self._finish(row_tuple, tuples, tuple_d, F, fill, gba, step, lim)
 
     def _finish(self, row_tuple, tuples, tuple_d, F, fill, gba, step: Step, lim: Limits):
         """From the GBA (buffer of distinct vertex i: gba[F[i]:F[i] + fill[i]]) to the sets."""
@@ -406,6 +417,15 @@ class Engine:
                                  cap=max(4096, 4 * lim.gba_entries))
 
 
+class _TuplesOf:
+    """The distinct linking tuples of a piece's rows, and their distinct first-link vertices."""
+
+    def __init__(self, xp, backend, piece, step):
+        self.row_tuple, self.tuples = _distinct_tuples(xp, backend, [piece[k.other] for k in step.links])
+        self.d0, dstart, dend = _runs(xp, self.tuples[0])          # sorted
+        self.tuple_d = backend.repeat_index(dend - dstart)         # tuple -> distinct t0
+
+
 @dataclass
 class _Sets:
     """A piece's candidate sets: entries (etuple, evals) sorted by tuple then value."""
@@ -432,7 +452,7 @@ def _nbytes(chunk):
 def _distinct_sum(xp, col, deg):
     """Σ deg over the distinct values of ``col`` (rows with equal values have equal deg)."""
     lo, hi = int(col.min()), int(col.max())
-    if hi - lo + 1 > max(1 << 20, 16 * int(col.size)):
+    if hi - lo + 1 > 16 * int(col.size):
         u = xp.unique(col, return_index=True)[1]
         return int(deg[u].sum())
     by_vertex = xp.zeros(hi - lo + 1, dtype=xp.int64)

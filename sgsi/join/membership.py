@@ -112,7 +112,7 @@ def _link_index(xp, vcol):
     """
     lo, hi = int(vcol.min()), int(vcol.max())
     r = hi - lo + 1
-    if r <= max(1 << 20, 16 * int(vcol.size)):
+    if r <= 16 * int(vcol.size):
         v = vcol - lo
         mark = xp.zeros(r, dtype=bool)
         mark[v] = True
