@@ -115,12 +115,53 @@ class CpuBackend:
         return ((bits[v >> 5] >> (v & 31).astype(np.uint32)) & np.uint32(1)).astype(bool)
 
 
+def runs(xp, sorted_values):
+    """Distinct values of a sorted array, and where each one's run starts and ends (exclusive)."""
+    n = sorted_values.size
+    if n == 0:
+        e = xp.zeros(0, xp.int64)
+        return sorted_values, e, e
+    new = xp.concatenate([xp.ones(1, bool), sorted_values[1:] != sorted_values[:-1]])
+    start = xp.flatnonzero(new)
+    end = xp.concatenate([start[1:], xp.asarray([n], dtype=start.dtype)])
+    return sorted_values[start], start, end
+
+
 def rank_in_runs(xp, backend, ids):
     """Rank of each element within its run of equal (adjacent) ids."""
-    new = xp.concatenate([xp.ones(1, bool), ids[1:] != ids[:-1]])
-    start = xp.flatnonzero(new)
-    lengths = xp.diff(xp.concatenate([start, xp.asarray([ids.size], dtype=start.dtype)]))
-    return xp.arange(ids.size) - start[backend.repeat_index(lengths)]
+    _v, start, end = runs(xp, ids)
+    return xp.arange(ids.size) - start[backend.repeat_index(end - start)]
+
+
+def sums_over_runs(xp, values, end, dtype):
+    """Sums of ``values`` (along the last axis) over the runs that end (exclusive) at ``end``."""
+    cs = xp.cumsum(values, axis=-1, dtype=dtype)
+    tot = xp.take(cs, end - 1, axis=-1)
+    tot[..., 1:] -= xp.take(cs, end[:-1] - 1, axis=-1)
+    return tot
+
+
+def distinct_index(xp, values):
+    """(sorted distinct values of a non-empty int array, index of each element among them).
+
+    Vertex ids are dense: over a range not much wider than the input, a mark
+    array and a prefix sum give both in linear passes; otherwise sort and search.
+    """
+    lo, hi = int(values.min()), int(values.max())
+    r = hi - lo + 1
+    if r <= 16 * int(values.size):
+        v = values - lo
+        mark = xp.zeros(r, dtype=bool)
+        mark[v] = True
+        rank = xp.cumsum(mark, dtype=xp.int64)
+        rank -= 1
+        return (xp.flatnonzero(mark) + lo).astype(values.dtype), xp.take(rank, v)
+    s = xp.sort(values)
+    new = xp.empty(s.size, dtype=bool)
+    new[0] = True
+    xp.not_equal(s[1:], s[:-1], out=new[1:])
+    u = s[new]
+    return u, xp.searchsorted(u, values)
 
 
 def gpu_available() -> bool:

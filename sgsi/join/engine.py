@@ -34,7 +34,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import membership
-from .backend import rank_in_runs
+from .backend import distinct_index, rank_in_runs, runs
 from .plan import QueryPlan, Step
 from .stream import neighbour_lists
 
@@ -216,7 +216,7 @@ class Engine:
         order = self.backend.argsort(col)
         chunk = {u: col[order] for u, col in chunk.items()}
         deg = deg[order]
-        _v, vstart, vend = _runs(xp, chunk[e0.other])
+        _v, vstart, vend = runs(xp, chunk[e0.other])
         vdeg = deg[vstart]
         cum = xp.cumsum(vdeg)
         group = (cum - vdeg) // cap
@@ -422,7 +422,7 @@ class _TuplesOf:
 
     def __init__(self, xp, backend, piece, step):
         self.row_tuple, self.tuples = _distinct_tuples(xp, backend, [piece[k.other] for k in step.links])
-        self.d0, dstart, dend = _runs(xp, self.tuples[0])          # sorted
+        self.d0, dstart, dend = runs(xp, self.tuples[0])          # sorted
         self.tuple_d = backend.repeat_index(dend - dstart)         # tuple -> distinct t0
 
 
@@ -451,12 +451,9 @@ def _nbytes(chunk):
 
 def _distinct_sum(xp, col, deg):
     """Σ deg over the distinct values of ``col`` (rows with equal values have equal deg)."""
-    lo, hi = int(col.min()), int(col.max())
-    if hi - lo + 1 > 16 * int(col.size):
-        u = xp.unique(col, return_index=True)[1]
-        return int(deg[u].sum())
-    by_vertex = xp.zeros(hi - lo + 1, dtype=xp.int64)
-    by_vertex[col - lo] = deg
+    uniq, k = distinct_index(xp, col)
+    by_vertex = xp.zeros(uniq.size, dtype=xp.int64)
+    by_vertex[k] = deg
     return int(by_vertex.sum())
 
 
@@ -492,15 +489,3 @@ def _distinct_tuples(xp, backend, cols):
         row_tuple = xp.empty(n, dtype=xp.int64)
         row_tuple[order] = tid_sorted
     return row_tuple, [c[new] for c in srt]
-
-
-def _runs(xp, sorted_values):
-    """Distinct values of a sorted array, and where each one's run starts and ends."""
-    n = sorted_values.size
-    if n == 0:
-        e = xp.zeros(0, xp.int64)
-        return sorted_values, e, e
-    new = xp.concatenate([xp.ones(1, bool), sorted_values[1:] != sorted_values[:-1]])
-    start = xp.flatnonzero(new)
-    end = xp.concatenate([start[1:], xp.asarray([n], dtype=start.dtype)])
-    return sorted_values[start], start, end

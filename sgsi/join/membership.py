@@ -13,6 +13,7 @@ for the cap falls back to a binary search of (vertex, neighbour) keys.
 from __future__ import annotations
 
 from ..partition import pcsr
+from .backend import distinct_index, runs, sums_over_runs
 from .stream import neighbour_lists
 
 
@@ -26,7 +27,7 @@ def member(xp, backend, store, link, vcol, erow, evals, cap):
     if n == 0:
         return xp.zeros(0, dtype=bool)
     p = store.partition(link.label_id, link.direction)
-    uniq, k_t = _link_index(xp, vcol)
+    uniq, k_t = distinct_index(xp, vcol)
     xmin, xmax = int(evals.min()), int(evals.max())
     b0 = xmin >> 3
     width = (xmax >> 3) - b0 + 1                 # bytes per bitset row
@@ -84,47 +85,10 @@ def _bitset(xp, backend, store, p, uniq, xmin, xmax, b0, width):
         # (vertex, neighbour) pairs come sorted and distinct: byte positions are sorted and
         # the bits of one byte distinct, so their sum is their OR.
         byte = (owner[ok] + lo) * width + ((nb >> 3) - b0)
-        ub, uv = _or_runs(xp, byte, xp.left_shift(xp.int32(1), nb & 7))
-        bits[ub] |= uv                  # |=: a vertex's list may continue in the next segment
+        ub, _start, end = runs(xp, byte)
+        bits[ub] |= sums_over_runs(xp, xp.left_shift(xp.int32(1), nb & 7), end, xp.int32).astype(xp.uint8)
+        # |=: a vertex's list may continue in the next segment
     return bits
-
-
-def _or_runs(xp, byte, val):
-    """For sorted ``byte`` positions: the distinct positions and the sum of ``val`` over each run."""
-    new = xp.empty(byte.size, dtype=bool)
-    new[0] = True
-    xp.not_equal(byte[1:], byte[:-1], out=new[1:])
-    st = xp.flatnonzero(new)
-    cs = xp.cumsum(val, dtype=xp.int32)
-    end = xp.empty(st.size, dtype=st.dtype)
-    end[:-1] = st[1:] - 1
-    end[-1] = byte.size - 1
-    tot = cs[end]
-    tot[1:] -= cs[end[:-1]]
-    return byte[st], tot.astype(xp.uint8)
-
-
-def _link_index(xp, vcol):
-    """(sorted distinct values of ``vcol``, index of each element among them).
-
-    Vertex ids are dense: over a range not much wider than the input, a mark
-    array and a prefix sum give both in linear passes; otherwise sort and search.
-    """
-    lo, hi = int(vcol.min()), int(vcol.max())
-    r = hi - lo + 1
-    if r <= 16 * int(vcol.size):
-        v = vcol - lo
-        mark = xp.zeros(r, dtype=bool)
-        mark[v] = True
-        rank = xp.cumsum(mark, dtype=xp.int64)
-        rank -= 1
-        return (xp.flatnonzero(mark) + lo).astype(vcol.dtype), xp.take(rank, v)
-    s = xp.sort(vcol)
-    new = xp.empty(s.size, dtype=bool)
-    new[0] = True
-    xp.not_equal(s[1:], s[:-1], out=new[1:])
-    u = s[new]
-    return u, xp.searchsorted(u, vcol)
 
 
 def _member_search(xp, backend, store, p, uniq, k_t, erow, evals):

@@ -23,6 +23,7 @@ import numpy as np
 from ..partition import signatures
 from ..pattern import Pattern
 from ..storage.format import ANY_LABEL
+from .backend import runs, sums_over_runs
 from .stream import neighbour_lists
 
 
@@ -210,16 +211,9 @@ def _refine(store, backend, bits, inc):
             if nb.size == 0:
                 continue
             hit = (far[:, nb >> 5] >> (nb & 31).astype(xp.uint32)) & xp.uint32(1)
-            # Any hit per owner: owners come in sorted runs, so a prefix sum per run.
-            new = xp.empty(owner.size, dtype=bool)
-            new[0] = True
-            xp.not_equal(owner[1:], owner[:-1], out=new[1:])
-            start = xp.flatnonzero(new)
-            last = xp.concatenate([start[1:], xp.asarray([owner.size], dtype=start.dtype)]) - 1
-            cs = xp.cumsum(hit, axis=1, dtype=xp.int32)
-            tot = cs[:, last]
-            tot[:, 1:] -= cs[:, last[:-1]]
-            has[:, lo + owner[start]] |= tot > 0
+            # Any hit per owner: owners come in sorted runs, so a sum per run.
+            owners, _start, end = runs(xp, owner)
+            has[:, lo + owners] |= sums_over_runs(xp, hit, end, xp.int32) > 0
         # A candidate v of a fails if some pattern neighbour b (through this partition) has no hit.
         need = np.zeros((len(users), len(ends)), np.float32)
         for a, b in pairs:
