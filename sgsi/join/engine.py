@@ -35,14 +35,18 @@ import numpy as np
 
 from . import membership
 from .backend import distinct_index, rank_in_runs, runs
-from .plan import QueryPlan, Step
+from .plan import QueryPlan, Step, refine_cost
 from .stream import neighbour_lists
 
 #: Work (buffer entries plus rows) after which a query on unrefined candidate
-#: sets is planned again with refinement: at least this much, and this many
-#: times the total size of the candidate sets.
+#: sets is planned again with refinement: at least this much, this many times
+#: the total size of the candidate sets, and this many times the neighbour-list
+#: entries refinement would read (so that refining is worth it: on graphs
+#: where the join's work stays near the size of the lists, refinement only
+#: costs; where the join explodes, as on yeast, it wins by orders).
 REPLAN_MIN_WORK = 1 << 16
 REPLAN_FACTOR = 8
+REPLAN_COST_FACTOR = 4
 
 
 class _Replan(Exception):
@@ -74,6 +78,7 @@ class Engine:
     """Runs a :class:`QueryPlan` over a store on one backend."""
 
     def __init__(self, store, plan: QueryPlan, backend, budget: int, replan=None):
+        """``replan()`` gives the refined plan; without it the query runs on ``plan``."""
         self.store, self.plan, self.backend = store, plan, backend
         self.xp = backend.xp
         self.budget = budget
@@ -86,6 +91,7 @@ class Engine:
         self.emitted = False
         self.work_limit = None if replan is None else max(
             REPLAN_MIN_WORK, REPLAN_FACTOR * sum(plan.candidate_counts))
+        self.cost_checked = False
 
     # -- driving -------------------------------------------------------------------
 
@@ -330,7 +336,12 @@ class Engine:
         self.stats["steps"] += 1
         self.work += int(gba.size) + int(row_tuple.size)
         if self.work_limit is not None and self.work > self.work_limit and not self.emitted:
-            raise _Replan()
+            if not self.cost_checked:       # first time over: weigh the refinement's own cost
+                self.cost_checked = True
+                self.work_limit = max(self.work_limit,
+                                      REPLAN_COST_FACTOR * refine_cost(self.store, self.backend, self.plan))
+            if self.work > self.work_limit:
+                raise _Replan()
         # Each tuple's entries: the buffer of its first-link vertex.
         tcnt = fill[tuple_d]
         etuple = backend.repeat_index(tcnt)

@@ -231,6 +231,33 @@ def _refine(store, backend, bits, inc):
     return [keep_bits[i] for i in range(n_pat)], changed
 
 
+def refine_cost(store, backend, plan: QueryPlan) -> int:
+    """Neighbour-list entries one round of :func:`_refine` would read for ``plan``.
+
+    For each partition the pattern uses, the degrees (from the degree
+    index) of the union of its users' candidates: what refinement streams.
+    """
+    xp = backend.xp
+    users = {}
+    for step in plan.steps:
+        for link in step.links:      # refinement reads the lists of both ends of each edge
+            back = {"out": "in", "in": "out", "both": "both"}[link.direction]
+            users.setdefault((link.label_id, link.direction), set()).add(link.other)
+            users.setdefault((link.label_id, back), set()).add(step.vertex)
+    total = 0
+    for (lab, direction), us in users.items():
+        union = plan.candidates[min(us)]
+        for a in us:
+            union = union | plan.candidates[a]
+        p = store.partition(lab, direction)
+        for bid in p.idx_batches:
+            v, d = store.index_batch(bid)
+            v = backend.store_array((store.path, "index-v", bid), v)
+            d = backend.store_array((store.path, "index-d", bid), d)
+            total += int(d[backend.test_bits(union, v)].astype(xp.int64).sum())
+    return total
+
+
 def _set_bits(xp, bitsets):
     """(row, vertex) of every set bit of a 2-D array of bitsets, row-major and sorted."""
     r, w = xp.nonzero(bitsets)
