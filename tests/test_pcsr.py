@@ -435,6 +435,15 @@ def test_ragged_indices_random(seed):
     starts = rng.integers(0, 10**6, size=k)
     counts = rng.integers(0, 8, size=k) * (rng.random(k) < 0.7)
     got = pcsr.ragged_indices(starts, counts)
+    assert got.dtype in (np.int32, np.int64)
+    assert got.tolist() == ragged_reference(starts.tolist(), counts.tolist())
+
+
+def test_ragged_indices_past_int32():
+    """Indices that do not fit int32 come back as int64, exact."""
+    starts = np.array([2**31 - 3, 5, 2**40], dtype=np.int64)
+    counts = np.array([6, 2, 3], dtype=np.int64)
+    got = pcsr.ragged_indices(starts, counts)
     assert got.dtype == np.int64
     assert got.tolist() == ragged_reference(starts.tolist(), counts.tolist())
 

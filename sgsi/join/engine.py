@@ -34,6 +34,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import membership
+from ..partition import pcsr
 from .backend import distinct_index, rank_in_runs, runs
 from .plan import QueryPlan, Step, refine_cost
 from .stream import neighbour_lists
@@ -255,6 +256,18 @@ class Engine:
             verts, d = store.index_batch(bid)
             verts = backend.store_array((store.path, "index-v", bid), verts)
             d = backend.store_array((store.path, "index-d", bid), d)
+            a, b = max(lo, int(p.idx_first[bi])), min(hi, int(p.idx_last[bi]))
+            if b - a + 1 <= 8 * int(v.size):
+                # Few ids to span: scatter the batch's degrees into a dense range, then gather.
+                dense = xp.zeros(b - a + 1, dtype=xp.int64)
+                inside = (verts >= a) & (verts <= b)
+                dense[verts[inside] - a] = d[inside]
+                if a == lo and b == hi:
+                    deg = xp.take(dense, v - a)
+                else:
+                    sel = xp.flatnonzero((v >= a) & (v <= b))
+                    deg[sel] = xp.take(dense, v[sel] - a)
+                continue
             pos = xp.searchsorted(verts, v)
             pos = xp.minimum(pos, verts.size - 1)
             hit = verts[pos] == v
@@ -346,10 +359,8 @@ class Engine:
         tcnt = fill[tuple_d]
         etuple = backend.repeat_index(tcnt)
         # evals[e] = gba[F[first-link vertex of e's tuple] + rank of e in its tuple]
-        idx = (F[:-1][tuple_d] - (xp.cumsum(tcnt) - tcnt))[etuple]
-        idx += xp.arange(idx.size)
-        evals = xp.take(gba, idx)
-        del gba, idx
+        evals = xp.take(gba, pcsr.ragged_indices(F[:-1][tuple_d], tcnt, xp))
+        del gba
 
         # Other linking edges (Algorithm 5): keep entries found in N(t_j, l_j).
         if len(step.links) > 1:
@@ -357,7 +368,7 @@ class Engine:
             for link, col in zip(step.links[1:], tuples[1:]):
                 if not bool(alive.any()):
                     break
-                alive &= self._member(link, col, etuple, evals, lim)
+                alive &= self._member(link, col, etuple, evals, lim, tcnt)
             keep = xp.flatnonzero(alive)
             etuple, evals = xp.take(etuple, keep), xp.take(evals, keep)
         scount = backend.bincount(etuple, int(tuples[0].size))
@@ -405,27 +416,20 @@ class Engine:
             bounds = xp.flatnonzero(xp.diff((cum - per_row) // cap)) + 1
             cuts = [0] + [int(b) for b in backend.to_host(bounds)] + [n]
         for a, b in zip(cuts[:-1], cuts[1:]):
-            rt = s.row_tuple[a:b]
-            m = b - a
-            RF = xp.zeros(m + 1, dtype=xp.int64)
-            RF[1:] = xp.cumsum(per_row[a:b])
-            out_vals = xp.empty(int(RF[-1]), dtype=xp.int32)
-            rfill = xp.zeros(m, dtype=xp.int64)
             conflict_cols = [piece[c][a:b] for c in step.conflicts]
-            backend.expand_rows(xp.arange(m), rt, s.evals, s.sstart, s.scount, conflict_cols, RF, rfill, out_vals)
-            erow = backend.repeat_index(rfill)
+            erow, vals = backend.extend(s.row_tuple[a:b], per_row[a:b], s.evals, s.sstart, s.scount, conflict_cols)
             if erow.size == 0:
                 continue
-            epos = RF[:-1][erow] + (xp.arange(erow.size) - (xp.cumsum(rfill) - rfill)[erow])
-            out = {u: col[a:b][erow] for u, col in piece.items()}
-            out[step.vertex] = out_vals[epos]
+            out = {u: xp.take(col[a:b], erow) for u, col in piece.items()}
+            out[step.vertex] = vals
             yield out
 
-    def _member(self, link, vcol, erow, evals, lim):
+    def _member(self, link, vcol, erow, evals, lim, ecount):
         """For each buffer entry (tuple erow, value evals): is it in N(vcol[tuple], l)?
-        The bitset it builds is bounded like the GBA (``gba_entries`` int32 entries)."""
+        ``ecount``: entries per tuple. The bitset it builds is bounded like the GBA
+        (``gba_entries`` int32 entries)."""
         return membership.member(self.xp, self.backend, self.store, link, vcol, erow, evals,
-                                 cap=max(4096, 4 * lim.gba_entries))
+                                 cap=max(4096, 4 * lim.gba_entries), ecount=ecount)
 
 
 class _TuplesOf:
@@ -471,28 +475,54 @@ def _distinct_sum(xp, col, deg):
 def _distinct_tuples(xp, backend, cols):
     """Distinct rows of the columns ``cols``, sorted (first column major).
 
-    Returns (tuple id of each row, list of the tuples' columns). One or two
-    columns sort as one int64 key (ids are non-negative int32), and not at
-    all when already sorted; rows come in runs, which a stable sort exploits.
+    Returns (tuple id of each row, list of the tuples' columns). Rows that
+    come sorted (one or two columns, compared as one int64 key) need one
+    pass. Otherwise each column is replaced by its rank among its distinct
+    values (linear passes over the dense id range), and when the product of
+    the numbers of distinct values is small the tuples are found by marking
+    their combined rank, with no sort; else they are sorted.
     """
     n = int(cols[0].size)
+    if n == 0:
+        return xp.zeros(0, xp.int64), [c[:0] for c in cols]
+    key = None
     if len(cols) <= 2:
         key = cols[0] if len(cols) == 1 else (cols[0].astype(xp.int64) << 32) | cols[1].astype(xp.int64)
-        order = None if n < 2 or bool((key[1:] >= key[:-1]).all()) else backend.argsort(key)
-        skey = key if order is None else xp.take(key, order)
-        new = xp.empty(n, dtype=bool)
-        if n:
-            new[0] = True
-            xp.not_equal(skey[1:], skey[:-1], out=new[1:])
-        srt = list(cols) if order is None else [xp.take(c, order) for c in cols]
+        if n < 2 or bool((key[1:] >= key[:-1]).all()):
+            return _tuples_of_sorted(xp, cols, None, key)
+    ranked = [distinct_index(xp, c) for c in cols]
+    space = 1
+    for uniq, _rank in ranked:
+        space *= int(uniq.size)
+    if space <= 4 * n:
+        combined = ranked[0][1]
+        for uniq, rank in ranked[1:]:
+            combined = combined * int(uniq.size) + rank
+        ukey, row_tuple = distinct_index(xp, combined)
+        tuples = []
+        for uniq, _rank in ranked[::-1]:
+            tuples.append(xp.take(uniq, ukey % int(uniq.size)))
+            ukey = ukey // int(uniq.size)
+        return row_tuple, tuples[::-1]
+    if key is not None:
+        order = backend.argsort(key)
+        return _tuples_of_sorted(xp, [xp.take(c, order) for c in cols], order, xp.take(key, order))
+    order = backend.lexsort(cols[::-1])
+    return _tuples_of_sorted(xp, [c[order] for c in cols], order, None)
+
+
+def _tuples_of_sorted(xp, srt, order, skey):
+    """:func:`_distinct_tuples` of rows ``srt`` sorted by ``order`` (None: as they are);
+    ``skey``: their sorted int64 key, or None to compare column by column."""
+    n = int(srt[0].size)
+    new = xp.empty(n, dtype=bool)
+    new[0] = True
+    if skey is not None:
+        xp.not_equal(skey[1:], skey[:-1], out=new[1:])
     else:
-        order = backend.lexsort(cols[::-1])
-        srt = [c[order] for c in cols]
-        new = xp.zeros(n, dtype=bool)
-        if n:
-            new[0] = True
-            for c in srt:
-                new[1:] |= c[1:] != c[:-1]
+        new[1:] = False
+        for c in srt:
+            new[1:] |= c[1:] != c[:-1]
     tid_sorted = xp.cumsum(new) - 1
     if order is None:
         row_tuple = tid_sorted

@@ -210,6 +210,22 @@ class GpuBackend:
                                             np.int32(has_label), np.int32(label if has_label else -1), mask))
         return mask
 
+    def extend(self, row_tuple, per_row, evals, sstart, scount, conflict_cols):
+        """Columnar extension of one slice (reference: CpuBackend.extend), Prealloc-Combine:
+        the rows' outputs are sized by a prefix sum of |S(t_i)|, written by the load-balanced
+        expansion kernels, then compacted past the rows' own vertices."""
+        m = int(row_tuple.size)
+        RF = cp.zeros(m + 1, dtype=cp.int64)
+        RF[1:] = cp.cumsum(per_row)
+        out_vals = cp.empty(int(RF[-1]), dtype=cp.int32)
+        rfill = cp.zeros(m, dtype=cp.int64)
+        self.expand_rows(cp.arange(m), row_tuple, evals, sstart, scount, conflict_cols, RF, rfill, out_vals)
+        erow = self.repeat_index(rfill)
+        if erow.size == 0:
+            return erow, out_vals[:0]
+        epos = RF[:-1][erow] + (cp.arange(erow.size) - (cp.cumsum(rfill) - rfill)[erow])
+        return erow, out_vals[epos]
+
     def expand_rows(self, rows, run, flist, fstart, fcnt, conflict_cols, F, fill, gba, thresholds=None):
         """Row expansion (reference: CpuBackend.expand_rows), load-balanced (§7).
 

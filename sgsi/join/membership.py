@@ -12,16 +12,19 @@ for the cap falls back to a binary search of (vertex, neighbour) keys.
 
 from __future__ import annotations
 
+import numpy as np
+
 from ..partition import pcsr
 from .backend import distinct_index, runs, sums_over_runs
 from .stream import neighbour_lists
 
 
-def member(xp, backend, store, link, vcol, erow, evals, cap):
+def member(xp, backend, store, link, vcol, erow, evals, cap, ecount=None):
     """For each entry i: is ``evals[i]`` in N(vcol[erow[i]], l)? (a bool array)
 
     ``vcol`` holds the linking vertex of each tuple; ``erow`` the tuple of
-    each entry (sorted); ``cap`` bounds the bitset's bytes.
+    each entry (sorted), and ``ecount``, if given, the entries of each tuple
+    (``erow`` is then ``repeat(arange, ecount)``); ``cap`` bounds the bitset's bytes.
     """
     n = int(evals.size)
     if n == 0:
@@ -37,7 +40,12 @@ def member(xp, backend, store, link, vcol, erow, evals, cap):
     nd = int(uniq.size)
     if nd <= per_block:
         bits = _bitset(xp, backend, store, p, uniq, xmin, xmax, b0, width)
-        return _test(xp, bits, k_t * width - b0, erow, evals)
+        rowbase = k_t * width - b0
+        if int(bits.size) < 2 ** 31:
+            rowbase = rowbase.astype(xp.int32)
+        if ecount is not None and xp is np:
+            return _test(xp, bits, np.repeat(rowbase, ecount), evals)
+        return _test(xp, bits, xp.take(rowbase, erow), evals)
     # Blocks of linking vertices: regroup the entries by block (a sort of tuples), test each.
     found = xp.empty(n, dtype=bool)
     block_t = k_t // per_block
@@ -60,13 +68,12 @@ def member(xp, backend, store, link, vcol, erow, evals, cap):
         bb0 = lo >> 3
         w = (hi >> 3) - bb0 + 1
         bits = _bitset(xp, backend, store, p, uniq[r0:r1], lo, hi, bb0, w)
-        found[sel] = _test(xp, bits, (k_t - r0) * w - bb0, xp.take(erow, sel), ev)
+        found[sel] = _test(xp, bits, xp.take((k_t - r0) * w - bb0, xp.take(erow, sel)), ev)
     return found
 
 
-def _test(xp, bits, rowbase, erow, evals):
-    """Bit ``evals & 7`` of byte ``rowbase[erow] + (evals >> 3)`` of ``bits``, as bool."""
-    idx = xp.take(rowbase, erow)
+def _test(xp, bits, idx, evals):
+    """Bit ``evals & 7`` of byte ``idx + (evals >> 3)`` of ``bits``, as bool (``idx`` is consumed)."""
     idx += evals >> 3
     byte = xp.take(bits, idx)
     byte >>= evals.astype(xp.uint8) & xp.uint8(7)      # the low 3 bits survive the cast

@@ -199,18 +199,29 @@ def _gather_lists(dst, list_start, list_len, offsets):
 
 
 def ragged_indices(starts, counts, xp=np):
-    """Concatenation of ``arange(s, s + c)`` for each (s, c), vectorized."""
+    """Concatenation of ``arange(s, s + c)`` for each (s, c), vectorized.
+
+    int32 where every index fits (half the memory traffic of int64), else int64.
+    """
     counts = xp.asarray(counts, dtype=xp.int64)
     total = int(counts.sum())
     if total == 0:
         return xp.zeros(0, xp.int64)
+    starts = xp.asarray(starts, dtype=xp.int64)
     csum = xp.cumsum(counts)
     row_start = csum - counts
+    if xp is np:
+        # Each row's offset (start - where the row begins in the output), repeated, plus a ramp.
+        small = total < 2 ** 31 and int((starts + counts).max()) < 2 ** 31
+        dt = np.int32 if small else np.int64
+        idx = np.repeat((starts - row_start).astype(dt), counts)
+        idx += np.arange(total, dtype=dt)
+        return idx
     step = xp.ones(total, xp.int64)
     nz = counts > 0
     # At each row's first element, jump from the previous row's end to its start.
     first_pos = row_start[nz]
-    starts = xp.asarray(starts, dtype=xp.int64)[nz]
+    starts = starts[nz]
     prev_end = xp.concatenate([xp.zeros(1, xp.int64), (starts + counts[nz])[:-1]])
     step[first_pos] = starts - prev_end + 1
     step[0] = starts[0]
