@@ -368,7 +368,7 @@ class Engine:
             for link, col in zip(step.links[1:], tuples[1:]):
                 if not bool(alive.any()):
                     break
-                alive &= self._member(link, col, etuple, evals, lim, tcnt)
+                alive &= self._member(link, col, etuple, evals, lim, tcnt, self.plan.candidates[step.vertex])
             keep = xp.flatnonzero(alive)
             etuple, evals = xp.take(etuple, keep), xp.take(evals, keep)
         scount = backend.bincount(etuple, int(tuples[0].size))
@@ -424,12 +424,12 @@ class Engine:
             out[step.vertex] = vals
             yield out
 
-    def _member(self, link, vcol, erow, evals, lim, ecount):
+    def _member(self, link, vcol, erow, evals, lim, ecount, cbits):
         """For each buffer entry (tuple erow, value evals): is it in N(vcol[tuple], l)?
-        ``ecount``: entries per tuple. The bitset it builds is bounded like the GBA
-        (``gba_entries`` int32 entries)."""
+        ``ecount``: entries per tuple; ``cbits``: C(u), which holds every entry. The
+        bitset it builds is bounded like the GBA (``gba_entries`` int32 entries)."""
         return membership.member(self.xp, self.backend, self.store, link, vcol, erow, evals,
-                                 cap=max(4096, 4 * lim.gba_entries), ecount=ecount)
+                                 cap=max(4096, 4 * lim.gba_entries), ecount=ecount, cbits=cbits)
 
 
 class _TuplesOf:

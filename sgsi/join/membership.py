@@ -19,12 +19,16 @@ from .backend import distinct_index, runs, sums_over_runs
 from .stream import neighbour_lists
 
 
-def member(xp, backend, store, link, vcol, erow, evals, cap, ecount=None):
+def member(xp, backend, store, link, vcol, erow, evals, cap, ecount=None, cbits=None):
     """For each entry i: is ``evals[i]`` in N(vcol[erow[i]], l)? (a bool array)
 
     ``vcol`` holds the linking vertex of each tuple; ``erow`` the tuple of
     each entry (sorted), and ``ecount``, if given, the entries of each tuple
     (``erow`` is then ``repeat(arange, ecount)``); ``cap`` bounds the bitset's bytes.
+    ``cbits``, if given, is a bitset that holds every entry's value (the new
+    vertex's candidates): values are then tested by their rank among its
+    members, a denser space than the ids, so the bitset is smaller and its
+    probes stay in cache.
     """
     n = int(evals.size)
     if n == 0:
@@ -32,14 +36,20 @@ def member(xp, backend, store, link, vcol, erow, evals, cap, ecount=None):
     p = store.partition(link.label_id, link.direction)
     uniq, k_t = distinct_index(xp, vcol)
     xmin, xmax = int(evals.min()), int(evals.max())
+    ranks = None
+    if cbits is not None and xmax - xmin < 4 * n:
+        incand = backend.test_bits(cbits, xp.arange(xmin, xmax + 1, dtype=xp.int64))
+        ranks = (xmin, incand, xp.cumsum(incand, dtype=xp.int32) - 1)
+        evals = xp.take(ranks[2], evals - xmin)
+        xmin, xmax = 0, int(ranks[2][-1])
     b0 = xmin >> 3
     width = (xmax >> 3) - b0 + 1                 # bytes per bitset row
     if width > cap:
-        return _member_search(xp, backend, store, p, uniq, k_t, erow, evals)
+        return _member_search(xp, backend, store, p, uniq, k_t, erow, evals, ranks)
     per_block = max(1, cap // width)             # linking vertices per block
     nd = int(uniq.size)
     if nd <= per_block:
-        bits = _bitset(xp, backend, store, p, uniq, xmin, xmax, b0, width)
+        bits = _bitset(xp, backend, store, p, uniq, xmin, xmax, b0, width, ranks)
         rowbase = k_t * width - b0
         if int(bits.size) < 2 ** 31:
             rowbase = rowbase.astype(xp.int32)
@@ -67,7 +77,7 @@ def member(xp, backend, store, link, vcol, erow, evals, cap, ecount=None):
         lo, hi = int(ev.min()), int(ev.max())
         bb0 = lo >> 3
         w = (hi >> 3) - bb0 + 1
-        bits = _bitset(xp, backend, store, p, uniq[r0:r1], lo, hi, bb0, w)
+        bits = _bitset(xp, backend, store, p, uniq[r0:r1], lo, hi, bb0, w, ranks)
         found[sel] = _test(xp, bits, xp.take((k_t - r0) * w - bb0, xp.take(erow, sel)), ev)
     return found
 
@@ -81,10 +91,22 @@ def _test(xp, bits, idx, evals):
     return byte.view(bool)
 
 
-def _bitset(xp, backend, store, p, uniq, xmin, xmax, b0, width):
-    """uint8 rows of ``width`` bytes, one per vertex of ``uniq``: bit x - 8*b0 set iff x in N(v, l)."""
+def _ranked(xp, ranks, nb, owner):
+    """Neighbours ``nb`` (of ``owner``) that are members of the ranked set, as their ranks."""
+    base, incand, rank = ranks
+    inside = xp.flatnonzero((nb >= base) & (nb < base + incand.size))
+    off, owner = xp.take(nb, inside) - base, xp.take(owner, inside)
+    keep = xp.flatnonzero(xp.take(incand, off))
+    return xp.take(rank, xp.take(off, keep)), xp.take(owner, keep)
+
+
+def _bitset(xp, backend, store, p, uniq, xmin, xmax, b0, width, ranks=None):
+    """uint8 rows of ``width`` bytes, one per vertex of ``uniq``: bit x - 8*b0 set iff x in N(v, l)
+    (x the rank of the neighbour among the members of ``ranks``, where given)."""
     bits = xp.zeros(int(uniq.size) * width, dtype=xp.uint8)
     for lo, _hi, nb, owner in neighbour_lists(store, backend, p, uniq):
+        if ranks is not None:           # ranks grow with ids: each owner's list stays sorted
+            nb, owner = _ranked(xp, ranks, nb, owner)
         ok = (nb >= xmin) & (nb <= xmax)
         nb = nb[ok]
         if nb.size == 0:
@@ -98,13 +120,15 @@ def _bitset(xp, backend, store, p, uniq, xmin, xmax, b0, width):
     return bits
 
 
-def _member_search(xp, backend, store, p, uniq, k_t, erow, evals):
+def _member_search(xp, backend, store, p, uniq, k_t, erow, evals, ranks=None):
     """Value ranges too wide for a bitset row: binary search of sorted (vertex, neighbour)
     keys, one segment at a time (a vertex's list may continue in the next segment)."""
     found = xp.zeros(evals.size, dtype=bool)
     kq = xp.take(k_t, erow)
     keys = (kq.astype(xp.int64) << 32) | evals.astype(xp.int64)
     for lo, hi, nb, owner in neighbour_lists(store, backend, p, uniq):
+        if ranks is not None:
+            nb, owner = _ranked(xp, ranks, nb, owner)
         if nb.size == 0:
             continue
         skeys = ((owner + lo).astype(xp.int64) << 32) | nb.astype(xp.int64)      # sorted
