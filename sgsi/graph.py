@@ -297,7 +297,7 @@ class _Watched:
     Every join step and every refinement round reads its neighbour lists
     through ``backend.segments()``, the filter runs one signature segment
     per ``signature_filter()`` call, and the columnar extension one output
-    slice per ``expand_rows()`` call: a check at each stops a query within
+    slice per ``extend()`` call: a check at each stops a query within
     the work of one segment or slice. Everything else is the backend's own.
     """
 
@@ -321,6 +321,6 @@ class _Watched:
         self._check()
         return self._backend.signature_filter(*args, **kwargs)
 
-    def expand_rows(self, *args, **kwargs):
+    def extend(self, *args, **kwargs):
         self._check()
-        return self._backend.expand_rows(*args, **kwargs)
+        return self._backend.extend(*args, **kwargs)

@@ -143,7 +143,10 @@ class CpuBackend:
         return erow, vals
 
     def expand_rows(self, rows, run, flist, fstart, fcnt, conflict_cols, F, fill, gba):
-        """buf_i += (flist of row i's vertex) minus the row's conflict vertices, in GBA."""
+        """buf_i += (flist of row i's vertex) minus the row's conflict vertices, in GBA.
+
+        The NumPy reference of the GPU's expansion kernels (tests/test_gpu.py); the CPU
+        engine extends through :meth:`extend`."""
         rc = fcnt[run]
         vals = flist[pcsr.ragged_indices(fstart[run], rc, np)]
         rid = rows[self.repeat_index(rc)]

@@ -16,7 +16,9 @@ array per matched pattern vertex) by the next pattern vertex u:
    it is in N(v'_j, l_j), found segment by segment.
 4. **Columnar extension** (Algorithm 6). A prefix sum of num(buf_i) sizes the
    new table; each old column is repeated num(buf_i) times and the buffer
-   entries become the new column. The join runs once: no count-then-join.
+   entries become the new column (``backend.extend``: one gather on the CPU,
+   the Prealloc-Combine expansion kernels on the GPU). The join runs once:
+   no count-then-join.
 
 Chunks are bounded by the memory budget, which the steps share: a chunk
 whose GBA would overflow is split into pieces (rows sharing a first-link

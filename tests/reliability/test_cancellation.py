@@ -114,6 +114,24 @@ def test_cancel_callable_and_bad_cancel(dgraph):
         dgraph.count("(a)-->(b)", device="cpu", cancel=ev)
 
 
+@pytest.mark.parametrize("unit", ["segments", "signature_filter", "extend"])
+def test_cancel_is_checked_at_each_unit_of_work(social, unit):
+    """A cancel= that answers True only when asked from inside one unit of work (a segment
+    read, a signature segment filtered, an output slice extended) stops the query: each
+    unit checks it."""
+    import inspect
+
+    def asked_inside():
+        return any(f.function == unit for f in inspect.stack()[1:6])
+
+    g = sgsi.open(social["store"])
+    pattern = "(a:0)-[:E0]->(b)-[:E1]->(c:1)"
+    assert g.count(pattern, device="cpu") > 0
+    with pytest.raises((Cancelled, pa.ArrowInvalid), match="cancelled"):
+        g.match(pattern, device="cpu", cancel=asked_inside).read_all()
+    g.close()
+
+
 def _interrupt_after(con, seconds, use_registration=None):
     def fire():
         time.sleep(seconds)
