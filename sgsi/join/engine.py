@@ -39,7 +39,7 @@ from . import membership
 from ..partition import pcsr
 from .backend import distinct_index, rank_in_runs, runs
 from .plan import QueryPlan, Step, refine_cost
-from .stream import neighbour_lists
+from .stream import degree_index, neighbour_lists
 
 #: Work (buffer entries plus rows) after which a query on unrefined candidate
 #: sets is planned again with refinement: at least this much, this many times
@@ -254,10 +254,7 @@ class Engine:
         b0 = int(np.searchsorted(p.idx_last, lo, "left"))
         b1 = int(np.searchsorted(p.idx_first, hi, "right"))
         for bi in range(b0, b1):      # index batches overlapping the rows' vertices
-            bid = int(p.idx_batches[bi])
-            verts, d = store.index_batch(bid)
-            verts = backend.store_array((store.path, "index-v", bid), verts)
-            d = backend.store_array((store.path, "index-d", bid), d)
+            verts, d = degree_index(store, backend, p.idx_batches[bi])
             a, b = max(lo, int(p.idx_first[bi])), min(hi, int(p.idx_last[bi]))
             if b - a + 1 <= 8 * int(v.size):
                 # Few ids to span: scatter the batch's degrees into a dense range, then gather.

@@ -24,7 +24,7 @@ from ..partition import signatures
 from ..pattern import Pattern
 from ..storage.format import ANY_LABEL
 from .backend import runs, sums_over_runs
-from .stream import neighbour_lists
+from .stream import degree_index, neighbour_lists
 
 
 
@@ -55,6 +55,7 @@ class QueryPlan:
     candidates: list                 # bitset (uint32 words) per pattern vertex
     candidate_counts: list[int]
     injective: bool
+    incident: list = field(default_factory=list)   # _incident() of the pattern, label ids resolved
 
 
 def _incident(pattern: Pattern, edge_ids):
@@ -119,7 +120,7 @@ def make_plan(store, pattern: Pattern, backend, injective=True, refine_rounds=2)
                     conflicts.append(w)
         steps.append(Step(u, links, conflicts))
         joined.append(u)
-    return QueryPlan(pattern, False, order, steps, bits, counts, injective)
+    return QueryPlan(pattern, False, order, steps, bits, counts, injective, inc)
 
 
 def _candidates(store, backend, u, vlabel, inc, injective, degree_masks):
@@ -167,9 +168,7 @@ def _candidates(store, backend, u, vlabel, inc, injective, degree_masks):
             p = store.partition(lab, direction)
             has = xp.zeros(n, dtype=bool)
             for bid in p.idx_batches:
-                v, d = store.index_batch(bid)
-                v = backend.store_array((store.path, "index-v", bid), v)
-                d = backend.store_array((store.path, "index-d", bid), d)
+                v, d = degree_index(store, backend, bid)
                 has[v[d >= k]] = True
             degree_masks[(lab, direction, k)] = has
         mask &= has
@@ -193,10 +192,7 @@ def _refine(store, backend, bits, inc):
     words = int(bits[0].size)
     stacked = xp.stack(bits)                                     # (pattern vertices, words)
     keep_bits = stacked.copy()
-    by_partition = {}
-    for (a, b, lab, direction) in inc:
-        by_partition.setdefault((lab, direction), set()).add((a, b))
-    for (lab, direction), pairs in by_partition.items():
+    for (lab, direction), pairs in _by_partition(inc).items():
         users = sorted({a for a, _ in pairs})
         owner_of, cand = _set_bits(xp, stacked[users])           # candidate pairs (row in users, vertex)
         if cand.size == 0:
@@ -231,6 +227,14 @@ def _refine(store, backend, bits, inc):
     return [keep_bits[i] for i in range(n_pat)], changed
 
 
+def _by_partition(inc):
+    """(label, direction) -> the (vertex, other end) pairs of the incident edges read through it."""
+    by_partition = {}
+    for (a, b, lab, direction) in inc:
+        by_partition.setdefault((lab, direction), set()).add((a, b))
+    return by_partition
+
+
 def refine_cost(store, backend, plan: QueryPlan) -> int:
     """Neighbour-list entries one round of :func:`_refine` would read for ``plan``.
 
@@ -238,22 +242,15 @@ def refine_cost(store, backend, plan: QueryPlan) -> int:
     index) of the union of its users' candidates: what refinement streams.
     """
     xp = backend.xp
-    users = {}
-    for step in plan.steps:
-        for link in step.links:      # refinement reads the lists of both ends of each edge
-            back = {"out": "in", "in": "out", "both": "both"}[link.direction]
-            users.setdefault((link.label_id, link.direction), set()).add(link.other)
-            users.setdefault((link.label_id, back), set()).add(step.vertex)
     total = 0
-    for (lab, direction), us in users.items():
-        union = plan.candidates[min(us)]
-        for a in us:
+    for (lab, direction), pairs in _by_partition(plan.incident).items():
+        users = sorted({a for a, _b in pairs})
+        union = plan.candidates[users[0]]
+        for a in users[1:]:
             union = union | plan.candidates[a]
         p = store.partition(lab, direction)
         for bid in p.idx_batches:
-            v, d = store.index_batch(bid)
-            v = backend.store_array((store.path, "index-v", bid), v)
-            d = backend.store_array((store.path, "index-d", bid), d)
+            v, d = degree_index(store, backend, bid)
             total += int(d[backend.test_bits(union, v)].astype(xp.int64).sum())
     return total
 

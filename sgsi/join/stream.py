@@ -48,3 +48,10 @@ def segment_range(p, v_sorted):
     np.add.at(mark, first, 1)
     np.add.at(mark, last + 1, -1)
     return np.flatnonzero(np.cumsum(mark[:-1]) > 0)
+
+
+def degree_index(store, backend, bid):
+    """(vertex, degree) arrays of degree-index batch ``bid``, where the backend computes."""
+    v, d = store.index_batch(bid)
+    return (backend.store_array((store.path, "index-v", int(bid)), v),
+            backend.store_array((store.path, "index-d", int(bid)), d))
