@@ -13,7 +13,12 @@ array per matched pattern vertex) by the next pattern vertex u:
    are appended to buf_i. A row is done once its vertex is behind the
    segment; the stream stops when every row is done.
 3. **Other linking edges** (Algorithm 5). Each buffer entry is kept only if
-   it is in N(v'_j, l_j), found segment by segment.
+   it is in N(v'_j, l_j), found segment by segment. Where the lists of a
+   later link fit the cap too, they are gathered like the first link's, and
+   each tuple takes its entries from the shortest of its gathered lists and
+   tests them against the others (bitsets over the ranks of the lists'
+   values): on skewed graphs a hub on the first link no longer makes every
+   tuple that shares it probe its whole list.
 4. **Columnar extension** (Algorithm 6). A prefix sum of num(buf_i) sizes the
    new table; each old column is repeated num(buf_i) times and the buffer
    entries become the new column (``backend.extend``: one gather on the CPU,
@@ -85,7 +90,7 @@ class Engine:
         self.store, self.plan, self.backend = store, plan, backend
         self.xp = backend.xp
         self.budget = budget
-        self.stats = {"chunks": 0, "steps": 0, "replanned": 0}
+        self.stats = {"chunks": 0, "steps": 0, "replanned": 0, "entries": 0}
         # Adaptive planning: run on the cheap plan first; if the join's work
         # outgrows the candidate sets by far before any result has left, start
         # again on the plan ``replan()`` gives (refined candidate sets).
@@ -312,41 +317,61 @@ class Engine:
         gba = xp.concatenate(parts)
         parts.clear()
         n = int(gba.size)
-        return self._finish(t.row_tuple, t.tuples, t.tuple_d, xp.asarray([0, n]), xp.asarray([n]), gba, step, lim)
+        lists = _Lists(t.d0, t.tuple_d, xp.zeros(1, xp.int64), xp.asarray([n]), gba, n)
+        return self._finish(t.row_tuple, t.tuples, [lists] + [None] * (len(step.links) - 1), step, lim)
 
     def _sets_whole(self, piece, deg, step: Step, lim: Limits):
-        """Sets of a piece whose GBA fits the cap: one pass over the first link's segments."""
+        """Sets of a piece whose GBA fits the cap.
+
+        The lists of the first link's distinct vertices are gathered into the
+        GBA; so are those of every other link whose lists fit the cap too
+        (``_other_lists``), and each tuple then takes its entries from the
+        shortest of its gathered lists and tests them against the others.
+        """
+        xp, backend = self.xp, self.backend
+        t = _TuplesOf(xp, backend, piece, step)
+        d0deg = xp.zeros(int(t.d0.size), dtype=xp.int64)
+        d0deg[t.tuple_d[t.row_tuple]] = deg              # rows carry |N(v'_i, l0)| already
+        lists = [self._gather(step.links[0], t.d0, t.tuple_d, d0deg, step)]
+        lists += [self._other_lists(link, col, step, lim)
+                  for link, col in zip(step.links[1:], t.tuples[1:])]
+        return self._finish(t.row_tuple, t.tuples, lists, step, lim)
+
+    def _other_lists(self, link, col, step, lim):
+        """``_gather`` for a later link's vertices, or None where their lists exceed the cap."""
+        xp = self.xp
+        verts, of_tuple = distinct_index(xp, col)
+        deg = self._degrees(link, verts)
+        if int(deg.sum()) > lim.gba_entries:
+            return None
+        return self._gather(link, verts, of_tuple, deg, step)
+
+    def _gather(self, link, verts, of_tuple, deg, step) -> "_Lists":
+        """N(v, l) ∩ C(u) for the sorted distinct vertices ``verts``, streamed over the
+        segments of l (Algorithm 4), in Prealloc-Combine: F = exclusive prefix sum of
+        |N(v, l)|, one GBA holds every buffer, buf_v += N_x(v, l) ∩ C(u) per segment."""
         xp, backend, store = self.xp, self.backend, self.store
         cbits = self.plan.candidates[step.vertex]
-        t = _TuplesOf(xp, backend, piece, step)
-        row_tuple, tuples, d0, tuple_d = t.row_tuple, t.tuples, t.d0, t.tuple_d
-        nd = int(d0.size)
-        p0 = store.partition(step.links[0].label_id, step.links[0].direction)
-
-        # Prealloc-Combine: F = exclusive prefix sum of |N(v, l0)| over the
-        # distinct first-link vertices; one GBA holds all their buffers.
-        d0deg = xp.zeros(nd, dtype=xp.int64)
-        d0deg[tuple_d[row_tuple]] = deg                  # rows carry |N(v'_i, l0)| already
+        nd = int(verts.size)
         F = xp.zeros(nd + 1, dtype=xp.int64)
-        F[1:] = xp.cumsum(d0deg)
+        F[1:] = xp.cumsum(deg)
         gba = xp.empty(int(F[-1]), dtype=xp.int32)
         fill = xp.zeros(nd, dtype=xp.int64)             # candidates written per vertex
-
-        # First edge, streamed over the segments of l0 (Algorithm 4): buf_v += N_x(v, l0) ∩ C(u).
-        for lo, hi, nb, owner in neighbour_lists(store, backend, p0, d0):
+        for lo, hi, nb, owner in neighbour_lists(store, backend, store.partition(link.label_id, link.direction), verts):
             keep = backend.test_bits(cbits, nb)
             own = owner[keep] + lo
             if own.size == 0:
                 continue
             gba[F[own] + fill[own] + rank_in_runs(xp, backend, own)] = nb[keep]
             fill += backend.bincount(own, nd)
-        return self._finish(row_tuple, tuples, tuple_d, F, fill, gba, step, lim)
+        return _Lists(verts, of_tuple, F[:-1], fill, gba, int(F[-1]))
 
-    def _finish(self, row_tuple, tuples, tuple_d, F, fill, gba, step: Step, lim: Limits):
-        """From the GBA (buffer of distinct vertex i: gba[F[i]:F[i] + fill[i]]) to the sets."""
+    def _finish(self, row_tuple, tuples, lists, step: Step, lim: Limits):
+        """The sets S(t) from the gathered lists (``lists[j]``: link j's, or None where not
+        gathered; ``lists[0]`` always is)."""
         xp, backend = self.xp, self.backend
         self.stats["steps"] += 1
-        self.work += int(gba.size) + int(row_tuple.size)
+        self.work += lists[0].reserved + int(row_tuple.size)
         if self.work_limit is not None and self.work > self.work_limit and not self.emitted:
             if not self.cost_checked:       # first time over: weigh the refinement's own cost
                 self.cost_checked = True
@@ -354,24 +379,88 @@ class Engine:
                                       REPLAN_COST_FACTOR * refine_cost(self.store, self.backend, self.plan))
             if self.work > self.work_limit:
                 raise _Replan()
-        # Each tuple's entries: the buffer of its first-link vertex.
-        tcnt = fill[tuple_d]
-        etuple = backend.repeat_index(tcnt)
-        # evals[e] = gba[F[first-link vertex of e's tuple] + rank of e in its tuple]
-        evals = xp.take(gba, pcsr.ragged_indices(F[:-1][tuple_d], tcnt, xp))
-        del gba
-
-        # Other linking edges (Algorithm 5): keep entries found in N(t_j, l_j).
-        if len(step.links) > 1:
+        ranked = self._ranked(lists, max(4096, 4 * lim.gba_entries))
+        if ranked is None:
+            # Entries from the first link's lists; the other links are tested by streaming.
+            L = lists[0]
+            tcnt = L.count[L.of_tuple]
+            etuple = backend.repeat_index(tcnt)
+            evals = xp.take(L.values, pcsr.ragged_indices(L.start[L.of_tuple], tcnt, xp))
+            self.stats["entries"] += int(evals.size)
+            untested = list(range(1, len(step.links)))
+        else:
+            # Each tuple takes its entries from the shortest of its ranked lists (the probe
+            # side chosen per tuple), and each entry is tested by one bit of every ranked
+            # list's bitset row (the bit of its own list is set).
+            ids, rank, rl = ranked
+            have = [r for r in rl if r is not None]
+            tcnt, start = have[0].count_of_tuple, have[0].start_of_tuple
+            which = xp.zeros(tcnt.shape, xp.int8)
+            for k, r in enumerate(have[1:], 1):
+                shorter = r.count_of_tuple < tcnt
+                tcnt = xp.where(shorter, r.count_of_tuple, tcnt)
+                start = xp.where(shorter, r.start_of_tuple, start)
+                which[shorter] = k
+            etuple = backend.repeat_index(tcnt)
+            evals = xp.take(rank, pcsr.ragged_indices(start, tcnt, xp))
+            self.stats["entries"] += int(evals.size)
             alive = xp.ones(evals.size, dtype=bool)
-            for link, col in zip(step.links[1:], tuples[1:]):
+            for k, r in enumerate(have):
+                if bool((which != k).any()):
+                    alive &= membership.in_rows(xp, r.bits, r.rowbase, etuple, evals, tcnt)
+            keep = xp.flatnonzero(alive)
+            etuple, evals = xp.take(etuple, keep), xp.take(ids, xp.take(evals, keep))
+            untested = [j for j, r in enumerate(rl) if r is None]
+            tcnt = backend.bincount(etuple, int(tuples[0].size)) if untested else None
+
+        # Links not tested yet (Algorithm 5): keep the entries found in N(t_j, l_j), streamed.
+        if untested:
+            cbits = self.plan.candidates[step.vertex]
+            alive = xp.ones(evals.size, dtype=bool)
+            for j in untested:
                 if not bool(alive.any()):
                     break
-                alive &= self._member(link, col, etuple, evals, lim, tcnt, self.plan.candidates[step.vertex])
+                alive &= self._member(step.links[j], tuples[j], etuple, evals, lim, tcnt, cbits)
             keep = xp.flatnonzero(alive)
             etuple, evals = xp.take(etuple, keep), xp.take(evals, keep)
         scount = backend.bincount(etuple, int(tuples[0].size))
         return _Sets(row_tuple, etuple, evals, scount, xp.cumsum(scount) - scount)
+
+    def _ranked(self, lists, bitcap):
+        """The gathered lists packed back to back as ranks among their distinct values,
+        with a bitset of each (one row per vertex, one bit per rank).
+
+        Returns (ids by rank, ranks, [:class:`_RankedList` or None per link]), or None
+        when no later link is ranked: a later link's list is left to streaming when its
+        bitset would exceed ``bitcap`` bytes, and all are when the first link's would.
+        """
+        xp, backend = self.xp, self.backend
+        if all(L is None for L in lists[1:]):
+            return None
+        packed = [None if L is None else xp.take(L.values, pcsr.ragged_indices(L.start, L.count, xp))
+                  for L in lists]
+        allvals = xp.concatenate([v for v in packed if v is not None])
+        if allvals.size == 0:
+            return None
+        ids, rank = distinct_index(xp, allvals)
+        nbits = int(ids.size)
+        width = (nbits + 7) >> 3
+        fits = [L is not None and int(L.count.size) * width <= bitcap for L in lists]
+        if not fits[0] or not any(fits[1:]):
+            return None
+        rank = rank.astype(xp.int32)
+        out, at = [], 0
+        for L, v, ok in zip(lists, packed, fits):
+            n = 0 if v is None else int(v.size)
+            if ok:
+                r = rank[at:at + n]
+                start = xp.cumsum(L.count) - L.count + at          # in ``rank``
+                bits, w = membership.lists_bitset(xp, backend, L.count, r, nbits)
+                out.append(_RankedList(L.count[L.of_tuple], start[L.of_tuple], bits, L.of_tuple * w))
+            else:
+                out.append(None)
+            at += n
+        return ids, rank, out
 
     def _count(self, piece, s, step: Step) -> int:
         """Σ_rows |S(t_i)| minus the rows' own vertices found in their S(t_i) (count-only last step)."""
@@ -441,6 +530,29 @@ class _TuplesOf:
 
 
 @dataclass
+class _Lists:
+    """Gathered lists N(v, l) ∩ C(u) of a link's distinct vertices (a GBA)."""
+
+    vertices: object     # the distinct linking vertices, sorted
+    of_tuple: object     # index into ``vertices`` of each tuple's linking vertex
+    start: object        # where each vertex's buffer starts in ``values``
+    count: object        # entries written in each buffer
+    values: object       # the GBA (slots past a buffer's count are not written)
+    reserved: int        # slots the GBA was allocated with
+
+
+@dataclass
+class _RankedList:
+    """A gathered list as ranks: per tuple, its size and start among the ranks, and the
+    bitset of its lists (row of each tuple at byte ``rowbase``)."""
+
+    count_of_tuple: object
+    start_of_tuple: object
+    bits: object
+    rowbase: object
+
+
+@dataclass
 class _Sets:
     """A piece's candidate sets: entries (etuple, evals) sorted by tuple then value."""
 
@@ -479,7 +591,8 @@ def _distinct_tuples(xp, backend, cols):
     pass. Otherwise each column is replaced by its rank among its distinct
     values (linear passes over the dense id range), and when the product of
     the numbers of distinct values is small the tuples are found by marking
-    their combined rank, with no sort; else they are sorted.
+    their combined rank, with no sort; else they are sorted (by a radix sort
+    of the ranks where each column has at most 65,536 distinct values).
     """
     n = int(cols[0].size)
     if n == 0:
@@ -503,11 +616,20 @@ def _distinct_tuples(xp, backend, cols):
             tuples.append(xp.take(uniq, ukey % int(uniq.size)))
             ukey = ukey // int(uniq.size)
         return row_tuple, tuples[::-1]
-    if key is not None:
+    if all(int(uniq.size) <= 1 << 16 for uniq, _rank in ranked):
+        # Few distinct values per column: a least-significant-first radix sort, one stable
+        # sort of 16-bit ranks per column (linear on NumPy and CuPy).
+        order = None
+        for _uniq, rank in ranked[::-1]:
+            r = rank.astype(xp.uint16) if order is None else xp.take(rank, order).astype(xp.uint16)
+            by = backend.argsort(r)
+            order = by if order is None else xp.take(order, by)
+    elif key is not None:
         order = backend.argsort(key)
-        return _tuples_of_sorted(xp, [xp.take(c, order) for c in cols], order, xp.take(key, order))
-    order = backend.lexsort(cols[::-1])
-    return _tuples_of_sorted(xp, [c[order] for c in cols], order, None)
+    else:
+        order = backend.lexsort(cols[::-1])
+    srt = [xp.take(c, order) for c in cols]
+    return _tuples_of_sorted(xp, srt, order, None if key is None else xp.take(key, order))
 
 
 def _tuples_of_sorted(xp, srt, order, skey):

@@ -8,6 +8,10 @@ range, and each entry is then one bit lookup: linear passes and one gather,
 no sort of the entries. The bitset is bounded by ``cap`` bytes; wider value
 ranges are tested in blocks of linking vertices, and a single row too wide
 for the cap falls back to a binary search of (vertex, neighbour) keys.
+
+Where the lists are already in memory, sorted, as ranks of a small value
+space (the engine's gathered lists, see ``Engine._sets_whole``),
+:func:`lists_bitset` and :func:`in_rows` do the same test without streaming.
 """
 
 from __future__ import annotations
@@ -50,12 +54,7 @@ def member(xp, backend, store, link, vcol, erow, evals, cap, ecount=None, cbits=
     nd = int(uniq.size)
     if nd <= per_block:
         bits = _bitset(xp, backend, store, p, uniq, xmin, xmax, b0, width, ranks)
-        rowbase = k_t * width - b0
-        if int(bits.size) < 2 ** 31:
-            rowbase = rowbase.astype(xp.int32)
-        if ecount is not None and xp is np:
-            return _test(xp, bits, np.repeat(rowbase, ecount), evals)
-        return _test(xp, bits, xp.take(rowbase, erow), evals)
+        return in_rows(xp, bits, k_t * width - b0, erow, evals, ecount)
     # Blocks of linking vertices: regroup the entries by block (a sort of tuples), test each.
     found = xp.empty(n, dtype=bool)
     block_t = k_t // per_block
@@ -111,13 +110,37 @@ def _bitset(xp, backend, store, p, uniq, xmin, xmax, b0, width, ranks=None):
         nb = nb[ok]
         if nb.size == 0:
             continue
-        # (vertex, neighbour) pairs come sorted and distinct: byte positions are sorted and
-        # the bits of one byte distinct, so their sum is their OR.
-        byte = (owner[ok] + lo) * width + ((nb >> 3) - b0)
-        ub, _start, end = runs(xp, byte)
-        bits[ub] |= sums_over_runs(xp, xp.left_shift(xp.int32(1), nb & 7), end, xp.int32).astype(xp.uint8)
-        # |=: a vertex's list may continue in the next segment
+        _set_bits(xp, bits, owner[ok] + lo, nb, width, b0)     # |=: a list may continue in the next segment
     return bits
+
+
+def _set_bits(xp, bits, row, nb, width, b0):
+    """bits |= bit ``nb - 8*b0`` of row ``row``, for (row, nb) pairs sorted and distinct."""
+    # Byte positions come sorted and the bits of one byte distinct, so their sum is their OR.
+    byte = row * width + ((nb >> 3) - b0)
+    ub, _start, end = runs(xp, byte)
+    bits[ub] |= sums_over_runs(xp, xp.left_shift(xp.int32(1), nb & 7), end, xp.int32).astype(xp.uint8)
+
+
+def lists_bitset(xp, backend, count, values, nbits):
+    """Bitset rows of ``(nbits + 7) // 8`` bytes, one per list: row i has the bits of
+    ``values`` of list i set. The lists lie back to back in ``values`` (``count[i]``
+    of list i, each sorted, distinct). Returns (bits, row width in bytes)."""
+    width = (nbits + 7) >> 3
+    bits = xp.zeros(int(count.size) * width, dtype=xp.uint8)
+    if values.size:
+        _set_bits(xp, bits, backend.repeat_index(count), values, width, 0)
+    return bits, width
+
+
+def in_rows(xp, bits, rowbase, erow, evals, ecount=None):
+    """Entry i: is bit ``evals[i]`` set in the bitset row that starts at byte
+    ``rowbase[erow[i]]``? (``ecount``: entries per row, when ``erow`` is sorted)"""
+    if int(bits.size) < 2 ** 31:
+        rowbase = rowbase.astype(xp.int32)
+    if ecount is not None and xp is np:
+        return _test(xp, bits, np.repeat(rowbase, ecount), evals)
+    return _test(xp, bits, xp.take(rowbase, erow), evals)
 
 
 def _member_search(xp, backend, store, p, uniq, k_t, erow, evals, ranks=None):
