@@ -567,19 +567,22 @@ def test_no_replan_where_the_join_stays_near_the_lists(tmp_path):
 def test_each_tuple_probes_from_its_shortest_list(tmp_path, budget):
     """A later step's tuples take their entries from the shortest of their linking lists.
 
-    x0 -c-> y_i for 20 y's; x0 -a-> z_j for 200 z's (label a is the least
-    frequent, so the step of z lists it first); each y reaches 10 of the z's by b.
-    Each tuple (x0, y_i) holds 200 entries through a but 10 through b: the
-    step must probe 20 x 10 entries, not 20 x 200. At 16KB the lists of b
-    exceed the cap and are streamed instead; the count is the same.
+    x0 -c-> y_i for 40 y's; x0 -a-> z_j for 2,000 z's (label a is the least
+    frequent, so the step of z lists it first); each y reaches 50 of the z's
+    by b. Each tuple (x0, y_i) holds 2,000 entries through a but 50 through b:
+    the step must probe 40 x 50 entries, not 40 x 2,000. At 16KB the lists of
+    b exceed the cap and are streamed instead; the count is the same.
     """
-    k, m = 20, 200
+    from sgsi.join.engine import SHORTEST_LIST_MIN_PROBES
+
+    k, m = 40, 2000
+    assert k * m >= SHORTEST_LIST_MIN_PROBES          # big enough for the rule to apply
     edges = [(0, 1 + i, "c") for i in range(k)]                          # x0 -c-> y_i
     edges += [(0, 100 + j, "a") for j in range(m)]                       # x0 -a-> z_j
     edges += [(1 + j % k, 100 + j, "b") for j in range(m)]               # y_(j mod k) -b-> z_j
-    edges += [(1000 + i, 1000 + (i * 7 + 1) % 300, "b") for i in range(300)]   # b made frequent
+    edges += [(5000 + i, 5000 + (i * 7 + 1) % 300, "b") for i in range(300)]   # b made frequent
     vl = {0: "X", **{1 + i: "Y" for i in range(k)}, **{100 + j: "Z" for j in range(m)},
-          **{1000 + i: "W" for i in range(300)}}
+          **{5000 + i: "W" for i in range(300)}}
     pq.write_table(pa.table({"src": [e[0] for e in edges], "dst": [e[1] for e in edges],
                              "label": [e[2] for e in edges]}), tmp_path / "e.parquet")
     pq.write_table(pa.table({"id": list(vl), "label": list(vl.values())}), tmp_path / "v.parquet")
@@ -587,5 +590,5 @@ def test_each_tuple_probes_from_its_shortest_list(tmp_path, budget):
                    vertices=str(tmp_path / "v.parquet"), memory_budget=budget)
     assert g.count("(x:X)-[:c]->(y:Y), (x)-[:a]->(z:Z), (y)-[:b]->(z)", device=CPU, memory_budget=budget) == m
     if budget is None:
-        assert g.last_stats["entries"] == k + k * (m // k)      # step y: 20; step z: 20 tuples x 10
+        assert g.last_stats["entries"] == k + k * (m // k)      # step y: 40; step z: 40 tuples x 50
     g.close()

@@ -57,6 +57,12 @@ REPLAN_FACTOR = 8
 REPLAN_COST_FACTOR = 4
 
 
+#: Entries (from the first link's lists) under which a step does not gather its later
+#: links' lists to let each tuple probe from its shortest: the fixed cost of gathering
+#: and ranking them is then more than the probes it could save.
+SHORTEST_LIST_MIN_PROBES = 1 << 15
+
+
 class _Replan(Exception):
     """The join outgrew its plan before producing results; plan again."""
 
@@ -332,17 +338,22 @@ class Engine:
         t = _TuplesOf(xp, backend, piece, step)
         d0deg = xp.zeros(int(t.d0.size), dtype=xp.int64)
         d0deg[t.tuple_d[t.row_tuple]] = deg              # rows carry |N(v'_i, l0)| already
-        lists = [self._gather(step.links[0], t.d0, t.tuple_d, d0deg, step)]
-        lists += [self._other_lists(link, col, step, lim)
-                  for link, col in zip(step.links[1:], t.tuples[1:])]
+        first = self._gather(step.links[0], t.d0, t.tuple_d, d0deg, step)
+        probes = int(first.count[first.of_tuple].sum())      # entries if all come from the first link
+        lists = [first] + [self._other_lists(link, col, step, lim, probes)
+                           for link, col in zip(step.links[1:], t.tuples[1:])]
         return self._finish(t.row_tuple, t.tuples, lists, step, lim)
 
-    def _other_lists(self, link, col, step, lim):
-        """``_gather`` for a later link's vertices, or None where their lists exceed the cap."""
+    def _other_lists(self, link, col, step, lim, probes):
+        """``_gather`` for a later link's vertices, or None where it would not pay: the
+        first link's lists give fewer than ``SHORTEST_LIST_MIN_PROBES`` entries, or these
+        lists are longer than those entries or than the cap."""
+        if probes < SHORTEST_LIST_MIN_PROBES:
+            return None
         xp = self.xp
         verts, of_tuple = distinct_index(xp, col)
         deg = self._degrees(link, verts)
-        if int(deg.sum()) > lim.gba_entries:
+        if int(deg.sum()) > min(lim.gba_entries, probes):
             return None
         return self._gather(link, verts, of_tuple, deg, step)
 
