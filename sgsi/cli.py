@@ -356,6 +356,9 @@ def _stats_line(stats):
             parts.append(f"{key} {stats[key]:,}")
     if "segment_bytes" in stats:
         parts.append(f"segment bytes read {_size(stats['segment_bytes'])}")
+    if stats.get("h2d_bytes"):
+        rate = stats["h2d_bytes"] / stats["h2d_seconds"] / 1e9 if stats.get("h2d_seconds") else 0.0
+        parts.append(f"copied to the GPU {_size(stats['h2d_bytes'])}" + (f" at {rate:.1f} GB/s" if rate else ""))
     return ", ".join(parts)
 
 

@@ -66,19 +66,33 @@ extern "C" __global__ void pcsr_lookup(const int* __restrict__ groups, long long
 
 // Signature filter over one vertex segment (reference: signatures.signature_pass
 // plus the label test). Columns are stored column-first, so consecutive threads
-// read consecutive words of one column: coalesced. Writes one bool per vertex.
-extern "C" __global__ void signature_filter(const unsigned int* __restrict__ cols, int n_cols, long long n,
+// read consecutive words of one column: coalesced. ``cols`` holds the device
+// pointers of the columns (each column where the store cache keeps it: no copy
+// into one array). The loads of a vertex's words are independent (all in flight
+// at once) and come before the tests; columns whose query word is 0 are not
+// read. Clears the vertex's bool where it fails.
+#define SIG_UNROLL 8
+extern "C" __global__ void signature_filter(const unsigned int* const* __restrict__ cols, int n_cols, long long n,
                                             const unsigned int* __restrict__ q,
                                             const int* __restrict__ labels, int has_label, int label,
                                             bool* __restrict__ out) {
     long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
-    bool ok = !has_label || labels[i] == label;
-    for (int c = 0; c < n_cols && ok; ++c) {
-        unsigned int w = q[c];
-        if (w) ok = (cols[(long long)c * n + i] & w) == w;
+    bool keep = out[i];
+    int lab = has_label ? labels[i] : label;
+    unsigned int w[SIG_UNROLL];
+#pragma unroll
+    for (int c = 0; c < SIG_UNROLL; ++c)
+        w[c] = (c < n_cols && q[c]) ? cols[c][i] : 0u;
+    bool ok = keep && lab == label;
+#pragma unroll
+    for (int c = 0; c < SIG_UNROLL; ++c)
+        if (c < n_cols) ok = ok && (w[c] & q[c]) == q[c];
+    for (int c = SIG_UNROLL; c < n_cols && ok; ++c) {
+        unsigned int qc = q[c];
+        if (qc) ok = (cols[c][i] & qc) == qc;
     }
-    out[i] = out[i] && ok;
+    if (keep && !ok) out[i] = false;
 }
 
 // Pack a bool array into uint32 words, bit v&31 of word v>>5 (reference: np.packbits little).
