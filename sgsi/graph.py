@@ -155,7 +155,7 @@ class Graph:
                 raise damage from e
             raise
 
-    def _engine(self, pattern, backend, memory_budget, injective, cancel):
+    def _engine(self, pattern, backend, memory_budget, injective, cancel, count=False):
         pat = load_pattern(pattern)
         if len(pat.vertices) > MAX_PATTERN_VERTICES:
             raise PatternError(f"the pattern has {len(pat.vertices):,} vertices; sgsi matches patterns of at most "
@@ -171,14 +171,17 @@ class Graph:
             check()
             backend = _Watched(backend, check)
         # Plan on the filtered candidate sets; refine them only if the join outgrows them.
-        plan = self._guard(make_plan, self.store, pat, backend, injective=injective, refine_rounds=0)
-        refined = lambda: make_plan(self.store, pat, backend, injective=injective, refine_rounds=2)  # noqa: E731
+        # A count takes the pattern's independent leaves as a product (make_plan's factor_leaves).
+        plan = self._guard(make_plan, self.store, pat, backend, injective=injective, refine_rounds=0,
+                           factor_leaves=count)
+        refined = lambda: make_plan(self.store, pat, backend, injective=injective, refine_rounds=2,  # noqa: E731
+                                    factor_leaves=count)
         return pat, Engine(self.store, plan, backend, budget, replan=refined)
 
-    def _prepare(self, key, backend, pattern, memory_budget, injective, cancel):
+    def _prepare(self, key, backend, pattern, memory_budget, injective, cancel, count=False):
         """:meth:`_engine`, giving the backend back when the query is refused (bad pattern, budget)."""
         try:
-            return self._engine(pattern, backend, memory_budget, injective, cancel)
+            return self._engine(pattern, backend, memory_budget, injective, cancel, count)
         except (PatternError, BudgetError):
             self._give_back(key, backend)
             raise
@@ -188,7 +191,7 @@ class Graph:
     def count(self, pattern, device="auto", memory_budget=None, injective=True, cancel=None) -> int:
         """Number of embeddings of ``pattern`` (every automorphic copy counted)."""
         key, backend = self._take_backend(device, memory_budget)
-        _pat, engine = self._prepare(key, backend, pattern, memory_budget, injective, cancel)
+        _pat, engine = self._prepare(key, backend, pattern, memory_budget, injective, cancel, count=True)
         n = self._guard(engine.count)
         self.last_stats = {"device": backend.name, **engine.stats, **backend.stats}
         self._give_back(key, backend)

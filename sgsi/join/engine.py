@@ -96,7 +96,7 @@ class Engine:
         self.store, self.plan, self.backend = store, plan, backend
         self.xp = backend.xp
         self.budget = budget
-        self.stats = {"chunks": 0, "steps": 0, "replanned": 0, "entries": 0}
+        self.stats = {"chunks": 0, "steps": 0, "replanned": 0, "entries": 0, "leaves_factored": plan.factored}
         # Adaptive planning: run on the cheap plan first; if the join's work
         # outgrows the candidate sets by far before any result has left, start
         # again on the plan ``replan()`` gives (refined candidate sets).
@@ -134,6 +134,7 @@ class Engine:
 
     def _switch_plan(self):
         self.plan = self.replan()
+        self.stats["leaves_factored"] = self.plan.factored
         self.replan = None
         self.work_limit = None
         self.stats["replanned"] = 1
@@ -166,6 +167,8 @@ class Engine:
             lim = self._limits(sum(held))
             if k == len(steps):
                 yield ("count", _n_rows(chunk)) if count_only else ("chunk", chunk)
+            elif count_only and self.plan.factored and k == len(steps) - self.plan.factored:
+                yield ("count", self._count_leaves(chunk, steps[k:], lim))
             elif count_only and k == len(steps) - 1:
                 yield ("count", sum(self._count(piece, step_sets, steps[k])
                                     for piece, step_sets in self._pieces_with_sets(chunk, steps[k], lim)))
@@ -475,10 +478,16 @@ class Engine:
 
     def _count(self, piece, s, step: Step) -> int:
         """Σ_rows |S(t_i)| minus the rows' own vertices found in their S(t_i) (count-only last step)."""
-        xp = self.xp
-        total = int(s.scount[s.row_tuple].sum())
         if not step.conflicts or s.evals.size == 0:
-            return total
+            return int(s.scount[s.row_tuple].sum())
+        return int(self._row_counts(piece, s, step).sum())
+
+    def _row_counts(self, piece, s, step: Step):
+        """|S(t_i) \\ m_i| for each row i of the piece (int64)."""
+        xp = self.xp
+        counts = s.scount[s.row_tuple]
+        if not step.conflicts or s.evals.size == 0:
+            return counts
         # A row's own vertex can be in S(t) only within [min, max] of S(t) (each S(t) is
         # sorted): test that first, binary-search only the rows left.
         skeys = (s.etuple.astype(xp.int64) << 32) | s.evals.astype(xp.int64)         # sorted
@@ -488,6 +497,7 @@ class Engine:
         lo[nonempty] = s.evals[s.sstart[nonempty]]
         hi[nonempty] = s.evals[s.sstart[nonempty] + s.scount[nonempty] - 1]
         lr, hr = lo[s.row_tuple], hi[s.row_tuple]
+        counts = counts.copy()
         for c in step.conflicts:
             col = piece[c]
             sel = xp.flatnonzero((col >= lr) & (col <= hr))
@@ -495,8 +505,40 @@ class Engine:
                 continue
             q = (s.row_tuple[sel].astype(xp.int64) << 32) | col[sel].astype(xp.int64)
             pos = xp.minimum(xp.searchsorted(skeys, q), skeys.size - 1)
-            total -= int((skeys[pos] == q).sum())
-        return total
+            counts[sel] -= (skeys[pos] == q).astype(xp.int64)
+        return counts
+
+    def _count_leaves(self, chunk, leaf_steps, lim) -> int:
+        """Count-only, the pattern's factored leaves (``QueryPlan.factored``): Σ over the
+        rows of Π over the leaves of |S_leaf(row) \\ m_row|, with no row of theirs enumerated.
+
+        Each leaf's sets come from one join step over the chunk (its pieces may cut and
+        reorder the rows: a row-number column rides along to put the counts back).
+        """
+        xp, backend = self.xp, self.backend
+        n = _n_rows(chunk)
+        rows = dict(chunk)
+        rows[_ROW] = xp.arange(n, dtype=xp.int64)
+        prod = None
+        for step in leaf_steps:
+            per_row = xp.zeros(n, dtype=xp.int64)
+            for piece, sets in self._pieces_with_sets(rows, step, lim):
+                # A hub's rows get their sets in windows: their counts add up.
+                per_row[piece[_ROW]] += self._row_counts(piece, sets, step)
+            if prod is None:
+                prod = per_row
+            elif isinstance(prod, np.ndarray) and prod.dtype == object:
+                prod = prod * backend.to_host(per_row).astype(object)
+            elif _max(prod) * _max(per_row) >= _INT64_SAFE:
+                # Products past int64: exact Python integers from here on.
+                prod = backend.to_host(prod).astype(object) * backend.to_host(per_row).astype(object)
+            else:
+                prod = prod * per_row
+        if isinstance(prod, np.ndarray) and prod.dtype == object:
+            return int(sum(prod.tolist()))
+        if _max(prod) * n >= _INT64_SAFE:
+            return int(sum(backend.to_host(prod).tolist()))
+        return int(prod.sum())
 
     def _extension(self, piece, s, step: Step, lim: Limits):
         """Columnar extension (Algorithm 6), row i taking S(t_i) \\ m_i: yields the new
@@ -576,6 +618,16 @@ class _Sets:
     @property
     def nbytes(self):
         return sum(int(a.nbytes) for a in (self.row_tuple, self.etuple, self.evals, self.scount, self.sstart))
+
+
+#: Key of the row-number column :meth:`Engine._count_leaves` adds to a chunk (not a pattern vertex).
+_ROW = -1
+#: Products and sums of counts at or past this bound are taken as exact Python integers.
+_INT64_SAFE = 1 << 62
+
+
+def _max(a) -> int:
+    return int(a.max()) if a.size else 0
 
 
 def _n_rows(chunk):

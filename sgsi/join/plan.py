@@ -56,6 +56,7 @@ class QueryPlan:
     candidate_counts: list[int]
     injective: bool
     incident: list = field(default_factory=list)   # _incident() of the pattern, label ids resolved
+    factored: int = 0           # the last ``factored`` steps are leaves counted by a product (count only)
 
 
 def _incident(pattern: Pattern, edge_ids):
@@ -70,8 +71,13 @@ def _incident(pattern: Pattern, edge_ids):
             yield e.dst, e.src, lab, "both"
 
 
-def make_plan(store, pattern: Pattern, backend, injective=True, refine_rounds=2) -> QueryPlan:
-    """Resolve, filter and order ``pattern`` on ``store``."""
+def make_plan(store, pattern: Pattern, backend, injective=True, refine_rounds=2, factor_leaves=False) -> QueryPlan:
+    """Resolve, filter and order ``pattern`` on ``store``.
+
+    ``factor_leaves`` (count only): the leaves that :func:`_factored_leaves`
+    picks are joined last, so that the engine can count their matches per
+    row of the rest as a product instead of enumerating them.
+    """
     n = len(pattern.vertices)
     vlabel = []
     empty = False
@@ -103,6 +109,8 @@ def make_plan(store, pattern: Pattern, backend, injective=True, refine_rounds=2)
             break
     counts = [int(backend.popcount(b)) for b in bits]
     order = _order(store, pattern, inc, counts)
+    leaves = _factored_leaves(pattern, backend, bits, injective) if factor_leaves else []
+    order = [u for u in order if u not in leaves] + [u for u in order if u in leaves]
     steps = []
     joined = [order[0]]
     for u in order[1:]:
@@ -120,7 +128,36 @@ def make_plan(store, pattern: Pattern, backend, injective=True, refine_rounds=2)
                     conflicts.append(w)
         steps.append(Step(u, links, conflicts))
         joined.append(u)
-    return QueryPlan(pattern, False, order, steps, bits, counts, injective, inc)
+    return QueryPlan(pattern, False, order, steps, bits, counts, injective, inc, len(leaves))
+
+
+def _factored_leaves(pattern: Pattern, backend, bits, injective):
+    """Leaves whose matches the count can take as a product over them, per row of the rest.
+
+    A leaf has one neighbour (its parent) in the pattern; given the parent's
+    match its candidates are S = N(parent) ∩ C(leaf), whatever the other
+    leaves do, so their numbers multiply. Under injective matching two leaves
+    must not take one vertex: only leaves whose candidate sets are pairwise
+    disjoint are picked (their rows' own vertices are subtracted per row, as
+    in any last step). No leaf is the parent of another picked one. Returns
+    the picked leaves, or none when fewer than two qualify.
+    """
+    n = len(pattern.vertices)
+    nbrs = [set() for _ in range(n)]
+    for e in pattern.edges:
+        nbrs[e.src].add(e.dst)
+        nbrs[e.dst].add(e.src)
+    picked = []
+    for u in range(n):
+        if len(nbrs[u]) != 1:
+            continue
+        (parent,) = nbrs[u]
+        if parent in picked or any(u in nbrs[w] for w in picked):
+            continue
+        if injective and any(bool(backend.xp.any(bits[u] & bits[w])) for w in picked):
+            continue
+        picked.append(u)
+    return picked if len(picked) >= 2 and len(picked) < n else []
 
 
 def _candidates(store, backend, u, vlabel, inc, injective, degree_masks):
