@@ -180,6 +180,18 @@ def default_scale(n_edges: int, edge_factor: int = 16) -> int:
     return max(1, math.ceil(math.log2(max(2, n_edges / edge_factor))))
 
 
+def cached_rmat(data_dir, edges: int, shape: str, seed: int = 7, say=print) -> str:
+    """The folder ``<data_dir>/rmat-<shape>-<edges>`` holding an R-MAT graph's Parquet
+    files (edges.parquet, vertices.parquet), generated on first use."""
+    import time
+    gdir = os.path.join(data_dir, f"rmat-{shape}-{int(edges)}")
+    if not os.path.exists(os.path.join(gdir, "edges.parquet")):
+        t = time.perf_counter()
+        rmat(gdir, int(edges), shape=shape, seed=seed)
+        say(f"generated {int(edges):,} edges in {time.perf_counter() - t:.1f}s")
+    return gdir
+
+
 def rmat(out, edges, *, scale=None, shape="small", edge_labels=None, vertex_labels=None,
          edge_label_exponent=1.0, vertex_label_exponent=1.0, a=0.57, b=0.19, c=0.19, d=0.05,
          seed=1, label_type="str", chunk=DEFAULT_CHUNK, device="auto", progress=None,

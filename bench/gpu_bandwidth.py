@@ -87,12 +87,7 @@ def pinned_h2d(cp, nbytes, runs):
 
 
 def segment_streaming(args, budget, any_label):
-    n_edges = int(args.edges)
-    gdir = os.path.join(args.data, f"rmat-{args.shape}-{n_edges}")
-    if not os.path.exists(os.path.join(gdir, "edges.parquet")):
-        t = time.perf_counter()
-        gen.rmat(gdir, n_edges, shape=args.shape, seed=7)
-        say(f"generated {n_edges:,} edges in {time.perf_counter() - t:.1f}s")
+    gdir = gen.cached_rmat(args.data, args.edges, args.shape, say=say)
     path = gdir + f"-{budget}.sgsi"
     t = time.perf_counter()
     g = sgsi.build(path, edges=os.path.join(gdir, "edges.parquet"), vertices=os.path.join(gdir, "vertices.parquet"),

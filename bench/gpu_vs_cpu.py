@@ -42,11 +42,7 @@ def main(argv=None):
     ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"))
     args = ap.parse_args(argv)
     n_edges = int(args.edges)
-    gdir = os.path.join(args.data, f"rmat-{args.shape}-{n_edges}")
-    if not os.path.exists(os.path.join(gdir, "edges.parquet")):
-        t = time.perf_counter()
-        gen.rmat(gdir, n_edges, shape=args.shape, seed=7)
-        say(f"generated {n_edges:,} edges in {time.perf_counter() - t:.1f}s")
+    gdir = gen.cached_rmat(args.data, n_edges, args.shape, say=say)
     store = gdir + ".sgsi"
     t = time.perf_counter()
     g = sgsi.build(store, edges=os.path.join(gdir, "edges.parquet"), vertices=os.path.join(gdir, "vertices.parquet"),

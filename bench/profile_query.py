@@ -33,9 +33,7 @@ def main(argv=None):
     ap.add_argument("--top", type=int, default=30)
     args = ap.parse_args(argv)
     n = int(args.edges)
-    gdir = os.path.join(DATA_DIR, f"rmat-{args.shape}-{n}")
-    if not os.path.exists(os.path.join(gdir, "edges.parquet")):
-        gen.rmat(gdir, n, shape=args.shape, seed=7)
+    gdir = gen.cached_rmat(DATA_DIR, n, args.shape)
     store = gdir + ".sgsi"
     g = sgsi.open(store) if os.path.exists(store) else sgsi.build(
         store, edges=os.path.join(gdir, "edges.parquet"), vertices=os.path.join(gdir, "vertices.parquet"))
