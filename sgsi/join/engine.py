@@ -342,9 +342,11 @@ class Engine:
         d0deg = xp.zeros(int(t.d0.size), dtype=xp.int64)
         d0deg[t.tuple_d[t.row_tuple]] = deg              # rows carry |N(v'_i, l0)| already
         first = self._gather(step.links[0], t.d0, t.tuple_d, d0deg, step)
-        probes = int(first.count[first.of_tuple].sum())      # entries if all come from the first link
-        lists = [first] + [self._other_lists(link, col, step, lim, probes)
-                           for link, col in zip(step.links[1:], t.tuples[1:])]
+        lists = [first]
+        if len(step.links) > 1:
+            probes = int(first.count[first.of_tuple].sum())      # entries if all come from the first link
+            lists += [self._other_lists(link, col, step, lim, probes)
+                      for link, col in zip(step.links[1:], t.tuples[1:])]
         return self._finish(t.row_tuple, t.tuples, lists, step, lim)
 
     def _other_lists(self, link, col, step, lim, probes):
