@@ -39,16 +39,23 @@ class _RowGroupWriter:
         self.pending_rows += batch.num_rows
         self.rows += batch.num_rows
         if self.pending_rows >= ROW_GROUP_ROWS:
-            self._flush()
+            # Whole row groups only; the remainder waits for the next batches.
+            table = pa.Table.from_batches(self.pending, schema=self.schema)
+            full = table.num_rows - table.num_rows % ROW_GROUP_ROWS
+            self._write(table.slice(0, full))
+            rest = table.slice(full)
+            self.pending, self.pending_rows = rest.to_batches(), rest.num_rows
+
+    def _write(self, table):
+        try:
+            self.writer.write_table(table, row_group_size=ROW_GROUP_ROWS)
+        except BaseException:
+            self.failed = True
+            raise
 
     def _flush(self):
         if self.pending_rows:
-            table = pa.Table.from_batches(self.pending, schema=self.schema)
-            try:
-                self.writer.write_table(table, row_group_size=ROW_GROUP_ROWS)
-            except BaseException:
-                self.failed = True
-                raise
+            self._write(pa.Table.from_batches(self.pending, schema=self.schema))
         self.pending, self.pending_rows = [], 0
 
     def close(self):
