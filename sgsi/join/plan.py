@@ -12,6 +12,9 @@
   each neighbour u' by freq(label(u_c u')).
 * Each join step lists its linking edges with the least frequent first
   (e0 of Algorithm 3).
+* For a count, independent leaves of the pattern go last
+  (:func:`_factored_leaves`), and the engine multiplies their numbers of
+  matches per row instead of enumerating them.
 """
 
 from __future__ import annotations
