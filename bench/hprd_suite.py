@@ -143,9 +143,11 @@ def main(argv=None):
         names = names[:args.limit]
 
     os.makedirs(args.data, exist_ok=True)
-    out = os.path.join(args.data, f"{args.set}.sgsi")
+    # The store is built at the query budget too (its segments must fit it twice).
+    out = os.path.join(args.data, f"{args.set}.sgsi" if args.memory_budget is None
+                       else f"{args.set}-{args.memory_budget}.sgsi")
     t = time.perf_counter()
-    g = sgsi.build(out, graph=os.path.join(base, "data.graph"), force=True)
+    g = sgsi.build(out, graph=os.path.join(base, "data.graph"), memory_budget=args.memory_budget, force=True)
     build_s = time.perf_counter() - t
     C.say(f"{g} built in {build_s:.2f} s; {len(names)} queries")
     patterns = {n: sgsi.load_pattern(os.path.join(base, "queries", n)) for n in names}
