@@ -388,7 +388,10 @@ class Store:
         """Original vertex ids of dense ids (Arrow array of the original type)."""
         ids = self._vertex_id_table()
         with self._reading("vertex_ids.arrow"):
-            out = ids.take(pa.array(np.asarray(dense, np.int64)))
+            idx = np.asarray(dense)
+            if idx.dtype != np.int32:       # the engine's columns are int32: taken as they are
+                idx = idx.astype(np.int64)
+            out = ids.take(pa.array(idx))
             return out.combine_chunks() if isinstance(out, pa.ChunkedArray) else out
 
     def _vertex_id_table(self):
