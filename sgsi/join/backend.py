@@ -210,11 +210,7 @@ def distinct_index(xp, values):
         rank = xp.cumsum(mark, dtype=xp.int32 if r < 2 ** 31 else xp.int64)
         rank -= 1
         return (xp.flatnonzero(mark) + lo).astype(values.dtype), xp.take(rank, v).astype(xp.int64)
-    s = xp.sort(values)
-    new = xp.empty(s.size, dtype=bool)
-    new[0] = True
-    xp.not_equal(s[1:], s[:-1], out=new[1:])
-    u = s[new]
+    u, _start, _end = runs(xp, xp.sort(values))
     return u, xp.searchsorted(u, values)
 
 

@@ -326,7 +326,7 @@ class Engine:
         gba = xp.concatenate(parts)
         parts.clear()
         n = int(gba.size)
-        lists = _Lists(t.d0, t.tuple_d, xp.zeros(1, xp.int64), xp.asarray([n]), gba, n)
+        lists = _Lists(t.tuple_d, xp.zeros(1, xp.int64), xp.asarray([n]), gba, n)
         return self._finish(t.row_tuple, t.tuples, [lists] + [None] * (len(step.links) - 1), step, lim)
 
     def _sets_whole(self, piece, deg, step: Step, lim: Limits):
@@ -380,7 +380,7 @@ class Engine:
                 continue
             gba[F[own] + fill[own] + rank_in_runs(xp, backend, own)] = nb[keep]
             fill += backend.bincount(own, nd)
-        return _Lists(verts, of_tuple, F[:-1], fill, gba, int(F[-1]))
+        return _Lists(of_tuple, F[:-1], fill, gba, int(F[-1]))
 
     def _finish(self, row_tuple, tuples, lists, step: Step, lim: Limits):
         """The sets S(t) from the gathered lists (``lists[j]``: link j's, or None where not
@@ -480,8 +480,6 @@ class Engine:
 
     def _count(self, piece, s, step: Step) -> int:
         """Σ_rows |S(t_i)| minus the rows' own vertices found in their S(t_i) (count-only last step)."""
-        if not step.conflicts or s.evals.size == 0:
-            return int(s.scount[s.row_tuple].sum())
         return int(self._row_counts(piece, s, step).sum())
 
     def _row_counts(self, piece, s, step: Step):
@@ -521,7 +519,7 @@ class Engine:
         n = _n_rows(chunk)
         rows = dict(chunk)
         rows[_ROW] = xp.arange(n, dtype=xp.int64)
-        prod = None
+        prod, exact = None, False      # exact: Python integers (products past int64)
         for step in leaf_steps:
             per_row = xp.zeros(n, dtype=xp.int64)
             for piece, sets in self._pieces_with_sets(rows, step, lim):
@@ -529,16 +527,11 @@ class Engine:
                 per_row[piece[_ROW]] += self._row_counts(piece, sets, step)
             if prod is None:
                 prod = per_row
-            elif isinstance(prod, np.ndarray) and prod.dtype == object:
-                prod = prod * backend.to_host(per_row).astype(object)
-            elif _max(prod) * _max(per_row) >= _INT64_SAFE:
-                # Products past int64: exact Python integers from here on.
-                prod = backend.to_host(prod).astype(object) * backend.to_host(per_row).astype(object)
-            else:
-                prod = prod * per_row
-        if isinstance(prod, np.ndarray) and prod.dtype == object:
-            return int(sum(prod.tolist()))
-        if _max(prod) * n >= _INT64_SAFE:
+                continue
+            if not exact and _max(prod) * _max(per_row) >= _INT64_SAFE:
+                prod, exact = backend.to_host(prod).astype(object), True
+            prod = prod * (backend.to_host(per_row).astype(object) if exact else per_row)
+        if exact or _max(prod) * n >= _INT64_SAFE:
             return int(sum(backend.to_host(prod).tolist()))
         return int(prod.sum())
 
@@ -588,8 +581,7 @@ class _TuplesOf:
 class _Lists:
     """Gathered lists N(v, l) ∩ C(u) of a link's distinct vertices (a GBA)."""
 
-    vertices: object     # the distinct linking vertices, sorted
-    of_tuple: object     # index into ``vertices`` of each tuple's linking vertex
+    of_tuple: object     # index of each tuple's linking vertex among the link's distinct vertices
     start: object        # where each vertex's buffer starts in ``values``
     count: object        # entries written in each buffer
     values: object       # the GBA (slots past a buffer's count are not written)

@@ -21,27 +21,6 @@ from . import balance, kernels
 
 _BLOCK = 256
 
-#: Copies into a pinned buffer larger than this are split over threads (NumPy
-#: releases the GIL while copying): one thread fills host memory at about
-#: 8 GB/s, well under what the host-to-device link takes.
-_FILL_PIECE = 8 << 20
-_fill_pool = None
-
-
-def _fill(dst, src):
-    """dst[:] = src (uint8 arrays of one size), in pieces on a few threads when large."""
-    global _fill_pool
-    n = int(src.size)
-    if n <= 2 * _FILL_PIECE or (os.cpu_count() or 1) < 4:
-        dst[:] = src
-        return
-    if _fill_pool is None:
-        from concurrent.futures import ThreadPoolExecutor
-        _fill_pool = ThreadPoolExecutor(min(8, os.cpu_count() // 2), thread_name_prefix="sgsi-fill")
-    cuts = list(range(0, n, _FILL_PIECE)) + [n]
-    list(_fill_pool.map(lambda ab: dst.__setitem__(slice(*ab), src[ab[0]:ab[1]]), zip(cuts[:-1], cuts[1:])))
-
-
 def _grid(n_threads):
     return (max(1, (int(n_threads) + _BLOCK - 1) // _BLOCK),)
 
@@ -125,8 +104,8 @@ class GpuBackend:
             self._pinned_busy[slot] = None
         pinned = self._pinned_buffer(slot, g_bytes + c_bytes)
         t0 = time.perf_counter()
-        _fill(pinned[:g_bytes], groups.reshape(-1).view(np.uint8))
-        _fill(pinned[g_bytes:g_bytes + c_bytes], ci.view(np.uint8))
+        pinned[:g_bytes] = groups.reshape(-1).view(np.uint8)
+        pinned[g_bytes:g_bytes + c_bytes] = ci.view(np.uint8)
         self.stats["stage_seconds"] += time.perf_counter() - t0
         dev = cp.empty(g_bytes + c_bytes, dtype=cp.uint8)
         start = self.copy_stream.record()
