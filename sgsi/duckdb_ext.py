@@ -170,6 +170,13 @@ class Registration:
         return self._state.stats
 
     @property
+    def last_stats(self) -> dict:
+        """What the engine reported for the last ``match()`` or ``match_count()`` this connection ran (not
+        one answered from the cache): :attr:`sgsi.Graph.last_stats` (device, segments, bytes copied to the GPU, ...)."""
+        c = self._state.connections.get(self.token)
+        return {} if c is None else dict(c.last_stats)
+
+    @property
     def scratch_dir(self) -> str | None:
         """The directory holding this connection's cached results (None until one is made)."""
         root = self._state.root
@@ -287,7 +294,7 @@ def _udf_types():
         "sgsi_match_files": (["VARCHAR", "UBIGINT", "VARCHAR", "VARCHAR", "VARCHAR", "VARCHAR", "BOOLEAN",
                               "BIGINT"], "VARCHAR[]"),
         "sgsi_count": (["VARCHAR", "UBIGINT", "VARCHAR", "VARCHAR", "VARCHAR", "VARCHAR", "BOOLEAN"], "BIGINT"),
-        "sgsi_build_store": (["VARCHAR"] * 12 + ["BOOLEAN", "VARCHAR", "BOOLEAN"], "VARCHAR"),
+        "sgsi_build_store": (["VARCHAR"] * 12 + ["BOOLEAN", "BOOLEAN", "VARCHAR", "BOOLEAN"], "VARCHAR"),
         "sgsi_state_id": ([], "VARCHAR"),
     }
 
@@ -315,6 +322,7 @@ class _Connection:
         self.files = {}                 # key -> _Entry(list of parquet files, directory)
         self.counts = {}                # key -> _Entry(int, None)
         self.running = set()            # threading.Event of each engine run in progress
+        self.last_stats = {}            # Graph.last_stats of the last engine run
 
     def cancel_running(self):
         for event in list(self.running):
@@ -470,6 +478,7 @@ class _Database:
                 d = self._result_dir(token)
                 try:
                     _rows, n_files = write_parquet_parts(reader, d)
+                    self._connection(token).last_stats = dict(g.last_stats)
                 except BaseException as e:
                     _remove(d)
                     reraise_stream_error(failure, e)      # the engine's own error, with its type
@@ -499,6 +508,7 @@ class _Database:
                     self._bump("count_runs")
                     n = g.count(pattern, device=device or "auto", memory_budget=memory_budget,
                                 injective=not homomorphism, cancel=cancel)
+                    c.last_stats = dict(g.last_stats)
                 if n >= 2**63:
                     raise SgsiError(f"{n} matches do not fit in a BIGINT")
                 entry = c.counts[key] = _Entry(n, None, c.generation)
@@ -506,7 +516,7 @@ class _Database:
             return entry.value
 
     def build_store(self, token, out, edges, vertices, graph, edges_query, vertices_query, src, dst, label,
-                    id_col, vertex_label, undirected, memory_budget, force):
+                    id_col, vertex_label, undirected, lean, memory_budget, force):
         """``sgsi_build_store``: build a store; returns a one-line summary."""
         _require(out, "out")
         edges = _paths(edges, "edges")
@@ -535,7 +545,8 @@ class _Database:
                     cur.close()
             path = build_store(out, edges=edges, vertices=vertices, graph=graph, src=src or "src",
                                dst=dst or "dst", label=label, id=id_col or "id", vertex_label=vertex_label,
-                               undirected=bool(undirected), memory_budget=memory_budget, force=bool(force))
+                               undirected=bool(undirected), lean=bool(lean), memory_budget=memory_budget,
+                               force=bool(force))
         finally:
             if tmp is not None:
                 shutil.rmtree(tmp, ignore_errors=True)

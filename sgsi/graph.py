@@ -24,7 +24,8 @@ MAX_PATTERN_VERTICES = 256
 
 
 def build(out, edges=None, vertices=None, *, graph=None, src="src", dst="dst", label=None, id="id",
-          vertex_label=None, undirected=False, memory_budget=None, force=False, progress=None, **params):
+          vertex_label=None, undirected=False, lean=False, memory_budget=None, force=False, progress=None,
+          **params):
     """Build a graph store from Parquet edge files and open it.
 
     Parameters
@@ -45,6 +46,12 @@ def build(out, edges=None, vertices=None, *, graph=None, src="src", dst="dst", l
         that column exists; naming them makes the column required.
     undirected : bool
         Store both directions of every edge.
+    lean : bool
+        Store only the partitions of labelled, directed pattern edges
+        (``-[:L]->``, ``<-[:L]-``): with several edge labels, about a third
+        of the size and half the build time of a full store. Patterns with
+        unlabeled (``-->``) or undirected (``-[:L]-``) edges are refused on a
+        lean store with a :class:`~sgsi.errors.PatternError`.
     memory_budget : int or str, optional
         Device memory for one join step (e.g. ``"2GB"``); sets the segment
         sizes. Default: a quarter of RAM.
@@ -52,6 +59,9 @@ def build(out, edges=None, vertices=None, *, graph=None, src="src", dst="dst", l
         Replace an existing store.
     progress : callable, optional
         Called with one line of text per build stage.
+    **params
+        Store parameters: ``theta`` (pairs per PCSR group, 2-16, default 4),
+        ``signature_bits`` (default 128), ``label_bits`` (default 16).
 
     Returns
     -------
@@ -68,7 +78,7 @@ def build(out, edges=None, vertices=None, *, graph=None, src="src", dst="dst", l
     3
     """
     path = build_store(out, edges=edges, vertices=vertices, graph=graph, src=src, dst=dst, label=label, id=id,
-                       vertex_label=vertex_label, undirected=undirected, memory_budget=memory_budget,
+                       vertex_label=vertex_label, undirected=undirected, lean=lean, memory_budget=memory_budget,
                        force=force, progress=progress, **params)
     return Graph(path)
 

@@ -59,11 +59,12 @@ CREATE OR REPLACE TEMP MACRO sgsi_build(out,
                                         id := 'id',
                                         vertex_label := NULL,
                                         undirected := false,
+                                        lean := false,
                                         memory_budget := NULL,
                                         force := false) AS
     sgsi_build_store(${token},
                      CAST(out AS VARCHAR), CAST(to_json(edges) AS VARCHAR), CAST(to_json(vertices) AS VARCHAR),
                      CAST(graph AS VARCHAR), CAST(edges_query AS VARCHAR), CAST(vertices_query AS VARCHAR),
                      CAST(src AS VARCHAR), CAST(dst AS VARCHAR), CAST(label AS VARCHAR), CAST(id AS VARCHAR),
-                     CAST(vertex_label AS VARCHAR), CAST(undirected AS BOOLEAN),
+                     CAST(vertex_label AS VARCHAR), CAST(undirected AS BOOLEAN), CAST(lean AS BOOLEAN),
                      CAST(memory_budget AS VARCHAR), CAST(force AS BOOLEAN));

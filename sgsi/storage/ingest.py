@@ -10,7 +10,11 @@ stream is read in record batches, deduplicated on the fly (equal rows are
 adjacent), cut into segments of equal edge count whose PCSRs are built and
 written, and copied to a scratch Arrow file: the ``both`` partitions are the
 merge of two scratch files, and the vertex signatures are counted from the
-two vertex-sorted ones. The next sort runs in the background while a stream
+two vertex-sorted ones. A lean store (``lean=True``) keeps the labelled
+``out`` and ``in`` partitions only: with several edge labels its signatures
+are counted from the label-sorted streams into a table of saturating
+(vertex, group) counts, so it needs two sorts instead of four and no
+scratch files. The next sort runs in the background while a stream
 is written; on larger machines PCSRs are built on worker threads; files are
 checksummed in the background as they are finished. Nothing holds all edges
 in memory: batches, segments and vertex blocks are bounded.
@@ -48,7 +52,7 @@ _INTtypes_seen = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32"
 
 
 def build_store(out, *, edges=None, vertices=None, graph=None, src="src", dst="dst", label=None,
-                id="id", vertex_label=None, undirected=False, memory_budget=None, force=False,
+                id="id", vertex_label=None, undirected=False, lean=False, memory_budget=None, force=False,
                 theta=pcsr.DEFAULT_THETA, signature_bits=signatures.DEFAULT_BITS,
                 label_bits=signatures.DEFAULT_LABEL_BITS, progress=None):
     """Build a graph store at ``out``; see :func:`sgsi.build` for the arguments."""
@@ -88,7 +92,7 @@ def build_store(out, *, edges=None, vertices=None, graph=None, src="src", dst="d
                     has_edge_labels, has_vertex_labels, sources = _load_parquet(
                         con, edges, vertices, src, dst, label, id, vertex_label)
                 b = _Builder(con, tmp, budget, theta, signature_bits, label_bits, undirected,
-                             has_edge_labels, has_vertex_labels, report, scratch=spill)
+                             has_edge_labels, has_vertex_labels, report, scratch=spill, lean=lean)
                 manifest = b.run()
                 manifest["sources"] = sources
             except duckdb.Error as e:
@@ -364,12 +368,19 @@ class _Builder:
     sorted stream is deduplicated on the fly (equal rows are adjacent), cut
     into PCSR segments and copied to a scratch Arrow file; the ``both``
     partitions are the merge of the two scratch files of one kind, and the
-    vertex signatures are counted from the two vertex-sorted ones.
+    vertex signatures are counted from the two vertex-sorted ones. A lean
+    build skips the ``any`` and ``both`` partitions (see the module notes).
     """
 
+    #: Largest table of saturating signature counts (bytes) a lean build keeps in memory;
+    #: past it the counts come from vertex-sorted passes instead.
+    max_signature_table = budget_mod.host_memory_bytes() // 8
+
     def __init__(self, con, directory, budget, theta, sig_bits, label_bits, undirected,
-                 has_edge_labels, has_vertex_labels, report, scratch=None):
+                 has_edge_labels, has_vertex_labels, report, scratch=None, lean=False):
         self.con, self.dir, self.theta = con, directory, theta
+        self.lean = lean
+        self.sig_table = None
         self.sig_bits, self.label_bits = sig_bits, label_bits
         self.undirected = undirected
         self.has_edge_labels, self.has_vertex_labels = has_edge_labels, has_vertex_labels
@@ -394,6 +405,8 @@ class _Builder:
         finally:
             if self.queries is not None:
                 self.queries.close()
+            if self.sig_table is not None:
+                self.sig_table.abort()
             if self.writer is not None:
                 self.writer.abort()
             sig_pool.shutdown(wait=True, cancel_futures=True)
@@ -414,6 +427,11 @@ class _Builder:
         self._encode(offset)
         n_input = con.execute("SELECT count(*) FROM enc").fetchone()[0]
         elabels = con.execute("SELECT label, eid FROM elab ORDER BY eid").fetchall()
+        # A lean store with several edge labels counts the signatures from the label-sorted passes, in a
+        # table of (vertex, group) counts, where that table fits; otherwise from vertex-sorted passes.
+        groups = signatures.n_groups(self.sig_bits, self.label_bits)
+        self.count_signatures = (self.lean and len(elabels) > 1
+                                 and n_vertices * groups <= self.max_signature_table)
         # The sorts run one ahead in the background while the rows of the one before are written.
         self.queries = _QueryQueue(con, [sql for sql, _ in self._partition_passes(len(elabels))])
 
@@ -452,6 +470,7 @@ class _Builder:
             },
             "parameters": {
                 "memory_budget": self.budget,
+                "lean": self.lean,
                 "theta": self.theta,
                 "signature_bits": self.sig_bits,
                 "label_bits": self.label_bits,
@@ -579,7 +598,7 @@ class _Builder:
         passes = [(self._sorted_sql(table, "s", "d", True, not multi), "by_label_out")]
         if not self.undirected:
             passes.append((self._sorted_sql("enc", "d", "s", True, not multi), "by_label_in"))
-        if multi:
+        if multi and not self.count_signatures:
             passes.append((self._sorted_sql(table, "s", "d", False, True), "by_vertex_out"))
             if not self.undirected:
                 passes.append((self._sorted_sql("enc", "d", "s", False, True), "by_vertex_in"))
@@ -590,41 +609,57 @@ class _Builder:
         self.writer = w
         multi = n_labels > 1
         und = self.undirected
+        lean = self.lean
         sig_dirs = [signatures.UNDIRECTED] if und else [signatures.OUT, signatures.IN]
-        # Labelled partitions: out, in, and both = their merge.
-        d_file = self._scratch("by_label_out") if (not und or not multi) else None
-        self._sorted_pass(self.queries.take(), "out", True, d_file)
+        if self.count_signatures:
+            groups = signatures.n_groups(self.sig_bits, self.label_bits)
+            labels = _stream(self.con, "SELECT lid FROM vinfo ORDER BY vid").read_all().column(0)
+            self.sig_table = _SignatureTable(n_vertices, groups, _int32(labels.combine_chunks()),
+                                             {d: self._group_map(self.con, d, n_labels) for d in sig_dirs})
+        # Labelled partitions: out, in, and both = their merge. The scratch copies serve the merge
+        # and, with a single edge label, the signatures.
+        merge = not und and not lean
+        keep = not multi or merge
+        files = [self._scratch("by_label_out") if keep else None]
+        self._sorted_pass(self.queries.take(), "out", True, files[0], sig_dirs[0])
         n_edges = sum(p["edges"] for p in w.parts.values())
         self._say(f"{n_edges:,} distinct directed edges from {n_input:,} input rows")
-        files = [d_file]
         if not und:
-            files.append(self._scratch("by_label_in"))
-            self._sorted_pass(self.queries.take(), "in", True, files[1])
+            files.append(self._scratch("by_label_in") if keep else None)
+            self._sorted_pass(self.queries.take(), "in", True, files[1], sig_dirs[1])
         if not multi:
             # The signatures are counted from the scratch files, beside the last merge.
             self.sig_sources = list(zip(files, sig_dirs))
             self._start_signatures(n_vertices)
-        if not und:
+        if merge:
             self._merge_pass(files[0], files[1], "both", True)
         if multi:
-            # Any label: the same by vertex, deduplicated on (src, dst).
             for f in files:
                 if f:
                     os.remove(f)
-            files = [self._scratch("by_vertex_out")]
-            self._sorted_pass(self.queries.take(), "out", False, files[0])
-            if not und:
-                files.append(self._scratch("by_vertex_in"))
-                self._sorted_pass(self.queries.take(), "in", False, files[1])
-            self.sig_sources = list(zip(files, sig_dirs))
-            self._start_signatures(n_vertices)
-            if not und:
-                self._merge_pass(files[0], files[1], "both", False)
+            if self.count_signatures:
+                self.sig_table.finish()
+                self._start_signatures(n_vertices)
+            else:
+                # Any label: the same by vertex, deduplicated on (src, dst); a lean store writes no
+                # partitions from these passes and keeps them for the signatures only.
+                files = [self._scratch("by_vertex_out")]
+                self._sorted_pass(self.queries.take(), "out", False, files[0], feed=not lean)
+                if not und:
+                    files.append(self._scratch("by_vertex_in"))
+                    self._sorted_pass(self.queries.take(), "in", False, files[1], feed=not lean)
+                self.sig_sources = list(zip(files, sig_dirs))
+                self._start_signatures(n_vertices)
+                if merge:
+                    self._merge_pass(files[0], files[1], "both", False)
         parts = w.close()
-        # Aliases: an undirected store keeps one direction; one label is also "any".
+        # Aliases: an undirected store keeps one direction; one label is also "any". A lean store has
+        # no "any" partitions (with several labels) and no "both" ones (when directed).
         for lid in list(range(n_labels)) + [fmt.ANY_LABEL]:
             base = lid if (lid != fmt.ANY_LABEL or n_labels > 1) else 0
             for direction in fmt.DIRECTIONS:
+                if lean and ((lid == fmt.ANY_LABEL and multi) or (direction == "both" and not und)):
+                    continue
                 key = fmt.partition_key(lid, direction)
                 stored_dir = "out" if self.undirected else direction
                 target = fmt.partition_key(base, stored_dir)
@@ -634,14 +669,18 @@ class _Builder:
                                           "vertices": 0, "max_degree": 0})
         return parts
 
-    def _sorted_pass(self, batches, direction, label_major, scratch):
+    def _sorted_pass(self, batches, direction, label_major, scratch, sig_dir=None, feed=True):
         """Stream one sorted query into the segment writer, dropping repeated rows.
 
         Label-major streams feed the labelled partitions; vertex-major ones
-        feed the ``any`` partition of ``direction``, deduplicated on (v, w).
-        The rows (distinct on (l, v, w)) also go to ``scratch`` when given.
+        feed the ``any`` partition of ``direction``, deduplicated on (v, w)
+        (unless ``feed`` is false). The rows (distinct on (l, v, w)) also go
+        to ``scratch`` when given, and to the signature counts as pairs of
+        direction ``sig_dir`` when a table of them is kept.
         """
-        self._say(f"writing {direction} partitions ({'by label' if label_major else 'any label'})")
+        what = ("by label" if label_major else "any label") if feed else "by vertex, for the signatures"
+        self._say(f"writing {direction} partitions ({what}; {self.queries.waited:.1f}s waiting for the sort)")
+        counts = self.sig_table if label_major else None
         w = self.writer
         out = None
         last = last_vw = None
@@ -660,9 +699,11 @@ class _Builder:
                 if out is None:
                     out = fmt.BatchFile(scratch, pa.schema([(f.name, pa.int32()) for f in batch.schema]))
                 out.write([pa.array(c) for c in cols])
+            if counts is not None:
+                counts.add(sig_dir, l, v, dst)
             if label_major:
                 w.feed(direction, l, v, dst)
-            else:
+            elif feed:
                 keep = _new_rows((v, dst), last_vw)
                 last_vw = (v[-1], dst[-1])
                 if keep is not None:
@@ -673,9 +714,11 @@ class _Builder:
             if out is None:
                 out = fmt.BatchFile(scratch, _SCRATCH_SCHEMA)
             out.close()
+        t = time.perf_counter()
         w.finish_partition()
         w.sync()
-        self._say(f"{direction}: {w.n_segments:,} segments so far")
+        self._say(f"{direction}: {w.n_segments:,} segments so far ({time.perf_counter() - t:.1f}s waiting for the "
+                  f"last PCSRs)")
 
     def _merge_pass(self, x_file, y_file, direction, label_major):
         """The union of two scratch files (sorted the same way) into the partitions of ``direction``."""
@@ -731,6 +774,7 @@ class _Builder:
         lab_file = fmt.BatchFile(os.path.join(self.dir, "vertex_labels.arrow"), pa.schema([("label", pa.int32())]))
         label_stream = _Restreamer(labels, 1)
         label_table = signatures.label_bit_table(self.n_vertex_labels, self.label_bits)
+        table = self.sig_table.table if self.sig_table is not None else None
         for start in range(0, max(n_vertices, 1), seg_len) if n_vertices else []:
             stop = min(start + seg_len, n_vertices)
             (lab,) = label_stream.take_rows(stop - start)
@@ -738,6 +782,11 @@ class _Builder:
             words = np.empty((stop - start, n_words), np.uint32)
             for a in range(start, stop, block):          # blocks of vertices, not single ones
                 b = min(a + block, stop)
+                if table is not None:
+                    words[a - start:b - start] = signatures.words_from_counts(
+                        table[a:b].astype(np.int64), lab[a - start:b - start], self.sig_bits, self.label_bits,
+                        label_table)
+                    continue
                 keys = []
                 for cursor, group_of in sources:
                     for v, l, nl in cursor.take_below(b):
@@ -788,6 +837,7 @@ class _QueryQueue:
         self.sqls = list(sqls)
         self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sgsi-sort")
         self.future = None
+        self.waited = 0.0           # seconds the last take() waited for its query
         self._submit()
 
     def _submit(self):
@@ -799,7 +849,9 @@ class _QueryQueue:
 
     def take(self):
         """Record batches of the next query."""
+        t = time.perf_counter()
         reader, first = self.future.result()
+        self.waited = time.perf_counter() - t
         self._submit()
         return _batches(reader, first)
 
@@ -966,6 +1018,58 @@ class _VertexCursor:
                 self.buf = tuple(c[cut:] for c in self.buf)
                 return
             self.buf = None
+
+
+class _SignatureTable:
+    """Pair counts per (vertex, signature group), from label-sorted edge batches.
+
+    A signature tells only whether a group holds no pair, one, or more
+    (00, 01, 11), so the counts stop at 2 and fit a uint8 table of
+    n_vertices x G. Batches are counted in order on a worker thread while
+    the feeding thread goes on (NumPy's sort releases the GIL).
+    """
+
+    def __init__(self, n_vertices, groups, vertex_labels, group_maps):
+        self.groups = groups
+        self.table = np.zeros((n_vertices, groups), np.uint8)
+        self._flat = self.table.reshape(-1)
+        self._labels = vertex_labels          # label id of every vertex (-1: none)
+        self._group_maps = group_maps         # direction -> f(edge labels, neighbour labels) -> groups
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sgsi-signature-counts")
+        self._pending = collections.deque()
+
+    def add(self, direction, l, v, w):
+        """Count the pairs (l, direction, label of w) of the vertices v: distinct edges, sorted by (l, v)."""
+        self._pending.append(self._pool.submit(self._count, direction, l, v, w))
+        while len(self._pending) > 2:
+            self._pending.popleft().result()
+
+    def _count(self, direction, l, v, w):
+        k = v.astype(np.int64)
+        k *= self.groups
+        k += self._group_maps[direction](l, self._labels[w])
+        k.sort(kind="stable")       # sorted by (l, v) already: only the runs of one vertex need sorting
+        new = np.empty(len(k), bool)
+        new[0] = True
+        np.not_equal(k[1:], k[:-1], out=new[1:])
+        starts = np.flatnonzero(new)
+        keys = k[starts]
+        n = np.diff(starts, append=len(k))
+        cur = self._flat[keys]
+        cur += np.minimum(n, 2).astype(np.uint8)
+        np.minimum(cur, 2, out=cur)
+        self._flat[keys] = cur
+
+    def finish(self):
+        """Wait for every batch to be counted."""
+        try:
+            while self._pending:
+                self._pending.popleft().result()
+        finally:
+            self.abort()
+
+    def abort(self):
+        self._pool.shutdown(wait=True, cancel_futures=True)
 
 
 class _Checksums:

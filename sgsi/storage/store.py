@@ -34,7 +34,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from ..errors import StoreError
+from ..errors import PatternError, StoreError
 from . import format as fmt
 
 
@@ -125,6 +125,7 @@ class Store:
             self.bucket_columns = int(p["signature_bucket_columns"])
             self.sig_segment_vertices = int(p["signature_segment_vertices"])
             self.build_budget = int(p["memory_budget"])
+            self.lean = bool(p.get("lean", False))
             present = bool(m["edge_labels"]["present"])
             self._edge_label_ids = {_label_key(v): i for i, v in enumerate(m["edge_labels"]["values"]) if present}
             self._vertex_label_ids = {_label_key(v): i for i, v in enumerate(m["vertex_labels"]["values"])}
@@ -291,7 +292,14 @@ class Store:
         key = fmt.partition_key(label_id, direction)
         p = self._partitions.get(key)
         if p is None:
-            info = self.manifest["partitions"][key]
+            info = self.manifest["partitions"].get(key)
+            if info is None:
+                if not self.lean:
+                    raise StoreError(f"damaged store {self.path}: {fmt.MANIFEST} lacks partition {key}")
+                what = [w for w, missing in (("unlabeled", label_id == fmt.ANY_LABEL and len(self.edge_label_freq) > 1),
+                                             ("undirected", direction == "both" and not self.undirected)) if missing]
+                raise PatternError(f"the pattern has {' '.join(what)} edges, and store {self.path} was built lean "
+                                   f"(labelled, directed partitions only): rebuild it without --lean to match them")
             target = info.get("alias", key)
             info = self.manifest["partitions"][target]
             s0, ns = info["segments"]
