@@ -173,3 +173,28 @@ def test_segment_copies_are_timed_on_the_copy_stream(tmp_path):
     st = g.last_stats
     assert st["segments"] > 1 and st["h2d_bytes"] > 0
     assert st["h2d_seconds"] > 0 and st["stage_seconds"] > 0
+
+
+def test_damaged_segment_read_direct_is_caught_on_the_device(tmp_path):
+    """The GPU backend reads segments with pread and checks their groups on the device."""
+    import cupy as cp
+    g = sgsi.build(str(tmp_path / "hprd.sgsi"), graph=os.path.join(BENCH, "hprd", "data.graph"),
+                   memory_budget="64KB")
+    s = g.store
+    assert s.reads_direct
+    for seg in range(len(s._seg_edges)):
+        groups, ci = s.segment(seg)
+        buf = np.empty(groups.nbytes + ci.nbytes, np.uint8)
+        gb, _cb, shape = s.read_segment(seg, buf)
+        s.check_segment(seg, cp.asarray(buf[:gb].view(np.int32).reshape(shape)), cp)   # sound: no error
+    mm, base = s._maps["pcsr_groups.arrow"]
+    arr = s._batch("pcsr_groups.arrow", 0).column(0)
+    at = arr.buffers()[1].address + 4 * arr.offset - base + 4
+    path = g.path
+    g.close()
+    with open(os.path.join(path, "pcsr_groups.arrow"), "r+b") as f:
+        f.seek(at)
+        f.write(np.int32(2**31 - 1).tobytes())
+    g = sgsi.open(path)
+    with pytest.raises(sgsi.StoreError, match="out of range in segment 0"):
+        g.count("(a)--(b)--(c)", device="gpu", memory_budget="64KB")

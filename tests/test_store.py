@@ -790,3 +790,54 @@ def test_crash_in_builder_leaves_nothing(tmp_path, monkeypatch):
     with pytest.raises(RuntimeError, match="simulated"):
         sgsi.build(str(tmp_path / "g.sgsi"), **kw)
     assert set(os.listdir(tmp_path)) == before
+
+
+# ---------------------------------------------------------------------------
+# Direct segment reads (pread into a buffer, as the GPU backend stages them)
+# ---------------------------------------------------------------------------
+
+
+def _groups_offset(store, seg):
+    """File offset of segment ``seg``'s groups in pcsr_groups.arrow."""
+    mm, base = store._maps["pcsr_groups.arrow"]
+    arr = store._batch("pcsr_groups.arrow", seg).column(0)
+    return arr.buffers()[1].address + 4 * arr.offset - base
+
+
+@pytest.mark.parametrize("piece", [None, 256], ids=["one_read", "threads"])
+def test_read_segment_gives_the_mapped_bytes(damaged, monkeypatch, piece):
+    import sgsi.storage.store as store_mod
+    if piece:
+        monkeypatch.setattr(store_mod, "_PREAD_PIECE", piece)
+    s = Store(str(damaged))
+    assert s.reads_direct
+    n_seg = len(s._seg_edges)
+    assert n_seg > 3 and s.max_segment_bytes > 4 * 256       # several segments, some read in pieces
+    for seg in range(n_seg):
+        groups, ci = s.segment(seg)
+        buf = np.full(groups.nbytes + ci.nbytes + 8, 0xEE, np.uint8)
+        g_bytes, c_bytes, shape = s.read_segment(seg, buf)
+        assert (g_bytes, c_bytes, shape) == (groups.nbytes, ci.nbytes, groups.shape)
+        assert np.array_equal(buf[:g_bytes].view(np.int32).reshape(shape), groups)
+        assert np.array_equal(buf[g_bytes:g_bytes + c_bytes].view(np.int32), ci)
+        assert (buf[g_bytes + c_bytes:] == 0xEE).all()           # nothing written past the segment
+    s.close()
+    with pytest.raises(StoreError, match="closed"):
+        s.read_segment(0, np.empty(16, np.uint8))
+
+
+def test_segment_offsets_out_of_range_are_caught_on_first_read(damaged):
+    s = Store(str(damaged))
+    at = _groups_offset(s, 1) + 4           # groups[0, 0, 1]: the first pair's offset into ci
+    s.close()
+    with open(damaged / "pcsr_groups.arrow", "r+b") as f:
+        f.seek(at)
+        f.write(np.int32(2**31 - 1).tobytes())
+    s = Store(str(damaged))
+    s.segment(0)
+    with pytest.raises(StoreError, match=r"pcsr_groups\.arrow holds values out of range in segment 1"):
+        s.segment(1)
+    buf = np.empty(s.max_segment_bytes, np.uint8)
+    g_bytes, _c, shape = s.read_segment(1, buf)         # read as it is: checked by check_segment
+    with pytest.raises(StoreError, match="out of range in segment 1"):
+        s.check_segment(1, buf[:g_bytes].view(np.int32).reshape(shape))

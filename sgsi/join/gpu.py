@@ -95,17 +95,27 @@ class GpuBackend:
             self._cache.move_to_end(key)
             self.stats["cache_hits"] += 1
             return hit[0], hit[1], None
-        groups, ci = store.segment(seg)
-        g_bytes, c_bytes = groups.nbytes, ci.nbytes
         # Streams may nest (a hub's list is read while later steps read theirs): never
         # overwrite a pinned buffer whose copy to the device is still in flight.
         if self._pinned_busy[slot] is not None:
             self._pinned_busy[slot].synchronize()
             self._pinned_busy[slot] = None
+        direct = store.reads_direct
+        if direct:
+            # pread(2) straight into the pinned buffer: no page faults on the memory map, several
+            # threads for a large segment; the groups are checked on the device below.
+            g_bytes, c_bytes = store.segment_sizes(seg)
+        else:
+            groups, ci = store.segment(seg)
+            g_bytes, c_bytes = groups.nbytes, ci.nbytes
         pinned = self._pinned_buffer(slot, g_bytes + c_bytes)
         t0 = time.perf_counter()
-        pinned[:g_bytes] = groups.reshape(-1).view(np.uint8)
-        pinned[g_bytes:g_bytes + c_bytes] = ci.view(np.uint8)
+        if direct:
+            _g, _c, shape = store.read_segment(seg, pinned)
+        else:
+            shape = groups.shape
+            pinned[:g_bytes] = groups.reshape(-1).view(np.uint8)
+            pinned[g_bytes:g_bytes + c_bytes] = ci.view(np.uint8)
         self.stats["stage_seconds"] += time.perf_counter() - t0
         dev = cp.empty(g_bytes + c_bytes, dtype=cp.uint8)
         start = self.copy_stream.record()
@@ -113,7 +123,7 @@ class GpuBackend:
         event = self.copy_stream.record()
         self._copies.append((start, event))
         self._pinned_busy[slot] = event
-        d_groups = dev[:g_bytes].view(cp.int32).reshape(groups.shape)
+        d_groups = dev[:g_bytes].view(cp.int32).reshape(shape)
         d_ci = dev[g_bytes:].view(cp.int32)
         self.stats["h2d_bytes"] += g_bytes + c_bytes
         self._remember(key, (d_groups, d_ci, g_bytes + c_bytes))
@@ -129,6 +139,9 @@ class GpuBackend:
             groups, ci, event = nxt
             if event is not None:
                 cp.cuda.get_current_stream().wait_event(event)
+                # Read with pread, the segment is checked here, on the device (store.segment checks
+                # what it maps on the host); the next segment's copy is already under way.
+                store.check_segment(seg_ids[i], groups, cp)
             if i + 1 < len(seg_ids):
                 # The slot reused here held segment i-1, whose copy the stream already waited for.
                 nxt = self._stage(store, seg_ids[i + 1], (i + 1) % 2)

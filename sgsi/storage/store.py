@@ -68,6 +68,12 @@ ARROW_FILES = {
 }
 #: Every file a store needs.
 STORE_FILES = tuple(sorted(ARROW_FILES)) + ("vertices.parquet",)
+#: Files whose batches can also be read with pread(2) instead of through the memory map.
+_READ_DIRECT = ("pcsr_groups.arrow", "pcsr_ci.arrow")
+#: Bytes one pread(2) call reads; larger reads are cut into pieces read by several threads.
+_PREAD_PIECE = 8 << 20
+_pread_pool = None
+_pread_lock = threading.Lock()
 #: Files read whole on open, so checked against their checksums then.
 _CHECKED_ON_OPEN = ("segments.arrow", "vindex_batches.arrow")
 #: Errors of reading a damaged file (Arrow raises several kinds).
@@ -112,6 +118,7 @@ class Store:
 
     def _open(self):
         self._readers = {}
+        self._maps = {}
         self.manifest = _read_manifest(self.path)
         m = self.manifest
         try:
@@ -173,6 +180,7 @@ class Store:
         self._check_structure()
         self._partitions = {}
         self._segments = {}
+        self._checked_segments = set()
         self._checked_index = set()
         self._vid = None
         self.max_segment_bytes = int(max((self._seg_edges * 4 + self._seg_groups * self.theta * 8).max(initial=0), 0))
@@ -191,6 +199,11 @@ class Store:
             raise StoreError(f"damaged store {self.path}: cannot read {name}: {e.strerror or e}") from None
         if mm.size() != size:     # the file we mapped, not whatever the path names now
             raise StoreError(f"damaged store {self.path}: {name} has {mm.size()} bytes, manifest says {size}")
+        if name in _READ_DIRECT and size:
+            # The map's first byte, so that a buffer's address gives its offset in the file.
+            mm.seek(0)
+            self._maps[name] = (mm, mm.read_buffer(1).address)
+            mm.seek(0)
         try:
             reader = pa.ipc.open_file(mm)
             names = reader.schema.names
@@ -325,18 +338,77 @@ class Store:
         groups = self._column("pcsr_groups.arrow", seg_id, rows=n_groups * self.theta * 2)
         ci = self._column("pcsr_ci.arrow", seg_id, rows=n_edges)
         groups = groups.reshape(-1, self.theta, 2)
-        if groups.size:
-            off = groups[:, :, 1]
-            head = groups[:, :-1, 0]
-            gid = groups[:, -1, 0]
-            if (int(off.min()) < 0 or int(off.max()) > n_edges or (np.diff(off, axis=1) < 0).any()
-                    or int(head.min()) < -1 or int(head.max()) >= self.n_vertices
-                    or int(gid.min()) < -1 or int(gid.max()) >= n_groups):
-                raise self._damaged("pcsr_groups.arrow", f"holds values out of range in segment {seg_id}")
+        self.check_segment(seg_id, groups)
         self._segments[seg_id] = (groups, ci)   # views: they cost no memory of their own
         return groups, ci
 
+    def check_segment(self, seg_id: int, groups, xp=np):
+        """The checks of a segment's groups on first read, on NumPy or CuPy arrays.
+
+        Every PCSR offset lies inside the segment's column index, in order
+        within a group; vertex ids and overflow links are in range. These
+        values size allocations and index arrays, so a damaged file must
+        fail here, with a StoreError naming it.
+        """
+        if not groups.size or seg_id in self._checked_segments:
+            return
+        n_groups, n_edges = int(self._seg_groups[seg_id]), int(self._seg_edges[seg_id])
+        off = groups[:, :, 1]
+        head = groups[:, :-1, 0]
+        gid = groups[:, -1, 0]
+        if (int(off.min()) < 0 or int(off.max()) > n_edges or bool((xp.diff(off, axis=1) < 0).any())
+                or int(head.min()) < -1 or int(head.max()) >= self.n_vertices
+                or int(gid.min()) < -1 or int(gid.max()) >= n_groups):
+            raise self._damaged("pcsr_groups.arrow", f"holds values out of range in segment {seg_id}")
+        self._checked_segments.add(seg_id)
+
+    def segment_sizes(self, seg_id: int):
+        """(groups bytes, ci bytes) of a segment."""
+        return 4 * int(self._seg_groups[seg_id]) * self.theta * 2, 4 * int(self._seg_edges[seg_id])
+
+    @property
+    def reads_direct(self) -> bool:
+        """Whether :meth:`read_segment` can read segments with pread(2) (not on an empty store)."""
+        return hasattr(os, "preadv") and len(self._maps) == len(_READ_DIRECT)
+
+    def read_segment(self, seg_id: int, out: np.ndarray):
+        """Read a segment's groups then ci into the uint8 buffer ``out``, with pread(2).
+
+        For copies into pinned buffers: pread copies from the page cache in
+        the kernel, without the page faults of a first touch through the
+        memory map, and large segments are read by several threads. The
+        values are not checked here (see :meth:`check_segment`). Returns
+        (groups bytes, ci bytes, groups shape).
+        """
+        n_groups, n_edges = int(self._seg_groups[seg_id]), int(self._seg_edges[seg_id])
+        pieces, at = [], 0
+        for name, rows in (("pcsr_groups.arrow", n_groups * self.theta * 2), ("pcsr_ci.arrow", n_edges)):
+            if not rows:
+                continue
+            rb = self._batch(name, seg_id, rows)
+            mm, base = self._maps.get(name, (None, 0))
+            if mm is None:
+                raise StoreError(f"store {self.path} is closed")
+            with self._reading(name):
+                arr = rb.column(0)
+                if arr.type != pa.int32() or arr.null_count:
+                    raise self._damaged(name, f"batch {seg_id} is not a column of int32 without nulls")
+                offset = arr.buffers()[1].address + 4 * arr.offset - base
+            for a in range(0, 4 * rows, _PREAD_PIECE):
+                n = min(_PREAD_PIECE, 4 * rows - a)
+                pieces.append((mm.fileno(), offset + a, at + a, n))
+            at += 4 * rows
+        try:
+            if len(pieces) == 1:
+                _pread(out, *pieces[0])
+            elif pieces:
+                list(_pread_threads().map(lambda p: _pread(out, *p), pieces))
+        except OSError as e:
+            raise self._damaged("pcsr_groups.arrow or pcsr_ci.arrow", f"cannot be read at segment {seg_id} ({e})")
+        return (*self.segment_sizes(seg_id), (n_groups, self.theta, 2))
+
     def segment_bytes(self, seg_id: int) -> int:
+        """Bytes of a segment's groups and ci together."""
         return int(self._seg_edges[seg_id] * 4 + self._seg_groups[seg_id] * self.theta * 8)
 
     def index_batch(self, batch_id: int):
@@ -431,9 +503,30 @@ class Store:
 
     def close(self):
         self._readers = {}
+        self._maps = {}
         self._partitions = {}
         self._segments = {}
         self._vid = None
+
+
+def _pread_threads():
+    global _pread_pool
+    with _pread_lock:
+        if _pread_pool is None:
+            from concurrent.futures import ThreadPoolExecutor
+            _pread_pool = ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1),
+                                             thread_name_prefix="sgsi-pread")
+        return _pread_pool
+
+
+def _pread(out, fd, offset, at, n):
+    """Read n bytes of file ``fd`` at ``offset`` into ``out[at:at+n]`` (all of them, or an OSError)."""
+    view = memoryview(out)[at:at + n]
+    while len(view):
+        got = os.preadv(fd, [view], offset)
+        if got <= 0:
+            raise OSError(f"short read at offset {offset}")
+        view, offset = view[got:], offset + got
 
 
 class _Reading:
