@@ -371,6 +371,8 @@ def _stats_line(stats):
     if stats.get("h2d_bytes"):
         rate = stats["h2d_bytes"] / stats["h2d_seconds"] / 1e9 if stats.get("h2d_seconds") else 0.0
         parts.append(f"copied to the GPU {_size(stats['h2d_bytes'])}" + (f" at {rate:.1f} GB/s" if rate else ""))
+    if stats.get("device_peak_bytes"):
+        parts.append(f"device memory peak {_size(stats['device_peak_bytes'])}")
     return ", ".join(parts)
 
 

@@ -202,7 +202,8 @@ class Graph:
         """Number of embeddings of ``pattern`` (every automorphic copy counted)."""
         key, backend = self._take_backend(device, memory_budget)
         _pat, engine = self._prepare(key, backend, pattern, memory_budget, injective, cancel, count=True)
-        n = self._guard(engine.count)
+        with backend.measuring_memory():
+            n = self._guard(engine.count)
         self.last_stats = {"device": backend.name, **engine.stats, **backend.stats}
         self._give_back(key, backend)
         return n

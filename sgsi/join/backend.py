@@ -8,6 +8,8 @@ users never need it.
 
 from __future__ import annotations
 
+import contextlib
+
 import ctypes
 import os
 import sys
@@ -67,6 +69,10 @@ class CpuBackend:
     def store_array(self, key, array):
         """A store array (labels, signature words, degree index) where the backend computes."""
         return array
+
+    def measuring_memory(self):
+        """Context of one query whose device memory the backend measures (none on the CPU)."""
+        return contextlib.nullcontext()
 
     def segments(self, store, seg_ids):
         """Yield (position, groups, ci) for each segment of a partition, in order.

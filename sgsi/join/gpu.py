@@ -25,6 +25,31 @@ def _grid(n_threads):
     return (max(1, (int(n_threads) + _BLOCK - 1) // _BLOCK),)
 
 
+class _PeakMemory(cp.cuda.MemoryHook):
+    """Tracks the bytes allocated from CuPy's memory pools on this thread and their peak."""
+
+    name = "sgsi_peak_memory"
+
+    def __init__(self, stats):
+        self.stats = stats
+
+    def __enter__(self):
+        self.now = self.peak = cp.get_default_memory_pool().used_bytes()
+        return super().__enter__()
+
+    def __exit__(self, *exc):
+        self.stats["device_peak_bytes"] = self.peak
+        return super().__exit__(*exc)
+
+    def malloc_postprocess(self, device_id, size, mem_size, mem_ptr, pmem_id):
+        self.now += mem_size
+        if self.now > self.peak:
+            self.peak = self.now
+
+    def free_postprocess(self, device_id, mem_size, mem_ptr, pmem_id):
+        self.now -= mem_size
+
+
 class GpuBackend:
     name = "gpu"
     xp = cp
@@ -77,6 +102,11 @@ class GpuBackend:
 
     def synchronize(self):
         cp.cuda.get_current_stream().synchronize()
+
+    def measuring_memory(self):
+        """Context of one query: sets ``stats["device_peak_bytes"]``, the most device memory the
+        process held in CuPy arrays while it ran (this backend's segment cache included)."""
+        return _PeakMemory(self.stats)
 
     def _pinned_buffer(self, slot, nbytes):
         buf = self._pinned[slot]
