@@ -47,7 +47,7 @@ CREATE OR REPLACE TEMP MACRO match_count(graph, pattern,
 -- edges/vertices take a path, a glob or a list of them; edges_query and
 -- vertices_query take a SELECT over this database's tables (committed
 -- data of persistent tables; TEMP tables are not visible, see README).
-CREATE OR REPLACE TEMP MACRO sgsi_build(out,
+CREATE OR REPLACE TEMP MACRO sgsi_build(store,
                                         edges := NULL,
                                         vertices := NULL,
                                         graph := NULL,
@@ -63,7 +63,7 @@ CREATE OR REPLACE TEMP MACRO sgsi_build(out,
                                         memory_budget := NULL,
                                         force := false) AS
     sgsi_build_store(${token},
-                     CAST(out AS VARCHAR), CAST(to_json(edges) AS VARCHAR), CAST(to_json(vertices) AS VARCHAR),
+                     CAST(store AS VARCHAR), CAST(to_json(edges) AS VARCHAR), CAST(to_json(vertices) AS VARCHAR),
                      CAST(graph AS VARCHAR), CAST(edges_query AS VARCHAR), CAST(vertices_query AS VARCHAR),
                      CAST(src AS VARCHAR), CAST(dst AS VARCHAR), CAST(label AS VARCHAR), CAST(id AS VARCHAR),
                      CAST(vertex_label AS VARCHAR), CAST(undirected AS BOOLEAN), CAST(lean AS BOOLEAN),
