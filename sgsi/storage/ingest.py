@@ -31,6 +31,7 @@ import re
 import shutil
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -615,7 +616,8 @@ class _Builder:
             groups = signatures.n_groups(self.sig_bits, self.label_bits)
             labels = _stream(self.con, "SELECT lid FROM vinfo ORDER BY vid").read_all().column(0)
             self.sig_table = _SignatureTable(n_vertices, groups, _int32(labels.combine_chunks()),
-                                             {d: self._group_map(self.con, d, n_labels) for d in sig_dirs})
+                                             {d: self._group_map(self.con, d, n_labels) for d in sig_dirs},
+                                             workers=max(1, min(4, _pcsr_workers())))
         # Labelled partitions: out, in, and both = their merge. The scratch copies serve the merge
         # and, with a single edge label, the signatures.
         merge = not und and not lean
@@ -1025,23 +1027,26 @@ class _SignatureTable:
 
     A signature tells only whether a group holds no pair, one, or more
     (00, 01, 11), so the counts stop at 2 and fit a uint8 table of
-    n_vertices x G. Batches are counted in order on a worker thread while
-    the feeding thread goes on (NumPy's sort releases the GIL).
+    n_vertices x G. Batches are counted on worker threads while the feeding
+    thread goes on (NumPy's sort releases the GIL); the saturating additions
+    commute, so the batches update the table in any order, one at a time.
     """
 
-    def __init__(self, n_vertices, groups, vertex_labels, group_maps):
+    def __init__(self, n_vertices, groups, vertex_labels, group_maps, workers=1):
         self.groups = groups
         self.table = np.zeros((n_vertices, groups), np.uint8)
         self._flat = self.table.reshape(-1)
         self._labels = vertex_labels          # label id of every vertex (-1: none)
         self._group_maps = group_maps         # direction -> f(edge labels, neighbour labels) -> groups
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sgsi-signature-counts")
+        self._workers = workers
+        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="sgsi-signature-counts")
         self._pending = collections.deque()
+        self._update = threading.Lock()
 
     def add(self, direction, l, v, w):
         """Count the pairs (l, direction, label of w) of the vertices v: distinct edges, sorted by (l, v)."""
         self._pending.append(self._pool.submit(self._count, direction, l, v, w))
-        while len(self._pending) > 2:
+        while len(self._pending) > 2 * self._workers:
             self._pending.popleft().result()
 
     def _count(self, direction, l, v, w):
@@ -1054,11 +1059,12 @@ class _SignatureTable:
         np.not_equal(k[1:], k[:-1], out=new[1:])
         starts = np.flatnonzero(new)
         keys = k[starts]
-        n = np.diff(starts, append=len(k))
-        cur = self._flat[keys]
-        cur += np.minimum(n, 2).astype(np.uint8)
-        np.minimum(cur, 2, out=cur)
-        self._flat[keys] = cur
+        n = np.minimum(np.diff(starts, append=len(k)), 2).astype(np.uint8)
+        with self._update:
+            cur = self._flat[keys]
+            cur += n
+            np.minimum(cur, 2, out=cur)
+            self._flat[keys] = cur
 
     def finish(self):
         """Wait for every batch to be counted."""
