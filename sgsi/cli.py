@@ -369,8 +369,10 @@ def _stats_line(stats):
     if "segment_bytes" in stats:
         parts.append(f"segment bytes read {_size(stats['segment_bytes'])}")
     if stats.get("h2d_bytes"):
-        rate = stats["h2d_bytes"] / stats["h2d_seconds"] / 1e9 if stats.get("h2d_seconds") else 0.0
-        parts.append(f"copied to the GPU {_size(stats['h2d_bytes'])}" + (f" at {rate:.1f} GB/s" if rate else ""))
+        seg = stats.get("h2d_segment_bytes", 0)
+        rate = seg / stats["h2d_seconds"] / 1e9 if stats.get("h2d_seconds") else 0.0
+        parts.append(f"copied to the GPU {_size(stats['h2d_bytes'])}"
+                     + (f" (segments {_size(seg)} at {rate:.1f} GB/s)" if rate else ""))
     if stats.get("device_peak_bytes"):
         parts.append(f"device memory peak {_size(stats['device_peak_bytes'])}")
     return ", ".join(parts)

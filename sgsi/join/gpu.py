@@ -65,10 +65,11 @@ class GpuBackend:
         self._cache_limit = self.budget // 2
         self.load_balance = None        # None: follow SGSI_LOAD_BALANCE (0 = one warp per row)
         self._costs = None
-        # h2d_seconds: time the segment copies took on the copy stream (CUDA events);
-        # stage_seconds: host time spent filling the pinned buffers.
-        self.stats = {"segments": 0, "segment_bytes": 0, "h2d_bytes": 0, "h2d_seconds": 0.0,
-                      "stage_seconds": 0.0, "cache_hits": 0}
+        # h2d_bytes: every copy to the device (segments, signatures, labels, degree index);
+        # h2d_segment_bytes: the segment copies, through the pinned buffers; h2d_seconds: the time
+        # those took on the copy stream (CUDA events); stage_seconds: host time filling the buffers.
+        self.stats = {"segments": 0, "segment_bytes": 0, "h2d_bytes": 0, "h2d_segment_bytes": 0,
+                      "h2d_seconds": 0.0, "stage_seconds": 0.0, "cache_hits": 0}
         self._copies = []               # (start, end) events of segment copies not yet timed
 
     # -- moving data ---------------------------------------------------------------
@@ -156,6 +157,7 @@ class GpuBackend:
         d_groups = dev[:g_bytes].view(cp.int32).reshape(shape)
         d_ci = dev[g_bytes:].view(cp.int32)
         self.stats["h2d_bytes"] += g_bytes + c_bytes
+        self.stats["h2d_segment_bytes"] += g_bytes + c_bytes
         self._remember(key, (d_groups, d_ci, g_bytes + c_bytes))
         return d_groups, d_ci, event
 
