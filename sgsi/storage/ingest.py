@@ -83,6 +83,9 @@ def build_store(out, *, edges=None, vertices=None, graph=None, src="src", dst="d
                                          "threads": os.cpu_count() or 1,
                                          "memory_limit": f"{_duckdb_memory_mb()}MB"})
             try:
+                # The build reports its own progress; DuckDB's bar (its cursors inherit this) would
+                # write over it on stderr.
+                con.execute("SET enable_progress_bar = false")
                 if graph is not None:
                     _load_text_graph(con, graph)
                     undirected = True
