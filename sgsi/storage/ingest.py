@@ -686,10 +686,18 @@ class _Builder:
         what = ("by label" if label_major else "any label") if feed else "by vertex, for the signatures"
         self._say(f"writing {direction} partitions ({what}; {self.queries.waited:.1f}s waiting for the sort)")
         counts = self.sig_table if label_major else None
+        waited = counts.waited if counts is not None else 0.0
         w = self.writer
+        waited_pcsr, fetching = w.waited, 0.0
+        batches = iter(batches)
         out = None
         last = last_vw = None
-        for batch in batches:
+        while True:
+            t = time.perf_counter()
+            batch = next(batches, None)
+            fetching += time.perf_counter() - t
+            if batch is None:
+                break
             if batch.num_rows == 0:
                 continue
             cols = [_int32(c) for c in batch.columns]     # l, v, w[, nl]
@@ -722,8 +730,10 @@ class _Builder:
         t = time.perf_counter()
         w.finish_partition()
         w.sync()
-        self._say(f"{direction}: {w.n_segments:,} segments so far ({time.perf_counter() - t:.1f}s waiting for the "
-                  f"last PCSRs)")
+        counting = f", {counts.waited - waited:.1f}s for signature counts" if counts is not None else ""
+        self._say(f"{direction}: {w.n_segments:,} segments so far ({fetching:.1f}s fetching sorted rows, "
+                  f"{w.waited - waited_pcsr:.1f}s waiting for PCSR builders{counting}; "
+                  f"{time.perf_counter() - t:.1f}s for the last ones)")
 
     def _merge_pass(self, x_file, y_file, direction, label_major):
         """The union of two scratch files (sorted the same way) into the partitions of ``direction``."""
@@ -1032,8 +1042,11 @@ class _SignatureTable:
     (00, 01, 11), so the counts stop at 2 and fit a uint8 table of
     n_vertices x G. Batches are counted on worker threads while the feeding
     thread goes on (NumPy's sort releases the GIL); the saturating additions
-    commute, so the batches update the table in any order, one at a time.
+    commute, so the batches update the table in any order, each stripe of
+    vertices by one thread at a time.
     """
+
+    STRIPES = 16
 
     def __init__(self, n_vertices, groups, vertex_labels, group_maps, workers=1):
         self.groups = groups
@@ -1044,13 +1057,18 @@ class _SignatureTable:
         self._workers = workers
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="sgsi-signature-counts")
         self._pending = collections.deque()
-        self._update = threading.Lock()
+        self._bounds = np.linspace(0, self._flat.size, self.STRIPES + 1).astype(np.int64)[1:-1]
+        self._locks = [threading.Lock() for _ in range(self.STRIPES)]
+        self.waited = 0.0          # seconds add() waited for counting threads
 
     def add(self, direction, l, v, w):
         """Count the pairs (l, direction, label of w) of the vertices v: distinct edges, sorted by (l, v)."""
         self._pending.append(self._pool.submit(self._count, direction, l, v, w))
-        while len(self._pending) > 2 * self._workers:
-            self._pending.popleft().result()
+        if len(self._pending) > 2 * self._workers:
+            t = time.perf_counter()
+            while len(self._pending) > 2 * self._workers:
+                self._pending.popleft().result()
+            self.waited += time.perf_counter() - t
 
     def _count(self, direction, l, v, w):
         k = v.astype(np.int64)
@@ -1063,11 +1081,15 @@ class _SignatureTable:
         starts = np.flatnonzero(new)
         keys = k[starts]
         n = np.minimum(np.diff(starts, append=len(k)), 2).astype(np.uint8)
-        with self._update:
-            cur = self._flat[keys]
-            cur += n
-            np.minimum(cur, 2, out=cur)
-            self._flat[keys] = cur
+        cuts = np.r_[0, np.searchsorted(keys, self._bounds), len(keys)]
+        for s, lock in enumerate(self._locks):
+            a, b = cuts[s], cuts[s + 1]
+            if a < b:
+                with lock:
+                    cur = self._flat[keys[a:b]]
+                    cur += n[a:b]
+                    np.minimum(cur, 2, out=cur)
+                    self._flat[keys[a:b]] = cur
 
     def finish(self):
         """Wait for every batch to be counted."""
@@ -1158,6 +1180,7 @@ class _SegmentWriter:
         self.max_inflight = budget_mod.host_memory_bytes() // 4
         self.inflight = 0
         self.queue = collections.deque()    # ("start" | "segment" | "end", key, job)
+        self.waited = 0.0                   # seconds the feeding side waited for PCSR builders
         self.seg_rows = []      # (partition, first_src, last_src, edges, groups)
         self.idx_rows = []      # (partition, first_vertex, last_vertex, rows)
         self.parts = {}
@@ -1244,7 +1267,12 @@ class _SegmentWriter:
                 self.parts[key] = {"segments": [self.n_segments, 0], "vindex": [len(self.idx_rows), 0],
                                    "edges": 0, "vertices": 0, "max_degree": 0}
             elif kind == "segment":
-                built = job if self.pool is None else job.result()
+                if self.pool is None:
+                    built = job
+                else:
+                    t = time.perf_counter()
+                    built = job.result()
+                    self.waited += time.perf_counter() - t
                 if self.pool is not None:
                     self.inflight -= built[6] * _BUILD_BYTES_PER_EDGE
                 self._write_segment(key, built)
