@@ -61,6 +61,24 @@ def summarize(runs):
     return out
 
 
+def _figure(plt, lines, path, xlabel, title, xscale, yscale="linear"):
+    """One plot of ``lines`` = [(label, [(x, y)])], saved as ``path``."""
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for label, pts in lines:
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=label)
+    ax.set_xscale(xscale[0], **(xscale[1] if len(xscale) > 1 else {}))
+    ax.set_yscale(yscale)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("median seconds per query")
+    ax.set_title(title)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
 def plot(summary, out):
     try:
         import matplotlib
@@ -69,37 +87,14 @@ def plot(summary, out):
     except ImportError:
         C.say("matplotlib is not installed: CSV only")
         return []
-    written = []
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for budget in sorted({s["budget"] for s in summary}, key=parse_size):
-        pts = sorted((s["edges"], s["median_s"]) for s in summary if s["budget"] == budget)
-        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=f"budget {budget}")
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xlabel("edges |E|")
-    ax.set_ylabel("median seconds per query")
-    ax.set_title("12-vertex random-walk queries, match_count from DuckDB")
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
-    path = os.path.join(out, "scaling_edges.png")
-    fig.savefig(path, dpi=120)
-    written.append(path)
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for edges in sorted({s["edges"] for s in summary}):
-        pts = sorted((s["budget_bytes"], s["median_s"]) for s in summary if s["edges"] == edges)
-        ax.plot([p[0] / 2**30 for p in pts], [p[1] for p in pts], marker="o", label=f"{edges:,} edges")
-    ax.set_xscale("log", base=2)
-    ax.set_xlabel("memory budget (GiB)")
-    ax.set_ylabel("median seconds per query")
-    ax.set_title("in-core (large budget) vs streamed segments (small)")
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
-    path = os.path.join(out, "scaling_budget.png")
-    fig.savefig(path, dpi=120)
-    written.append(path)
-    return written
+    by_budget = [(f"budget {b}", sorted((s["edges"], s["median_s"]) for s in summary if s["budget"] == b))
+                 for b in sorted({s["budget"] for s in summary}, key=parse_size)]
+    by_edges = [(f"{e:,} edges", sorted((s["budget_bytes"] / 2**30, s["median_s"]) for s in summary if s["edges"] == e))
+                for e in sorted({s["edges"] for s in summary})]
+    return [_figure(plt, by_budget, os.path.join(out, "scaling_edges.png"), "edges |E|",
+                    "12-vertex random-walk queries, match_count from DuckDB", ("log",), "log"),
+            _figure(plt, by_edges, os.path.join(out, "scaling_budget.png"), "memory budget (GiB)",
+                    "in-core (large budget) vs streamed segments (small)", ("log", {"base": 2}))]
 
 
 def main(argv=None):
