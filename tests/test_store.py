@@ -841,3 +841,18 @@ def test_segment_offsets_out_of_range_are_caught_on_first_read(damaged):
     g_bytes, _c, shape = s.read_segment(1, buf)         # read as it is: checked by check_segment
     with pytest.raises(StoreError, match="out of range in segment 1"):
         s.check_segment(1, buf[:g_bytes].view(np.int32).reshape(shape))
+
+
+@pytest.mark.parametrize("n_bits, label_bits", [(128, 16), (64, 8), (256, 32), (32, 2)])
+def test_signature_words_from_saturated_counts_equal_the_general_ones(n_bits, label_bits):
+    """A lean build makes its words from counts capped at 2 with byte operations; the words must be
+    those of words_from_counts (and words_from_groups) for any counts with the same cap."""
+    rng = np.random.default_rng(n_bits + label_bits)
+    groups = signatures.n_groups(n_bits, label_bits)
+    counts = rng.integers(0, 9, (3000, groups))
+    labels = rng.integers(-1, 40, 3000).astype(np.int32)
+    want = signatures.words_from_counts(counts, labels, n_bits, label_bits)
+    got = signatures.words_from_saturated(np.minimum(counts, 2).astype(np.uint8), labels, n_bits, label_bits)
+    assert got.dtype == np.uint32 and np.array_equal(got, want)
+    v, g = np.nonzero(counts)
+    assert np.array_equal(signatures.words_from_groups(v, g, counts[v, g], labels, 3000, n_bits, label_bits), want)

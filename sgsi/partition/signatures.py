@@ -110,6 +110,35 @@ def words_from_counts(counts, vertex_label, n_bits, label_bits, label_table=None
     return words
 
 
+def words_from_saturated(counts, vertex_label, n_bits, label_bits, label_table=None):
+    """:func:`words_from_counts` for counts already capped at 2, as a uint8 (n, G) array.
+
+    The same words, with byte operations only: each group's two bits are
+    ``c | c >> 1`` (0, 1 or 3), four groups make a byte, and the bytes of a
+    row are its words in little-endian order.
+    """
+    counts = np.asarray(counts, np.uint8)
+    n, groups = counts.shape
+    slots = np.zeros((n, n_bits // 2), np.uint8)       # two bits each; the label bits come first
+    first = label_bits // 2
+    np.bitwise_or(counts, counts >> 1, out=slots[:, first:first + groups])
+    q = slots.reshape(n, -1, 4)
+    packed = q[:, :, 3] << 6
+    packed |= q[:, :, 2] << 4
+    packed |= q[:, :, 1] << 2
+    packed |= q[:, :, 0]
+    words = np.ascontiguousarray(packed).view("<u4").astype(np.uint32, copy=False)
+    vertex_label = np.asarray(vertex_label)
+    has = vertex_label >= 0
+    if has.any():
+        if label_table is None:
+            label_table = label_bit_table(int(vertex_label.max()) + 1, label_bits)
+        rows = np.flatnonzero(has)
+        lb = label_table[vertex_label[rows]]
+        words[rows, lb // 32] |= np.uint32(1) << (lb % 32).astype(np.uint32)
+    return words
+
+
 def label_bit_table(n_labels, label_bits):
     """:func:`label_bit` of the label ids ``0 .. n_labels-1``, as an int64 array."""
     return np.array([label_bit(x, label_bits) for x in range(n_labels)], np.int64)   # one per label

@@ -782,6 +782,8 @@ class _Builder:
 
         seg_len = self.plan.signature_segment_vertices
         block = max(1, min(seg_len, _SIGNATURE_BINS // groups))     # vertices counted per bincount
+        if self.sig_table is not None:
+            block = max(1, min(seg_len, _SIGNATURE_TABLE_BLOCK))    # vertices whose words are made at once
         cols = self.plan.signature_bucket_columns
         n_words = self.sig_bits // 32
         sig_file = fmt.BatchFile(os.path.join(self.dir, "signatures.arrow"),
@@ -798,9 +800,8 @@ class _Builder:
             for a in range(start, stop, block):          # blocks of vertices, not single ones
                 b = min(a + block, stop)
                 if table is not None:
-                    words[a - start:b - start] = signatures.words_from_counts(
-                        table[a:b].astype(np.int64), lab[a - start:b - start], self.sig_bits, self.label_bits,
-                        label_table)
+                    words[a - start:b - start] = signatures.words_from_saturated(
+                        table[a:b], lab[a - start:b - start], self.sig_bits, self.label_bits, label_table)
                     continue
                 keys = []
                 for cursor, group_of in sources:
@@ -832,6 +833,8 @@ _DENSE_GROUP_TABLE = 1 << 20
 _BUILD_BYTES_PER_EDGE = 64
 #: Counters per signature bincount (vertices x groups).
 _SIGNATURE_BINS = 1 << 18
+#: Vertices whose words are made at once from a lean build's table of saturated counts.
+_SIGNATURE_TABLE_BLOCK = 1 << 16
 _LOW32 = np.uint64(0xFFFFFFFF)
 
 
