@@ -149,3 +149,18 @@ def test_lean_and_theta_from_the_command_line_and_sql(graph, tmp_path):
     with pytest.raises(duckdb.Error, match="built lean"):
         con.execute(f"SELECT match_count('{sql_store}', '(a)--(b)')").fetchall()
     con.close()
+
+
+def test_signature_counts_on_several_threads(tmp_path, monkeypatch):
+    """With build workers the counts of the batches run on several threads and update the table by
+    stripes: the signatures must be those of a full store all the same."""
+    edges, vlabels = random_graph(random.Random(9), 3000, 40000, 3, 3)
+    e, v = _write(tmp_path, edges, vlabels)
+    monkeypatch.setenv("SGSI_BUILD_WORKERS", "4")
+    monkeypatch.setattr(ingest, "_BATCH_ROWS", 2048)            # about 20 batches per pass
+    full = sgsi.build(str(tmp_path / "full.sgsi"), edges=e, vertices=v)
+    lean = sgsi.build(str(tmp_path / "lean.sgsi"), edges=e, vertices=v, lean=True)
+    with full, lean:
+        assert _signatures(lean).equals(_signatures(full))
+        p = "(a:0)-[:E0]->(b)-[:E1]->(c:2), (c)<-[:E2]-(a)"
+        assert lean.count(p) == full.count(p) == oracle_count(edges, vlabels, p)
