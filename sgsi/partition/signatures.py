@@ -83,46 +83,23 @@ def words_from_counts(counts, vertex_label, n_bits, label_bits, label_table=None
     :func:`label_bit_table` for these labels. Returns the same (n, N/32)
     uint32 array as :func:`words_from_groups` for the same pairs.
     """
-    n_words = n_bits // 32
-    groups = n_groups(n_bits, label_bits)
-    counts = np.asarray(counts)
-    n = counts.shape[0]
-    words = np.zeros((n, n_words), np.uint32)
-    if groups and n:
-        bit = label_bits + 2 * np.arange(groups)
-        word = bit // 32
-        # value of (group, min(count, 2)): 00, 01 or 11, already shifted into its word
-        lut = (np.array([0, 1, 3], np.uint32)[None, :] << (bit % 32).astype(np.uint32)[:, None]).reshape(-1)
-        idx = np.minimum(counts, 2)
-        idx += 3 * np.arange(groups)
-        val = lut[idx]
-        first = np.flatnonzero(np.r_[True, word[1:] != word[:-1]])
-        # The groups of one word occupy disjoint bits, so their sum is their OR.
-        words[:, word[first]] = np.add.reduceat(val, first, axis=1)
-    vertex_label = np.asarray(vertex_label)
-    has = vertex_label >= 0
-    if has.any():
-        if label_table is None:
-            label_table = label_bit_table(int(vertex_label.max()) + 1, label_bits)
-        rows = np.flatnonzero(has)
-        lb = label_table[vertex_label[rows]]
-        words[rows, lb // 32] |= np.uint32(1) << (lb % 32).astype(np.uint32)
-    return words
+    capped = np.minimum(np.asarray(counts), 2).astype(np.uint8)
+    return words_from_saturated(capped, vertex_label, n_bits, label_bits, label_table)
 
 
 def words_from_saturated(counts, vertex_label, n_bits, label_bits, label_table=None):
     """:func:`words_from_counts` for counts already capped at 2, as a uint8 (n, G) array.
 
-    The same words, with byte operations only: each group's two bits are
-    ``c | c >> 1`` (0, 1 or 3), four groups make a byte, and the bytes of a
-    row are its words in little-endian order.
+    Byte operations only: each group's two bits are ``c | c >> 1`` (00, 01
+    or 11), four groups make a byte, and the bytes of a row are its words in
+    little-endian order; then each labelled vertex gets its label bit.
     """
     counts = np.asarray(counts, np.uint8)
     n, groups = counts.shape
     slots = np.zeros((n, n_bits // 2), np.uint8)       # two bits each; the label bits come first
     first = label_bits // 2
     np.bitwise_or(counts, counts >> 1, out=slots[:, first:first + groups])
-    q = slots.reshape(n, -1, 4)
+    q = slots.reshape(n, n_bits // 8, 4)
     packed = q[:, :, 3] << 6
     packed |= q[:, :, 2] << 4
     packed |= q[:, :, 1] << 2

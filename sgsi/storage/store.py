@@ -409,7 +409,7 @@ class Store:
 
     def segment_bytes(self, seg_id: int) -> int:
         """Bytes of a segment's groups and ci together."""
-        return int(self._seg_edges[seg_id] * 4 + self._seg_groups[seg_id] * self.theta * 8)
+        return sum(self.segment_sizes(seg_id))
 
     def index_batch(self, batch_id: int):
         """(vertex, degree) arrays of one degree-index batch (sorted by vertex).
