@@ -2,10 +2,12 @@
 
 DuckDB does the heavy lifting out of core (it spills to disk): the vertex
 id dictionary (integer ids that already fill a range map by subtraction),
-the label dictionaries and the sorts. The edges are encoded once (table
-``enc``, repeats kept) and sorted by (label, src, dst) and (label, dst, src)
+the label dictionaries and the encoding of the edges (table ``enc``, repeats
+kept). The edges are sorted by (label, src, dst) and (label, dst, src)
 for the labelled partitions and, with several edge labels, by
-(src, dst, label) and (dst, src, label) for the ``any`` ones. Each sorted
+(src, dst, label) and (dst, src, label) for the ``any`` ones: in memory as
+packed uint64 keys on all cores (:mod:`keysort`) where a pass fits in
+``_Builder.max_sort_bytes``, by DuckDB out of core otherwise. Each sorted
 stream is read in record batches, deduplicated on the fly (equal rows are
 adjacent), cut into segments of equal edge count whose PCSRs are built and
 written, and copied to a scratch Arrow file: the ``both`` partitions are the
@@ -16,8 +18,9 @@ are counted from the label-sorted streams into a table of saturating
 (vertex, group) counts, so it needs two sorts instead of four and no
 scratch files. The next sort runs in the background while a stream
 is written; on larger machines PCSRs are built on worker threads; files are
-checksummed in the background as they are finished. Nothing holds all edges
-in memory: batches, segments and vertex blocks are bounded.
+checksummed in the background as they are finished. Only the in-memory
+sort holds all edges of a pass, and only where they fit; otherwise batches,
+segments and vertex blocks are bounded.
 
 Everything is written into a temporary directory beside the target, which
 is renamed into place only when complete.
@@ -35,6 +38,7 @@ import threading
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from glob import glob
 
 import duckdb
@@ -47,6 +51,7 @@ from ..errors import InputError
 from ..partition import pcsr, signatures
 from ..partition.plan import plan as make_plan
 from . import format as fmt
+from . import keysort
 
 _BATCH_ROWS = 1 << 20
 _INTtypes_seen = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
@@ -379,6 +384,9 @@ class _Builder:
     #: Largest table of saturating signature counts (bytes) a lean build keeps in memory;
     #: past it the counts come from vertex-sorted passes instead.
     max_signature_table = budget_mod.host_memory_bytes() // 8
+    #: Largest memory (bytes) the in-memory sort of a pass may take (about 32 bytes per row, with the
+    #: pass before it still being read); past it DuckDB sorts out of core.
+    max_sort_bytes = budget_mod.host_memory_bytes() * 3 // 8
 
     def __init__(self, con, directory, budget, theta, sig_bits, label_bits, undirected,
                  has_edge_labels, has_vertex_labels, report, scratch=None, lean=False):
@@ -437,7 +445,7 @@ class _Builder:
         self.count_signatures = (self.lean and len(elabels) > 1
                                  and n_vertices * groups <= self.max_signature_table)
         # The sorts run one ahead in the background while the rows of the one before are written.
-        self.queries = _QueryQueue(con, [sql for sql, _ in self._partition_passes(len(elabels))])
+        self.queries = self._sort_queue(len(elabels), n_input, n_vertices)
 
         files = {}
         files.update(self._write_vertices(n_vertices))
@@ -573,23 +581,23 @@ class _Builder:
 
     # -- partitions ---------------------------------------------------------------
 
-    def _sorted_sql(self, table, v, w, label_major, with_neighbour_label):
-        """Rows (l, v, w[, nl]) of ``table`` sorted by (l, v, w) or (v, w, l); nl = label of w (-1: none)."""
-        cols, join = f"e.l AS l, e.{v} AS v, e.{w} AS w", ""
-        if with_neighbour_label:
+    def _sorted_sql(self, p):
+        """Rows (l, v, w[, nl]) of pass ``p`` sorted by (l, v, w) or (v, w, l); nl = label of w (-1: none)."""
+        cols, join = f"e.l AS l, e.{p.v} AS v, e.{p.w} AS w", ""
+        if p.with_neighbour_label:
             if self.has_vertex_labels:
                 cols += ", vi.lid AS nl"
-                join = f" JOIN vinfo vi ON vi.vid = e.{w}"
+                join = f" JOIN vinfo vi ON vi.vid = e.{p.w}"
             else:
                 cols += ", CAST(-1 AS INTEGER) AS nl"
-        order = "l, v, w" if label_major else "v, w, l"
-        return f"SELECT {cols} FROM {table} e{join} ORDER BY {order}"
+        order = "l, v, w" if p.label_major else "v, w, l"
+        return f"SELECT {cols} FROM {p.table} e{join} ORDER BY {order}"
 
     def _scratch(self, name):
         return os.path.join(self.scratch, f"{name}.arrow")
 
     def _partition_passes(self, n_labels):
-        """(sorted query, scratch name) of each sorted pass, in the order they are written.
+        """The sorted passes, in the order they are written.
 
         Label-major passes (l, v, w) give the labelled partitions; with
         several edge labels, vertex-major passes (v, w, l) give the ``any``
@@ -599,14 +607,48 @@ class _Builder:
         """
         multi = n_labels > 1
         table = "uenc" if self.undirected else "enc"
-        passes = [(self._sorted_sql(table, "s", "d", True, not multi), "by_label_out")]
+        passes = [_Pass(table, "s", "d", True, not multi)]
         if not self.undirected:
-            passes.append((self._sorted_sql("enc", "d", "s", True, not multi), "by_label_in"))
+            passes.append(_Pass("enc", "d", "s", True, not multi))
         if multi and not self.count_signatures:
-            passes.append((self._sorted_sql(table, "s", "d", False, True), "by_vertex_out"))
+            passes.append(_Pass(table, "s", "d", False, True))
             if not self.undirected:
-                passes.append((self._sorted_sql("enc", "d", "s", False, True), "by_vertex_in"))
+                passes.append(_Pass("enc", "d", "s", False, True))
         return passes
+
+    def _sort_queue(self, n_labels, n_input, n_vertices):
+        """The passes' sorted rows, each sorted one ahead in the background.
+
+        Where a pass's keys fit in memory (``max_sort_bytes``) they are
+        sorted by :mod:`keysort`; otherwise DuckDB sorts them (out of core).
+        The environment variable ``SGSI_BUILD_SORT`` (``memory`` or
+        ``duckdb``; default ``auto``) picks one, for benchmarks.
+        """
+        passes = self._partition_passes(n_labels)
+        rows = n_input * (2 if self.undirected else 1)
+        widths = (keysort.bit_width(n_labels), keysort.bit_width(n_vertices), keysort.bit_width(n_vertices))
+        choice = os.environ.get("SGSI_BUILD_SORT", "auto")
+        if choice not in ("auto", "memory", "duckdb"):
+            raise InputError(f"SGSI_BUILD_SORT must be auto, memory or duckdb, not {choice!r}")
+        fits = rows * _SORT_BYTES_PER_ROW <= self.max_sort_bytes or choice == "memory"
+        self.sorts_in_memory = choice != "duckdb" and fits and keysort.KeyLayout.fits(widths)
+        self._say(f"sorting {len(passes)} passes of {rows:,} rows "
+                  + (f"in memory ({os.cpu_count() or 1} threads)" if self.sorts_in_memory else "with DuckDB"))
+        if not self.sorts_in_memory:
+            return _SortQueue([partial(_sql_sort, self.con.cursor(), self._sorted_sql(p)) for p in passes])
+        labels = None
+        if any(p.with_neighbour_label for p in passes) and self.has_vertex_labels:
+            labels = _int32(_stream(self.con, "SELECT lid FROM vinfo ORDER BY vid").read_all().column(0)
+                            .combine_chunks())
+        jobs = []
+        for p in passes:
+            layout = keysort.KeyLayout(widths if p.label_major else widths[1:] + widths[:1])
+            cols = ["e.l", f"e.{p.v}", f"e.{p.w}"] if p.label_major else [f"e.{p.v}", f"e.{p.w}", "e.l"]
+            sql = f"SELECT {layout.sql(cols)} AS k FROM {p.table} e"
+            nl = (labels if labels is not None else np.full(max(n_vertices, 1), -1, np.int32)) \
+                if p.with_neighbour_label else None
+            jobs.append(partial(_memory_sort, self.con.cursor(), sql, layout, p.label_major, nl))
+        return _SortQueue(jobs)
 
     def _write_partitions(self, n_labels, n_input, n_vertices):
         w = _SegmentWriter(self.dir, self.plan, self.theta, _pcsr_workers())
@@ -831,6 +873,8 @@ _SCRATCH_SCHEMA = pa.schema([("l", pa.int32()), ("v", pa.int32()), ("w", pa.int3
 _DENSE_GROUP_TABLE = 1 << 20
 #: Rough peak memory of one PCSR build per edge (edges, ci, gather steps, per-vertex arrays).
 _BUILD_BYTES_PER_EDGE = 64
+#: Peak bytes per row of an in-memory sort: its keys, the bucketed copy and indices, the pass before.
+_SORT_BYTES_PER_ROW = 32
 #: Counters per signature bincount (vertices x groups).
 _SIGNATURE_BINS = 1 << 18
 #: Vertices whose words are made at once from a lean build's table of saturated counts.
@@ -843,47 +887,73 @@ def _stream(con, sql):
     return con.cursor().sql(sql).to_arrow_reader(_BATCH_ROWS)
 
 
-class _QueryQueue:
-    """Runs a list of queries in order, each one ahead in a background thread.
+class _Pass(collections.namedtuple("_Pass", "table v w label_major with_neighbour_label")):
+    """One sorted pass over the edges of ``table``: rows (l, v, w) with v, w its columns ``v``, ``w``."""
 
-    DuckDB releases the GIL while it sorts, so the next sort runs while the
-    rows of the current one are turned into segments.
+
+class _SortQueue:
+    """Runs a list of sorts in order, each one ahead in a background thread.
+
+    DuckDB and NumPy release the GIL while they sort, so the next sort runs
+    while the rows of the current one are turned into segments. Each job
+    returns an iterator of record batches (l, v, w[, nl]).
     """
 
-    def __init__(self, con, sqls):
-        self.con = con
-        self.sqls = list(sqls)
+    def __init__(self, jobs):
+        self.jobs = list(jobs)
         self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sgsi-sort")
         self.future = None
-        self.waited = 0.0           # seconds the last take() waited for its query
+        self.waited = 0.0           # seconds the last take() waited for its sort
         self._submit()
 
     def _submit(self):
-        if self.sqls:
-            cursor = self.con.cursor()            # made here, used only by the worker
-            self.future = self.pool.submit(_open_query, cursor, self.sqls.pop(0))
-        else:
-            self.future = None
+        self.future = self.pool.submit(self.jobs.pop(0)) if self.jobs else None
 
     def take(self):
-        """Record batches of the next query."""
+        """Record batches of the next sort."""
         t = time.perf_counter()
-        reader, first = self.future.result()
+        batches = self.future.result()
+        self.future = None          # its rows belong to the caller now
         self.waited = time.perf_counter() - t
         self._submit()
-        return _batches(reader, first)
+        return batches
 
     def close(self):
         self.pool.shutdown(wait=True, cancel_futures=True)
 
 
-def _open_query(cursor, sql):
+def _sql_sort(cursor, sql):
+    """DuckDB's ORDER BY (out of core), run up to its first batch."""
     reader = cursor.sql(sql).to_arrow_reader(_BATCH_ROWS)
     try:
         first = reader.read_next_batch()          # runs the query (the sort) here
     except StopIteration:
         first = None
-    return reader, first
+    return _batches(reader, first)
+
+
+def _memory_sort(cursor, sql, layout, label_major, neighbour_labels):
+    """The packed keys of ``sql`` sorted in memory; batches (l, v, w[, nl]) unpacked as they are read."""
+    table = cursor.sql(sql).to_arrow_table()
+    keys = np.empty(table.num_rows, np.uint64)
+    at = 0
+    for chunk in table.column(0).chunks:
+        keys[at:at + len(chunk)] = chunk.to_numpy()
+        at += len(chunk)
+    del table
+    keys = keysort.sort_keys(keys, os.cpu_count() or 1)
+    return _unpacked_batches(keys, layout, label_major, neighbour_labels)
+
+
+def _unpacked_batches(keys, layout, label_major, neighbour_labels):
+    names = ["l", "v", "w"] + (["nl"] if neighbour_labels is not None else [])
+    for a in range(0, len(keys), _BATCH_ROWS):
+        cols = layout.unpack(keys[a:a + _BATCH_ROWS])
+        if not label_major:
+            cols = cols[2:] + cols[:2]          # (v, w, l) -> (l, v, w)
+        if neighbour_labels is not None:
+            cols.append(neighbour_labels[cols[2]])
+        yield pa.RecordBatch.from_arrays([pa.array(c) for c in cols], names=names)
 
 
 def _batches(reader, first):
