@@ -40,6 +40,14 @@ Python UDFs belong to the database, not the connection: every connection
 and cursor of one database shares them, so the per-database state lives in
 :class:`_Database` and each registered connection gets its own macros and a
 token that keeps its cache apart.
+
+Stores stay open between queries: the database keeps the last
+``_OPEN_STORES`` stores it queried open (:class:`_OpenStores`), so a query
+finds the GPU segments, signature columns and pinned buffers the one before
+left on the device instead of opening the store afresh. A store rebuilt in
+place is opened anew (its manifest changed); the old one closes once no
+query uses it. They close with the database, or with
+:meth:`Registration.release`.
 """
 
 from __future__ import annotations
@@ -55,6 +63,8 @@ import tempfile
 import threading
 import uuid
 import weakref
+from collections import OrderedDict
+from contextlib import contextmanager
 from pathlib import Path
 
 import duckdb
@@ -158,7 +168,9 @@ class Registration:
     ----------
     stats : dict
         Engine runs on this connection's database: ``match_runs``,
-        ``count_runs``, ``builds`` (shared by the connections of one database).
+        ``count_runs``, ``builds``, and ``store_opens`` (stores opened; an
+        open store is reused by later queries), shared by the connections of
+        one database.
     """
 
     def __init__(self, state, token):
@@ -183,8 +195,10 @@ class Registration:
         return None if root is None else os.path.join(root, self.token)
 
     def release(self):
-        """Delete this connection's cached results now (a later query recomputes)."""
+        """Delete this connection's cached results now (a later query recomputes), and close the
+        database's open stores that no query is using (their GPU memory and pinned buffers go with them)."""
         self._state.release(self.token)
+        self._state.stores.close_idle()
 
     def interrupt(self):
         """Cancel the sgsi queries running on this connection, then interrupt DuckDB's.
@@ -364,6 +378,84 @@ class _Run:
         return False
 
 
+#: Stores a database keeps open between queries.
+_OPEN_STORES = 4
+
+
+class _OpenStores:
+    """The stores a database keeps open between queries, least recently used closed first.
+
+    A store is known by its path and its manifest's identity (inode, size,
+    modification time), so one rebuilt in place is opened anew. A store in
+    use by a query is closed only when the last such query ends.
+    """
+
+    class _Open:
+        __slots__ = ("version", "graph", "users", "retired")
+
+        def __init__(self, version, graph):
+            self.version, self.graph, self.users, self.retired = version, graph, 0, False
+
+    def __init__(self, limit, on_open=None):
+        self.limit = limit
+        self.on_open = on_open
+        self.lock = threading.Lock()
+        self.open = OrderedDict()           # absolute path -> _Open
+        self.closed = False
+
+    @contextmanager
+    def use(self, path):
+        """``with stores.use(path) as graph:`` the open Graph of the store at ``path``."""
+        path = os.path.abspath(path)
+        version = _manifest_version(path)
+        with self.lock:
+            entry = self.open.get(path)
+            if entry is not None and entry.version != version:
+                self._retire(self.open.pop(path))
+                entry = None
+            if entry is None:
+                entry = self._Open(version, Graph(path))      # a bad store raises here, nothing kept
+                if self.on_open is not None:
+                    self.on_open()
+                if not self.closed:
+                    self.open[path] = entry
+                else:
+                    entry.retired = True
+            if path in self.open:
+                self.open.move_to_end(path)
+            while len(self.open) > self.limit:
+                self._retire(self.open.popitem(last=False)[1])
+            entry.users += 1
+        try:
+            yield entry.graph
+        finally:
+            with self.lock:
+                entry.users -= 1
+                if entry.retired and entry.users == 0:
+                    entry.graph.close()
+
+    def _retire(self, entry):
+        entry.retired = True
+        if entry.users == 0:
+            entry.graph.close()
+
+    def close_idle(self, forever=False):
+        """Close the stores no query uses (those in use close when their queries end)."""
+        with self.lock:
+            self.closed = self.closed or forever
+            for path in list(self.open):
+                if forever or self.open[path].users == 0:
+                    self._retire(self.open.pop(path))
+
+
+def _manifest_version(path):
+    try:
+        st = os.stat(os.path.join(path, "manifest.json"))
+    except OSError:
+        return None                      # Graph() reports the missing store
+    return (st.st_ino, st.st_size, st.st_mtime_ns)
+
+
 def _remove(directory):
     if directory is not None:
         shutil.rmtree(directory, ignore_errors=True)
@@ -377,7 +469,8 @@ class _Database:
         self.lock = threading.RLock()
         self.connections = {}           # token -> _Connection
         self.root = None                # scratch directory, made on first use
-        self.stats = {"match_runs": 0, "count_runs": 0, "builds": 0}
+        self.stats = {"match_runs": 0, "count_runs": 0, "builds": 0, "store_opens": 0}
+        self.stores = _OpenStores(_OPEN_STORES, lambda: self._bump("store_opens"))
         self._seq = itertools.count(1)
         self.closed = False
         _STATES[self.id] = self
@@ -432,6 +525,7 @@ class _Database:
             self.connections.clear()
         for c in conns:
             c.clear()
+        self.stores.close_idle(forever=True)
         if self.root is not None:
             _remove(self.root)
             self.root = None
@@ -466,7 +560,7 @@ class _Database:
         _require(pattern, "pattern")
         if max_rows is not None and max_rows < 0:
             raise SgsiError(f"max_rows must not be negative, got {max_rows}")
-        with Graph(graph) as g:
+        with self.stores.use(graph) as g:
             reader, failure = g._match(pattern, device=device or "auto", memory_budget=memory_budget,
                                        injective=not homomorphism, limit=max_rows, cancel=cancel)
             try:
@@ -478,7 +572,7 @@ class _Database:
                 d = self._result_dir(token)
                 try:
                     _rows, n_files = write_parquet_parts(reader, d)
-                    self._connection(token).last_stats = dict(g.last_stats)
+                    self._connection(token).last_stats = g.thread_last_stats()
                 except BaseException as e:
                     _remove(d)
                     reraise_stream_error(failure, e)      # the engine's own error, with its type
@@ -504,11 +598,11 @@ class _Database:
             if entry is None:
                 _require(graph, "graph")
                 _require(pattern, "pattern")
-                with Graph(graph) as g, c.run() as cancel:
+                with self.stores.use(graph) as g, c.run() as cancel:
                     self._bump("count_runs")
                     n = g.count(pattern, device=device or "auto", memory_budget=memory_budget,
                                 injective=not homomorphism, cancel=cancel)
-                    c.last_stats = dict(g.last_stats)
+                    c.last_stats = g.thread_last_stats()
                 if n >= 2**63:
                     raise SgsiError(f"{n} matches do not fit in a BIGINT")
                 entry = c.counts[key] = _Entry(n, None, c.generation)

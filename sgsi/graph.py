@@ -118,6 +118,7 @@ class Graph:
             self.store.verify()
         self._lock = threading.Lock()
         self._idle = {}         # (device, memory_budget) -> a backend no query uses now
+        self._here = threading.local()      # the stats of this thread's last query
         self.last_stats = {}
 
     def __repr__(self):
@@ -145,6 +146,14 @@ class Graph:
             backend = get_backend(device, memory_budget)
         backend.stats = dict.fromkeys(backend.stats, 0)
         return key, backend
+
+    def _finished(self, backend, engine):
+        self.last_stats = self._here.stats = {"device": backend.name, **engine.stats, **backend.stats}
+
+    def thread_last_stats(self) -> dict:
+        """:attr:`last_stats` of the last query this thread ran (other threads' queries may have ended
+        since, on a shared Graph)."""
+        return dict(getattr(self._here, "stats", {}))
 
     def _give_back(self, key, backend):
         """Keep ``backend`` for the next query (after a query that ended well: a failed
@@ -204,7 +213,7 @@ class Graph:
         _pat, engine = self._prepare(key, backend, pattern, memory_budget, injective, cancel, count=True)
         with backend.measuring_memory():
             n = self._guard(engine.count)
-        self.last_stats = {"device": backend.name, **engine.stats, **backend.stats}
+        self._finished(backend, engine)
         self._give_back(key, backend)
         return n
 
@@ -267,7 +276,7 @@ class Graph:
                 failure.append(e)
                 raise
             finally:   # also when stopped early: by the limit, or the reader closed
-                self.last_stats = {"device": backend.name, **engine.stats, **backend.stats}
+                self._finished(backend, engine)
                 if ok:
                     self._give_back(key, backend)
 

@@ -337,3 +337,43 @@ def test_build_from_sql_helper_sees_temp_tables(con, reg, social, tmp_path):
     g = build_from_sql(con, tmp_path / "h.sgsi", "SELECT * FROM te", f"FROM read_parquet({q(social['vfile'])})")
     pattern = "(a:0)-->(b:2)"
     assert g.count(pattern, device="cpu") == len(expected_rows(social, pattern))
+
+
+def test_stores_stay_open_between_queries(con, reg, social, tmp_path, monkeypatch):
+    """Queries of one store reuse its open Graph (and so its backends' caches); a store rebuilt in
+    place is opened anew and answers from its new edges; release() closes the idle ones; at most
+    _OPEN_STORES stay open."""
+    from sgsi import duckdb_ext
+    g = q(social["store"])
+    opens = lambda: reg.stats["store_opens"]   # noqa: E731
+    before = opens()
+    counts = [con.execute(f"SELECT match_count({g}, {q(p)})").fetchall()[0][0]
+              for p in ("(a)-->(b)", "(a)-->(b)-->(c)", "(a)<--(b)")]
+    con.sql(f"SELECT count(*) FROM match({g}, '(a)-[:E1]->(b)')").fetchall()
+    other = sgsi.register(duckdb.connect(), device="cpu")      # another database opens its own
+    assert opens() == before + 1 and counts[0] == len(expected_rows(social, "(a)-->(b)"))
+    assert reg.last_stats["segments"] >= 1
+    (graph,) = [e.graph for p, e in reg._state.stores.open.items() if p == os.path.abspath(social["store"])]
+    # rebuilt in place with fewer edges: the next query sees them
+    edges_file = os.path.join(social["dir"], "e.parquet")
+    out = tmp_path / "r.sgsi"
+    con.execute(f"SELECT sgsi_build({q(out)}, edges := {q(edges_file)}, vertices := {q(social['vfile'])})").fetchall()
+    n_all = con.execute(f"SELECT match_count({q(out)}, '(a)-->(b)')").fetchall()[0][0]
+    first = reg._state.stores.open[str(out)].graph
+    con.execute(f"CREATE TABLE half AS SELECT * FROM read_parquet({q(edges_file)}) WHERE label = 'E0'")
+    con.execute(f"SELECT sgsi_build({q(out)}, edges_query := 'half', vertices := {q(social['vfile'])}, "
+                f"force := true)").fetchall()
+    n_half = con.execute(f"SELECT match_count({q(out)}, '(a)-->(b)')").fetchall()[0][0]
+    assert n_all == counts[0] and 0 < n_half == len({(s, d) for s, d, lab in social["edges"] if str(lab) == "E0"})
+    assert n_half < n_all and first.store._readers == {}           # the replaced store was closed
+    # at most _OPEN_STORES stay open; the least recently used one closes
+    rebuilt = reg._state.stores.open[str(out)].graph
+    monkeypatch.setattr(reg._state.stores, "limit", 1)
+    con.execute(f"SELECT match_count({g}, '(a)-->(b)<--(c)')").fetchall()       # not a cached result
+    assert list(reg._state.stores.open) == [os.path.abspath(social["store"])]
+    assert reg._state.stores.open[os.path.abspath(social["store"])].graph is graph
+    assert rebuilt.store._readers == {} and graph.store._readers      # the least recently used closed
+    reg.release()
+    assert not reg._state.stores.open
+    assert con.execute(f"SELECT match_count({g}, '(a)-->(b)')").fetchall()[0][0] == counts[0]
+    assert other.stats["store_opens"] == 0
