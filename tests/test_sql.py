@@ -368,6 +368,7 @@ def test_stores_stay_open_between_queries(con, reg, social, tmp_path, monkeypatc
     assert n_half < n_all and first.store._readers == {}           # the replaced store was closed
     # at most _OPEN_STORES stay open; the least recently used one closes
     rebuilt = reg._state.stores.open[str(out)].graph
+    assert reg._state.stores.limit == duckdb_ext._OPEN_STORES >= 2
     monkeypatch.setattr(reg._state.stores, "limit", 1)
     con.execute(f"SELECT match_count({g}, '(a)-->(b)<--(c)')").fetchall()       # not a cached result
     assert list(reg._state.stores.open) == [os.path.abspath(social["store"])]
