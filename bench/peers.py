@@ -25,7 +25,11 @@ written in each peer's form from the parsed pattern):
   RETURN count(*)``: Kuzu's MATCH allows one node in two pattern positions
   (and even one relationship twice), so injectivity is spelled out. With
   distinct nodes, two pattern edges can never land on one data edge, so
-  the relationship semantics does not matter.
+  the relationship semantics does not matter. A graph with more than
+  ``KUZU_MAX_PAIRS`` (edge label, source label, target label) triples (the
+  ``watdiv`` shape has about half a million, a COPY each) gets the
+  "property" schema: one node table ``vertex(id, label)``, a rel table per
+  edge label, and ``WHERE v0.label = 'L1'`` (checked by the self-check too).
 
 networkx and rustworkx run in worker processes (spawned, holding the graph)
 that are killed when a query passes ``--timeout``; DuckDB is interrupted
@@ -39,11 +43,19 @@ sgsi (and shows Kuzu's count without the ``<>`` constraints, which differs
 wherever a pattern could fold onto fewer vertices).
 
     python bench/peers.py [--edges 1e4,1e5] [--big 1e6] [--per-size 3] [--timeout 60] [--runs 3]
+    python bench/peers.py --edges 1e6:watdiv --big 1e6 --timeout 20 --pick-timeout 5 --pick-budget 60
 
-Queries: random walks (``gen.random_walk_queries``, fixed seeds) of 4, 6 and
-8 vertices; per graph and size the first ``--per-size`` walks whose sgsi
-count is at most ``--max-count``. ``--big`` graphs are run by sgsi, DuckDB
-and Kuzu only. Peers that do not import are reported as not installed.
+Graphs: ``gen.rmat`` R-MAT graphs, ``ROWS`` or ``ROWS:SHAPE`` (``gen.SHAPES``;
+default ``small``: 4 edge and 8 vertex labels). ``--big`` graphs are run by
+sgsi, DuckDB and Kuzu only. Queries: random walks
+(``gen.random_walk_queries``, fixed seeds) of 4, 6 and 8 vertices; per graph
+and size the first ``--per-size`` of ``12 * --per-size`` walks whose sgsi
+count is between 1 and ``--max-count``. On large graphs with few labels most
+walks of 6+ vertices have billions of embeddings, and counting each
+candidate to the end took hours; so while choosing, sgsi's count of a walk
+is cancelled after ``--pick-timeout`` s (the walk is skipped) and the choice
+for one size ends after ``--pick-budget`` s. Both are reported ("Choosing
+the walks"). Peers that do not import are reported as not installed.
 Results: ``bench/results/peers.md`` and ``peers.csv``.
 """
 
@@ -93,16 +105,32 @@ def kuzu_ident(s):
     return "`" + str(s).replace("`", "``") + "`"
 
 
-def to_cypher(pattern_text, injective=True):
-    """Kuzu Cypher: ``MATCH (v0:L1)-[:E0]->(v1), ... WHERE id(v0) <> id(v1) ... RETURN count(*)``."""
+KUZU_VERTEX = "vertex"     # the one node table of the "property" schema
+KUZU_MAX_PAIRS = 1024      # more FROM/TO (edge label, source label, target label) triples: "property" schema
+
+
+def kuzu_literal(s):
+    return "'" + str(s).replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def to_cypher(pattern_text, injective=True, schema="tables"):
+    """Kuzu Cypher: ``MATCH (v0:L1)-[:E0]->(v1), ... WHERE id(v0) <> id(v1) ... RETURN count(*)``.
+
+    ``schema="tables"``: a node table per vertex label (``(v0:L1)``); ``"property"``: one node
+    table ``vertex`` whose ``label`` property holds the vertex label (``(v0:vertex)`` and
+    ``v0.label = 'L1'``). Edge labels are rel tables in both."""
     vl, es = parsed(pattern_text)
-    seen, parts = set(), []
+    seen, parts, where = set(), [], []
 
     def node(i):
-        if i in seen or vl[i] is None:
-            seen.add(i)
-            return f"(v{i})"
+        first = i not in seen
         seen.add(i)
+        if schema == "property":
+            if first and vl[i] is not None:
+                where.append(f"v{i}.label = {kuzu_literal(vl[i])}")
+            return f"(v{i}:{KUZU_VERTEX})" if first else f"(v{i})"
+        if not first or vl[i] is None:
+            return f"(v{i})"
         return f"(v{i}:{kuzu_ident(vl[i])})"
 
     for s, d, lab in es:
@@ -110,7 +138,9 @@ def to_cypher(pattern_text, injective=True):
         parts.append(f"{node(s)}{rel}{node(d)}")
     q = "MATCH " + ", ".join(parts)
     if injective:
-        q += " WHERE " + " AND ".join(f"id(v{a}) <> id(v{b})" for a, b in itertools.combinations(range(len(vl)), 2))
+        where += [f"id(v{a}) <> id(v{b})" for a, b in itertools.combinations(range(len(vl)), 2)]
+    if where:
+        q += " WHERE " + " AND ".join(where)
     return q + " RETURN count(*)"
 
 
@@ -293,10 +323,21 @@ def installed(v):
     return not v.startswith("not installed")
 
 
+class KuzuGraph:
+    """A Kuzu database of one graph, its connection and its schema ("tables" or "property")."""
+
+    def __init__(self, db, conn, schema, load_s, shape):
+        self.db, self.conn, self.schema, self.load_s, self.shape = db, conn, schema, load_s, shape
+
+    def close(self):
+        self.conn.close()
+        self.db.close()
+
+
 class Bench:
     """A generated graph loaded into sgsi, DuckDB, Kuzu and the VF2 workers."""
 
-    def __init__(self, gdir, meta, engines, timeout, threads):
+    def __init__(self, gdir, meta, engines, timeout, threads, kuzu_schema="auto"):
         import duckdb
 
         import sgsi
@@ -326,20 +367,30 @@ class Bench:
         self.con.execute(f"COPY (SELECT * FROM e ORDER BY src, dst, label) TO '{self.pdir}/e.parquet' (FORMAT parquet)")
         self.con.execute(f"COPY (SELECT * FROM v ORDER BY id) TO '{self.pdir}/v.parquet' (FORMAT parquet)")
 
-        self.kz = None
+        self.kz, self.kz_extra = None, []
         if "kuzu" in self.engines:
             try:
-                self._load_kuzu(threads)
+                self.kz = self.load_kuzu(threads, kuzu_schema)
+                self.info["kuzu_schema"] = self.kz.schema
+                self.info["kuzu_load_s"] = self.kz.load_s
+                self.info["kuzu_shape"] = self.kz.shape
             except Exception as e:  # noqa: BLE001
                 self.info["kuzu_error"] = f"{type(e).__name__}: {e}"
                 C.say(f"  !! Kuzu failed to load the graph: {self.info['kuzu_error']}")
                 self.engines.remove("kuzu")
         self.workers = {e: Worker(e, self.pdir) for e in self.engines if e in VF2}
 
-    def _load_kuzu(self, threads):
+    def load_kuzu(self, threads, schema="auto", tag="kuzu"):
+        """The deduplicated graph in a Kuzu database ``<peers>/<tag>``: a :class:`KuzuGraph`.
+
+        ``schema``: ``"tables"`` (a node table per vertex label, a rel table per edge label with a
+        FROM/TO pair per vertex-label pair that occurs), ``"property"`` (one node table ``vertex``
+        with a ``label`` property, a rel table per edge label FROM vertex TO vertex) or ``"auto"``
+        (``tables`` up to ``KUZU_MAX_PAIRS`` FROM/TO pairs: a graph with 1,000 vertex labels has
+        hundreds of thousands, a load of one COPY each)."""
         import kuzu
-        kdir = os.path.join(self.pdir, "kuzu")
-        fdir = os.path.join(self.pdir, "kuzu_files")
+        kdir = os.path.join(self.pdir, tag)
+        fdir = os.path.join(self.pdir, tag + "_files")
         os.makedirs(fdir)
         t = time.perf_counter()
         vlabels = [r[0] for r in self.con.execute("SELECT DISTINCT label FROM v ORDER BY label NULLS LAST").fetchall()]
@@ -349,33 +400,52 @@ class Bench:
             "SELECT e.label, a.label, b.label FROM e JOIN v a ON a.id = e.src JOIN v b ON b.id = e.dst "
             "GROUP BY ALL ORDER BY ALL").fetchall()
         elabels = sorted({t[0] for t in triples})
-        if set(map(str, vlabels)) & set(map(str, elabels)):
-            raise ValueError("a vertex label equals an edge label: one Kuzu table namespace")
-        self.kdb = kuzu.Database(kdir, buffer_pool_size=2 << 30)
-        self.kz = kuzu.Connection(self.kdb, num_threads=threads)
-        for i, lab in enumerate(vlabels):
-            f = f"{fdir}/v{i}.parquet"
-            self.con.execute(f"COPY (SELECT id FROM v WHERE label = ? ORDER BY id) TO '{f}' (FORMAT parquet)", [lab])
-            self.kz.execute(f"CREATE NODE TABLE {kuzu_ident(lab)}(id INT64, PRIMARY KEY(id))")
-            self.kz.execute(f"COPY {kuzu_ident(lab)} FROM '{f}'")
-        for el in elabels:
-            pairs = [(a, b) for e_, a, b in triples if e_ == el]
-            self.kz.execute(f"CREATE REL TABLE {kuzu_ident(el)}(" +
-                            ", ".join(f"FROM {kuzu_ident(a)} TO {kuzu_ident(b)}" for a, b in pairs) + ")")
-            for j, (a, b) in enumerate(pairs):
-                f = f"{fdir}/e_{elabels.index(el)}_{j}.parquet"
-                self.con.execute(
-                    f"COPY (SELECT e.src AS \"from\", e.dst AS \"to\" FROM e JOIN v a ON a.id = e.src "
-                    f"JOIN v b ON b.id = e.dst WHERE e.label = ? AND a.label = ? AND b.label = ?) "
-                    f"TO '{f}' (FORMAT parquet)", [el, a, b])
-                self.kz.execute(f"COPY {kuzu_ident(el)} FROM '{f}' (from='{a}', to='{b}')")
-        self.info["kuzu_load_s"] = time.perf_counter() - t
-        n = sum(self.kz.execute(f"MATCH ()-[r:{kuzu_ident(el)}]->() RETURN count(*)").get_next()[0] for el in elabels)
+        if schema == "auto":
+            schema = "tables" if len(triples) <= KUZU_MAX_PAIRS else "property"
+        names = set(map(str, vlabels)) if schema == "tables" else {KUZU_VERTEX}
+        if names & set(map(str, elabels)):
+            raise ValueError("a node table name equals an edge label: one Kuzu table namespace")
+        db = kuzu.Database(kdir, buffer_pool_size=2 << 30)
+        kz = kuzu.Connection(db, num_threads=threads)
+        if schema == "tables":
+            for i, lab in enumerate(vlabels):
+                f = f"{fdir}/v{i}.parquet"
+                self.con.execute(f"COPY (SELECT id FROM v WHERE label = ? ORDER BY id) TO '{f}' (FORMAT parquet)",
+                                 [lab])
+                kz.execute(f"CREATE NODE TABLE {kuzu_ident(lab)}(id INT64, PRIMARY KEY(id))")
+                kz.execute(f"COPY {kuzu_ident(lab)} FROM '{f}'")
+            for el in elabels:
+                pairs = [(a, b) for e_, a, b in triples if e_ == el]
+                kz.execute(f"CREATE REL TABLE {kuzu_ident(el)}(" +
+                           ", ".join(f"FROM {kuzu_ident(a)} TO {kuzu_ident(b)}" for a, b in pairs) + ")")
+                for j, (a, b) in enumerate(pairs):
+                    f = f"{fdir}/e_{elabels.index(el)}_{j}.parquet"
+                    self.con.execute(
+                        f"COPY (SELECT e.src AS \"from\", e.dst AS \"to\" FROM e JOIN v a ON a.id = e.src "
+                        f"JOIN v b ON b.id = e.dst WHERE e.label = ? AND a.label = ? AND b.label = ?) "
+                        f"TO '{f}' (FORMAT parquet)", [el, a, b])
+                    kz.execute(f"COPY {kuzu_ident(el)} FROM '{f}' (from='{a}', to='{b}')")
+            shape = f"{len(vlabels)} node tables, {len(elabels)} rel tables ({len(triples)} FROM/TO pairs)"
+        else:
+            f = f"{fdir}/v.parquet"
+            self.con.execute(f"COPY (SELECT id, label::VARCHAR AS label FROM v ORDER BY id) TO '{f}' (FORMAT parquet)")
+            kz.execute(f"CREATE NODE TABLE {KUZU_VERTEX}(id INT64, label STRING, PRIMARY KEY(id))")
+            kz.execute(f"COPY {KUZU_VERTEX} FROM '{f}'")
+            for i, el in enumerate(elabels):
+                f = f"{fdir}/e_{i}.parquet"
+                self.con.execute(f"COPY (SELECT src AS \"from\", dst AS \"to\" FROM e WHERE label = ? "
+                                 f"ORDER BY src, dst) TO '{f}' (FORMAT parquet)", [el])
+                kz.execute(f"CREATE REL TABLE {kuzu_ident(el)}(FROM {KUZU_VERTEX} TO {KUZU_VERTEX})")
+                kz.execute(f"COPY {kuzu_ident(el)} FROM '{f}'")
+            shape = (f"1 node table `{KUZU_VERTEX}(id, label)` ({len(vlabels)} vertex labels), "
+                     f"{len(elabels)} rel tables")
+        load_s = time.perf_counter() - t
+        n = sum(kz.execute(f"MATCH ()-[r:{kuzu_ident(el)}]->() RETURN count(*)").get_next()[0] for el in elabels)
         if n != self.g.store.n_edges:
             raise ValueError(f"Kuzu holds {n} edges, the sgsi store {self.g.store.n_edges}")
         shutil.rmtree(fdir)
-        C.say(f"  Kuzu: {len(vlabels)} node tables, {len(elabels)} rel tables ({len(triples)} FROM/TO pairs), "
-              f"loaded in {self.info['kuzu_load_s']:.2f} s")
+        C.say(f"  Kuzu ({schema} schema): {shape}, loaded in {load_s:.2f} s")
+        return KuzuGraph(db, kz, schema, load_s, shape)
 
     # -- one engine, one query: (status, count, seconds, note) -------------------------
 
@@ -403,12 +473,13 @@ class Bench:
             return "timeout", None, self.timeout, "; ".join(notes)
         return "ok", best[1], best[0], f"best form {best[2]} ({'; '.join(notes)})"
 
-    def run_kuzu(self, pattern, injective=True):
-        self.kz.set_query_timeout(int(self.timeout * 1000))
-        q = to_cypher(pattern, injective)
+    def run_kuzu(self, pattern, injective=True, kz=None):
+        kz = kz or self.kz
+        kz.conn.set_query_timeout(int(self.timeout * 1000))
+        q = to_cypher(pattern, injective, kz.schema)
         t = time.perf_counter()
         try:
-            n = self.kz.execute(q).get_next()[0]
+            n = kz.conn.execute(q).get_next()[0]
         except RuntimeError as e:
             if "interrupt" in str(e).lower() or "timeout" in str(e).lower():
                 return "timeout", None, self.timeout, ""
@@ -434,9 +505,9 @@ class Bench:
     def close(self):
         for w in self.workers.values():
             w.stop()
-        if self.kz is not None:
-            self.kz.close()
-            self.kdb.close()
+        for kz in [self.kz] + self.kz_extra:
+            if kz is not None:
+                kz.close()
         self.con.close()
         self.g.close()
 
@@ -472,22 +543,51 @@ def geomean(xs):
     return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else float("nan")
 
 
-def pick_queries(gdir, g, sizes, per_size, max_count, seed, tag):
+def pick_queries(walks, g, sizes, per_size, max_count, seed, tag, pick_timeout=math.inf, pick_budget=math.inf):
+    """Per size k, the first ``per_size`` of ``12 * per_size`` random walks (seed ``seed * 1000 + k``)
+    whose sgsi count is between 1 and ``max_count``: (queries, [one log dict per size]).
+
+    Counting a candidate is what costs: on a large graph with few labels a walk of 6 or 8
+    vertices has billions of embeddings. So sgsi's count of a candidate is cancelled after
+    ``pick_timeout`` s (the walk is skipped, its count unknown) and the choice for one size stops
+    after ``pick_budget`` s (fewer queries). Both are logged and reported, since they choose
+    with sgsi's speed: a walk skipped as too slow for sgsi is not run on any engine."""
     import gen
-    out = []
+    from sgsi.errors import Cancelled
+    out, log = [], []
     for k in sizes:
-        cands = gen.random_walk_queries(gdir, k, 12 * per_size, seed=seed * 1000 + k)
-        picked = 0
+        cands = gen.random_walk_queries(walks, k, 12 * per_size, seed=seed * 1000 + k)
+        st = {"k": k, "walks": len(cands), "tried": 0, "picked": 0, "zero": 0, "over": 0, "slow": 0,
+              "budget_spent": False}
+        t0 = time.perf_counter()
         for q in cands:
-            if picked == per_size:
+            if st["picked"] == per_size:
                 break
-            c = g.count(q.pattern, device="cpu")
-            if 1 <= c <= max_count:
-                q.name = f"{tag}k{k}_{picked}"
+            if time.perf_counter() - t0 > pick_budget:
+                st["budget_spent"] = True
+                break
+            st["tried"] += 1
+            deadline = time.perf_counter() + pick_timeout
+            try:
+                c = g.count(q.pattern, device="cpu", cancel=lambda d=deadline: time.perf_counter() > d)
+            except Cancelled:
+                st["slow"] += 1
+                continue
+            if c < 1:
+                st["zero"] += 1
+            elif c > max_count:
+                st["over"] += 1
+            else:
+                q.name = f"{tag}k{k}_{st['picked']}"
                 q.info["count"] = c
                 out.append(q)
-                picked += 1
-    return out
+                st["picked"] += 1
+        st["seconds"] = time.perf_counter() - t0
+        C.say(f"  walks of {k} vertices: {st['picked']} chosen of {st['tried']} counted in {st['seconds']:.1f} s "
+              f"({st['over']} over {max_count:.0e}, {st['slow']} not counted in {pick_timeout:g} s, "
+              f"{st['zero']} empty{', choice budget spent' if st['budget_spent'] else ''})")
+        log.append(st)
+    return out, log
 
 
 SELF_CHECK = [
@@ -505,7 +605,10 @@ def self_check(args, engines, threads, data):
     gdir = os.path.join(data, "selfcheck")
     meta = gen.rmat(gdir, 600, scale=5, shape="small", edge_labels=2, vertex_labels=2, seed=args.seed, device="cpu")
     C.say(f"self-check graph: 600 R-MAT rows on {meta['vertices']} vertices, 2 vertex and 2 edge labels")
-    b = Bench(gdir, meta, engines, args.timeout, threads)
+    b = Bench(gdir, meta, engines, args.timeout, threads, kuzu_schema="tables")
+    if "kuzu" in b.engines:      # the schema of graphs with many labels, checked here too
+        kz_prop = b.load_kuzu(threads, "property", tag="kuzu_property")
+        b.kz_extra.append(kz_prop)
     qs = [(n, p) for n, p in SELF_CHECK]
     for k in (3, 4, 5):
         for i, q in enumerate(gen.random_walk_queries(gdir, k, 2, seed=77 + k)):
@@ -519,6 +622,8 @@ def self_check(args, engines, threads, data):
         if "kuzu" in b.engines:
             status, n, _s, _note = b.run_kuzu(pat, injective=False)
             row["kuzu_no_injectivity"] = n if status == "ok" else status
+            status, n, _s, _note = b.run_kuzu(pat, kz=kz_prop)
+            row["kuzu_property_schema"] = n if status == "ok" else status
         rows.append(row)
         C.say(f"  {name:12s} " + "  ".join(f"{e}={row[e]}" for e in row if e not in ("query", "pattern")))
     info = dict(b.info)
@@ -526,13 +631,28 @@ def self_check(args, engines, threads, data):
     return rows, info
 
 
+def graph_spec(text):
+    """``"1e6"`` -> (1000000, "small"); ``"1e6:watdiv"`` -> (1000000, "watdiv")."""
+    import gen
+    rows, _, shape = text.partition(":")
+    shape = shape or "small"
+    if shape not in gen.SHAPES:
+        raise SystemExit(f"unknown shape {shape!r} in {text!r}; choose from {', '.join(gen.SHAPES)}")
+    return int(float(rows)), shape
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--edges", default="1e4,1e5", help="R-MAT edge rows of the graphs every engine runs")
-    p.add_argument("--big", default="", help="R-MAT edge rows of graphs for sgsi, DuckDB and Kuzu only (e.g. 1e6)")
+    p.add_argument("--edges", default="1e4,1e5", help="R-MAT edge rows of the graphs every engine runs; "
+                   "ROWS or ROWS:SHAPE (gen.SHAPES; default shape small), e.g. 1e4,1e6:watdiv")
+    p.add_argument("--big", default="", help="graphs (as --edges) for sgsi, DuckDB and Kuzu only (e.g. 1e6)")
     p.add_argument("--sizes", default="4,6,8", help="query vertex counts")
     p.add_argument("--per-size", type=int, default=3, help="queries per vertex count and graph")
     p.add_argument("--max-count", type=float, default=1e8, help="skip walks with more sgsi embeddings than this")
+    p.add_argument("--pick-timeout", type=float, default=None,
+                   help="skip a walk whose sgsi count takes longer than this while choosing (s; default --timeout)")
+    p.add_argument("--pick-budget", type=float, default=None,
+                   help="stop choosing walks of one size after this (s; default 10 x --pick-timeout)")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--timeout", type=float, default=60, help="per engine, query and run (s)")
     p.add_argument("--runs", type=int, default=3, help="best of this many runs ...")
@@ -545,6 +665,10 @@ def main(argv=None):
     p.add_argument("--name", default="peers", help="result file stem")
     args = p.parse_args(argv)
     args.forms = [f for f in args.sql.split(",") if f]
+    if args.pick_timeout is None:
+        args.pick_timeout = args.timeout
+    if args.pick_budget is None:
+        args.pick_budget = 10 * args.pick_timeout
     m0 = C.machine()
     threads = os.cpu_count()
     vers = versions()
@@ -565,19 +689,35 @@ def main(argv=None):
                     msg = f"self-check {r['query']}: sgsi {r['sgsi']} vs {e} {r.get(e)} ({r['pattern']})"
                     C.say("!!! COUNT MISMATCH " + msg)
                     mismatches.append(msg)
+            if "kuzu_property_schema" in r and r["kuzu_property_schema"] != r["sgsi"]:
+                msg = (f"self-check {r['query']}: sgsi {r['sgsi']} vs kuzu (property schema) "
+                       f"{r['kuzu_property_schema']} ({r['pattern']})")
+                C.say("!!! COUNT MISMATCH " + msg)
+                mismatches.append(msg)
 
     sizes = [int(x) for x in args.sizes.split(",") if x]
-    graphs = [(int(float(x)), False) for x in args.edges.split(",") if x] + \
-             [(int(float(x)), True) for x in args.big.split(",") if x]
+    graphs = [graph_spec(x) + (False,) for x in args.edges.split(",") if x] + \
+             [graph_spec(x) + (True,) for x in args.big.split(",") if x]
     rows, ginfo = [], []
-    for n_edges, big in graphs:
+    for n_edges, shape, big in graphs:
         eng = [e for e in engines if not (big and e in VF2)]
-        gdir = os.path.join(args.data, f"rmat_{n_edges}_s{args.seed}")
-        meta = gen.rmat(gdir, n_edges, shape="small", seed=args.seed, device="cpu")
-        C.say(f"graph: {n_edges:,} R-MAT rows, scale {meta['scale']} ({meta['vertices']:,} vertices)")
+        # the small-shape graphs keep their folders and query names of before
+        sfx = "" if shape == "small" else f"_{shape}"
+        gdir = os.path.join(args.data, f"rmat_{n_edges}{sfx}_s{args.seed}")
+        gname = f"{n_edges:,}" + ("" if shape == "small" else f" {shape}")
+        meta = gen.rmat(gdir, n_edges, shape=shape, seed=args.seed, device="cpu")
+        C.say(f"graph: {n_edges:,} R-MAT rows, shape {shape} ({meta['vertex_labels']} vertex and "
+              f"{meta['edge_labels']} edge labels), scale {meta['scale']} ({meta['vertices']:,} vertices)")
         b = Bench(gdir, meta, eng, args.timeout, threads)
+        b.info.update(shape=shape, name=gname, vertex_labels=meta["vertex_labels"], edge_labels=meta["edge_labels"])
         eng = ["sgsi"] + [e for e in b.engines if e != "sgsi"]
-        queries = pick_queries(gdir, b.g, sizes, args.per_size, args.max_count, args.seed, f"g{n_edges:.0e}_".replace("+0", ""))
+        t = time.perf_counter()
+        walks = gen._load_walk_graph(gdir, device="cpu")     # loaded once for every size
+        C.say(f"  choosing walks (walk graph loaded in {time.perf_counter() - t:.2f} s)")
+        queries, b.info["pick"] = pick_queries(walks, b.g, sizes, args.per_size, args.max_count, args.seed,
+                                               f"g{n_edges:.0e}{sfx}_".replace("+0", ""),
+                                               args.pick_timeout, args.pick_budget)
+        del walks
         for q in queries:
             res = {}
             for e in eng:
@@ -587,11 +727,11 @@ def main(argv=None):
                 r = res[e]
                 if r["status"] == "ok" and e != "sgsi" and r["count"] != sc:
                     r["status"] = "MISMATCH"
-                    msg = f"{q.name} on {n_edges:,} edges: sgsi {sc} vs {e} {r['count']} ({q.pattern})"
+                    msg = f"{q.name} on {gname} edges: sgsi {sc} vs {e} {r['count']} ({q.pattern})"
                     C.say("!!! COUNT MISMATCH " + msg)
                     mismatches.append(msg)
                 ratio = (r["seconds"] / res["sgsi"]["seconds"]) if r["status"] == "ok" and e != "sgsi" else None
-                rows.append({"graph_edges": n_edges, "distinct_edges": b.info["distinct_edges"],
+                rows.append({"graph_edges": n_edges, "shape": shape, "distinct_edges": b.info["distinct_edges"],
                              "graph_vertices": meta["vertices"], "query": q.name, "vertices": q.k,
                              "edges": len(q.edges), "engine": e, "status": r["status"], "count": r["count"],
                              "sgsi_count": sc, "seconds": None if r["seconds"] is None else round(r["seconds"], 5),
@@ -612,7 +752,7 @@ def main(argv=None):
     for r in rows:
         r.update({"commit": m["commit"], "date": m["date"]})
     C.write_csv(os.path.join(args.results, args.name + ".csv"), rows,
-                ["date", "commit", "graph_edges", "distinct_edges", "graph_vertices", "query", "vertices", "edges",
+                ["date", "commit", "graph_edges", "shape", "distinct_edges", "graph_vertices", "query", "vertices", "edges",
                  "engine", "status", "count", "sgsi_count", "seconds", "ratio_vs_sgsi", "runs", "note", "pattern"])
     md = report(args, m, vers, engines, check_rows, check_info, ginfo, rows, mismatches, argv)
     C.write_text(os.path.join(args.results, args.name + ".md"), md)
@@ -650,14 +790,23 @@ def report(args, m, vers, engines, check_rows, check_info, ginfo, rows, mismatch
     id_order=False)` counted (same matchers; `id_order=False`: the VF2++ order)
   - Kuzu: one node table per vertex label, one rel table per edge label with a `FROM/TO` pair for
     every vertex-label pair that occurs; `MATCH (v0:L1)-[:E0]->(v1:L2), ... WHERE id(v0) <> id(v1)
-    AND ... RETURN count(*)`, `num_threads={m['nproc']}`, 2 GiB buffer pool, on disk
+    AND ... RETURN count(*)`, `num_threads={m['nproc']}`, 2 GiB buffer pool, on disk. A graph with
+    more than {KUZU_MAX_PAIRS:,} such (edge label, source label, target label) triples (the `watdiv` shape:
+    1,000 vertex labels, about half a million triples, a COPY each) gets the *property* schema
+    instead: one node table `{KUZU_VERTEX}(id, label)`, one rel table per edge label `FROM {KUZU_VERTEX} TO
+    {KUZU_VERTEX}`, and `MATCH (v0:{KUZU_VERTEX})-[:E0]->(v1:{KUZU_VERTEX}), ... WHERE v0.label = 'L1' AND ...`
 - timing: best of up to {args.runs} runs, no rerun after a run of {args.repeat_under:g} s or more;
   per engine, query and run a limit of {args.timeout:g} s (VF2 workers are killed, DuckDB
   interrupted, Kuzu stopped by `set_query_timeout`): `timeout` in the tables
 - ratio = peer time / sgsi time (above 1: sgsi faster); geometric means over the queries
   where the peer finished (so a peer with timeouts is flattered by its mean)
+- graphs: `gen.rmat` (seed {args.seed}), shape `small` (4 edge and 8 vertex labels, Zipf) unless named
+  otherwise (`watdiv`: 86 edge and 1,000 vertex labels)
 - queries: random walks (`gen.random_walk_queries`, seed {args.seed}·1000+k) of {args.sizes} vertices;
-  per graph and size the first {args.per_size} whose sgsi count is between 1 and {args.max_count:.0e}
+  per graph and size the first {args.per_size} of {12 * args.per_size} walks whose sgsi count is between 1 and
+  {args.max_count:.0e}. While choosing, sgsi's count of a walk is cancelled after {args.pick_timeout:g} s (the
+  walk is skipped) and the choice for one size stops after {args.pick_budget:g} s: see *Choosing the walks*.
+  This uses sgsi's speed to choose: a walk sgsi does not count in time is run on no engine
 - every peer's count is checked equal to sgsi's; a difference is listed at the top as a MISMATCH
 - rustworkx 0.18 passes `node_matcher(data, pattern)` but `edge_matcher(pattern, data)` in
   subgraph mode (observed, undocumented); the matchers here tell the two apart by type, so the
@@ -670,29 +819,43 @@ def report(args, m, vers, engines, check_rows, check_info, ginfo, rows, mismatch
                    f"R-MAT, 600 rows on 32 vertices ({check_info.get('distinct_edges')} distinct edges), "
                    "2 vertex and 2 edge labels (dense, with 2-cycles and self-loops), "
                    "so that non-injective matches exist. `kuzu_no_injectivity` is Kuzu's count without the "
-                   "`<>` constraints: Kuzu (Cypher) lets two pattern vertices share a node.\n\n"
+                   "`<>` constraints: Kuzu (Cypher) lets two pattern vertices share a node. `kuzu_property_schema` is Kuzu's "
+                   "count on the property schema (one node table with a label property), loaded for this check.\n\n"
                    "| query | " + " | ".join(cols) + " | pattern |\n|---|" + "---:|" * len(cols) + "---|\n" +
                    "\n".join(f"| {r['query']} | " + " | ".join(str(r[c]) for c in cols) + f" | `{r['pattern']}` |"
                              for r in check_rows) + "\n\n")
-    out.append("## Graphs\n\n| R-MAT rows | scale | vertices | distinct edges | engines | sgsi build (s) | "
+    out.append("## Graphs\n\n| R-MAT rows | shape | scale | vertices | distinct edges | engines | sgsi build (s) | "
                "DuckDB load (s) | Kuzu load (s) | networkx build (s) | rustworkx build (s) |\n"
-               "|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|\n")
+               "|---:|---|---:|---:|---:|---|---:|---:|---:|---:|---:|\n")
     for gi in ginfo:
         def cell(k, gi=gi):
             return f"{gi[k]:.2f}" if k in gi else "–"
-        out.append(f"| {gi['edges']:,} | {gi['scale']} | {gi['vertices']:,} | {gi['distinct_edges']:,} | "
+        out.append(f"| {gi['edges']:,} | {gi.get('shape', 'small')} | {gi['scale']} | {gi['vertices']:,} | "
+                   f"{gi['distinct_edges']:,} | "
                    f"{', '.join(gi['engines'])} | {cell('sgsi_build_s')} | {cell('duckdb_load_s')} | "
                    f"{cell('kuzu_load_s')} | {cell('networkx_build_s')} | {cell('rustworkx_build_s')} |\n")
     for gi in ginfo:
         if "kuzu_error" in gi:
-            out.append(f"\nKuzu could not load the {gi['edges']:,}-row graph: {gi['kuzu_error']}\n")
+            out.append(f"\nKuzu could not load the {gi['name']}-row graph: {gi['kuzu_error']}\n")
+        elif "kuzu_shape" in gi:
+            out.append(f"\nKuzu, {gi['name']} rows: {gi['kuzu_schema']} schema, {gi['kuzu_shape']}\n")
+    out.append("\n## Choosing the walks\n\nPer graph and size: walks tried (sgsi count started), chosen, "
+               f"skipped with a count above {args.max_count:.0e}, skipped as not counted by sgsi in "
+               f"{args.pick_timeout:g} s, empty; and the seconds the choice took.\n\n"
+               "| graph (R-MAT rows) | k | walks | tried | chosen | over max-count | not counted in time | empty | "
+               "choice (s) |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+    for gi in ginfo:
+        for st in gi.get("pick", []):
+            out.append(f"| {gi['name']} | {st['k']} | {st['walks']} | {st['tried']} | {st['picked']} | {st['over']} | "
+                       f"{st['slow']} | {st['zero']} | {st['seconds']:.1f}"
+                       f"{' (budget spent)' if st['budget_spent'] else ''} |\n")
     out.append("\n## Results\n\nEach cell: time in seconds (ratio peer / sgsi).\n")
     summary = []
     for gi in ginfo:
         eng = gi["engines"]
         peers = [e for e in eng if e != "sgsi"]
-        gr = [r for r in rows if r["graph_edges"] == gi["edges"]]
-        out.append(f"\n### {gi['edges']:,} R-MAT rows ({gi['distinct_edges']:,} distinct edges, "
+        gr = [r for r in rows if r["graph_edges"] == gi["edges"] and r["shape"] == gi["shape"]]
+        out.append(f"\n### {gi['name']} R-MAT rows ({gi['distinct_edges']:,} distinct edges, "
                    f"{gi['vertices']:,} vertices)\n\n"
                    "| query | k | edges | count | sgsi (s) | " + " | ".join(peers) + " |\n"
                    "|---|---:|---:|---:|---:|" + "---:|" * len(peers) + "\n")
@@ -715,11 +878,11 @@ def report(args, m, vers, engines, check_rows, check_info, ginfo, rows, mismatch
         for e in peers:
             rs = [r for r in gr if r["engine"] == e]
             ok = [r["ratio_vs_sgsi"] for r in rs if r["status"] == "ok"]
-            summary.append((gi["edges"], e, len(ok), len(rs),
+            summary.append((gi["name"], e, len(ok), len(rs),
                             geomean(ok), sum(r["status"] == "timeout" for r in rs)))
     out.append("\n## Geometric means of peer / sgsi\n\n| R-MAT rows | peer | finished | geomean ratio | timeouts |\n"
                "|---:|---|---:|---:|---:|\n" +
-               "\n".join(f"| {g_:,} | {e} | {ok}/{n} | {gm:.3g} | {to} |".replace("| nan |", "| – |")
+               "\n".join(f"| {g_} | {e} | {ok}/{n} | {gm:.3g} | {to} |".replace("| nan |", "| – |")
                          for g_, e, ok, n, gm, to in summary) + "\n")
     if ginfo and ginfo[0]["queries"]:
         q = ginfo[0]["queries"][0]
@@ -727,7 +890,9 @@ def report(args, m, vers, engines, check_rows, check_info, ginfo, rows, mismatch
         qq = as_query(q.pattern)
         out.append(f"\n## One query in every form (`{q.name}`)\n\nsgsi:\n\n```\n{q.pattern}\n```\n\n"
                    + "".join(f"DuckDB `{f}`:\n\n```sql\n{CD.SQL_FORMS[f](qq)}\n```\n\n" for f in args.forms)
-                   + f"Kuzu:\n\n```\n{to_cypher(q.pattern)}\n```\n")
+                   + f"Kuzu:\n\n```\n{to_cypher(q.pattern)}\n```\n"
+                   + (f"\nKuzu, property schema:\n\n```\n{to_cypher(q.pattern, schema='property')}\n```\n"
+                      if any(gi.get("kuzu_schema") == "property" for gi in ginfo) else ""))
     out.append("\n## Queries\n\n" + "\n".join(f"- `{q.name}`: `{q.pattern}`" for gi in ginfo for q in gi["queries"]) + "\n")
     return "".join(out)
 
