@@ -77,7 +77,8 @@ def main(argv=None):
         rows.append({"k": k, "matches": n_gpu, "gpu_s": round(t_gpu, 4), "cpu_s": None if t_cpu is None else round(t_cpu, 4),
                      "ratio": None if t_cpu is None else round(t_cpu / t_gpu, 2),
                      "gpu_warp_only_s": round(t_nolb, 4), "balance_gain": round(t_nolb / t_gpu, 2),
-                     "rows_warp": st.get("rows_warp", 0), "rows_block": st.get("rows_block", 0),
+                     "rows_warp": st.get("rows_warp", 0), "rows_pool": st.get("rows_pool", 0),
+                     "rows_block": st.get("rows_block", 0),
                      "rows_own": st.get("rows_own", 0),
                      "h2d_bytes": st.get("h2d_bytes"), "segments": st.get("segments"), "pattern": pat})
         say(rows[-1])
@@ -92,11 +93,11 @@ def main(argv=None):
              f"--shape {args.shape} --sizes {' '.join(map(str, args.sizes))} --queries {args.queries}`", "",
              f"**Geometric mean speed-up GPU over CPU: {gm:.1f}x** over {len(ratios)} queries", "",
              f"Histogram load balance vs one warp per row (geometric mean): {_gm([r['balance_gain'] for r in rows]):.2f}x", "",
-             "| k | matches | GPU s | GPU warp-only s | CPU s | CPU/GPU | rows warp/block/own | H2D bytes | segments |",
+             "| k | matches | GPU s | GPU warp-only s | CPU s | CPU/GPU | rows warp/pool/block/own | H2D bytes | segments |",
              "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(f"| {r['k']} | {r['matches']:,} | {r['gpu_s']} | {r['gpu_warp_only_s']} | {r['cpu_s']} | {r['ratio']} | "
-                     f"{r['rows_warp']}/{r['rows_block']}/{r['rows_own']} | {r['h2d_bytes']} | {r['segments']} |")
+                     f"{r['rows_warp']}/{r['rows_pool']}/{r['rows_block']}/{r['rows_own']} | {r['h2d_bytes']} | {r['segments']} |")
     write_text(os.path.join(args.out, "gpu_vs_cpu.md"), "\n".join(lines) + "\n")
     say(f"geomean {gm:.2f}x")
 

@@ -1,24 +1,21 @@
-"""The load-balance cost model (§7): its threshold search equals brute force."""
+"""The load-balance cost model (§7): its threshold search equals brute force over Equation 1."""
 
 import numpy as np
 
-from sgsi.join.balance import DeviceCosts, bin_costs, choose_thresholds
-
-
-def _cost(h, c, x3, x1):
-    w, b, k = bin_costs(h, c)
-    return w[:x3 + 1].sum() + b[x3 + 1:x1 + 1].sum() + k[x1 + 1:].sum()
+from sgsi.join.balance import POOL_TOP, DeviceCosts, choose_thresholds, plan_cost
 
 
 def test_thresholds_minimise_equation_1():
     rng = np.random.default_rng(0)
-    for _ in range(300):
-        h = rng.integers(0, 60, rng.integers(1, 45)) * (rng.random(rng.integers(1, 45))[:1] < 0.9)
+    for _ in range(200):
+        n = int(rng.integers(1, 70))
+        h = rng.integers(0, 60, n) * (rng.random(n) < 0.7)
         c = DeviceCosts(int(rng.integers(1, 200)), float(rng.random() * 5), float(rng.random() * 400))
-        best = min(_cost(h, c, x3, x1) for x3 in range(len(h)) for x1 in range(x3, len(h)))
+        b = max(len(h), POOL_TOP + 1) - 1
+        best = min(plan_cost(h, c, x3, x1) for x3 in range(b + 1) for x1 in range(max(x3, POOL_TOP), b + 1))
         x3, x1 = choose_thresholds(h, c)
-        assert 0 <= x3 <= x1 < len(h)
-        assert abs(_cost(h, c, x3, x1) - best) <= 1e-9 * max(1.0, best)
+        assert 0 <= x3 <= x1 <= b and x1 >= POOL_TOP
+        assert abs(plan_cost(h, c, x3, x1) - best) <= 1e-9 * max(1.0, best)
 
 
 def test_skewed_workloads_use_blocks_or_launches():
@@ -28,3 +25,13 @@ def test_skewed_workloads_use_blocks_or_launches():
     h[399] = 3
     x3, x1 = choose_thresholds(h, DeviceCosts(132, 2.0, 50.0))
     assert x3 < 399
+
+
+def test_many_medium_rows_share_task_pools():
+    # A few hundred rows of 300-900 elements: a warp each leaves most of the device idle, a block
+    # each wastes most of its threads; pools spread each SM's rows over all 1024 threads.
+    h = np.zeros(40)
+    h[10:28] = 20
+    x3, x1 = choose_thresholds(h, DeviceCosts(132, 0.5, 50.0))
+    assert x3 < 10 and x1 >= POOL_TOP
+    assert plan_cost(h, DeviceCosts(132, 0.5, 50.0), x3, x1) < plan_cost(h, DeviceCosts(132, 0.5, 50.0), 39, 39)

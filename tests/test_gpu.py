@@ -79,10 +79,13 @@ def test_signature_filter_kernel_matches_reference(gpu):
         assert np.array_equal(ref, cp.asnumpy(got))
 
 
-@pytest.mark.parametrize("thresholds", [None, (10**9, 10**9), (-1, 10**9), (-1, -1), (1, 3), (0, 40)],
-                         ids=["cost-model", "all-warp", "all-block", "all-own", "mixed", "mixed2"])
+@pytest.mark.parametrize("thresholds", [None, (10**9, 10**9), (-1, 10**9), (-1, 31), (-1, -1), (1, 3), (1, 40),
+                                        (40, 40)],
+                         ids=["cost-model", "all-warp", "pool-and-block", "pool-and-own", "all-own", "mixed",
+                              "four-ways", "warp-and-own"])
 def test_expand_rows_matches_reference(gpu, thresholds):
-    """Every load-balance strategy (warp, block, own launch) writes what the NumPy reference writes."""
+    """Every load-balance strategy (warp, task pool, block, own launch) writes what the NumPy reference
+    writes: the same entries, in the same order, and the same fill counts."""
     import cupy as cp
     rng = np.random.default_rng(3)
     cpu = CpuBackend()
@@ -107,8 +110,11 @@ def test_expand_rows_matches_reference(gpu, thresholds):
                     [cp.asarray(c) for c in conflicts], cp.asarray(F), fill1, gba, thresholds=thresholds)
     assert np.array_equal(fill0, cp.asnumpy(fill1))
     assert np.array_equal(gba_ref, cp.asnumpy(gba))
-    if thresholds == (1, 3):
-        assert {"rows_warp", "rows_block", "rows_own"} <= set(gpu.stats)
+    if thresholds == (1, 40):
+        assert {"rows_warp", "rows_pool", "rows_block", "rows_own"} <= set(gpu.stats)
+    if thresholds == (-1, 31):      # every row below 1024 entries in pools: several blocks, several rounds
+        heavy = int((fcnt[run] >= 1024).sum())
+        assert heavy >= 2 and gpu.stats["rows_pool"] == n_rows - heavy and gpu.stats["rows_own"] == heavy
 
 
 def test_cost_model_calibration(gpu):

@@ -2,23 +2,24 @@
 
 Rows of a join step carry very different workloads (the lengths of their
 candidate lists). They are binned in a histogram of width 32; the cost model
-of Equation 1 then decides which rows run on one warp, which on a whole
-block, and which get a launch of their own:
+of Equation 1 then decides which rows run on one warp, which share a block's
+1024-element task pool with other rows, which run on a whole block, and
+which get a launch of their own:
 
-* ``f_warp(i)  = w_i * ceil(|I_i| / (32 |SMs|))``
-* ``f_block(i) = (1 + t_sn) * ceil(|I_i| / |SMs|) * ceil(32 w_i / 1024)``
+* ``f_warp(i)   = w_i * ceil(|I_i| / (32 |SMs|))``
+* ``f_m-warp(i) = (1 + 2 t_sn) * ceil(32 w_i * ceil(|I_i| / |SMs|) / 1024)``
+* ``f_block(i)  = (1 + t_sn) * ceil(|I_i| / |SMs|) * ceil(32 w_i / 1024)``
 * ``f_kernel(i) = |I_i| * (t_kl + ceil(32 w_i / (1024 |SMs|)))``
 
 with w_i the bin's estimated workload in units of 32 elements (the bin's
 midpoint) and t_sn (a block synchronisation) and t_kl (a kernel launch)
 measured on the device at start-up, in units of one 32-element iteration.
-The thresholds x3 (warp | block) and x1 (block | own launch) minimise the
-sum over bins; because the sum separates, a suffix minimum finds them in
-O(b) rather than enumerating (b + 1)^2 pairs.
-
-The paper's fourth way, several warps of a block sharing a 1024-element task
-pool (W3..W2), is not built: rows in that range go to the warp or block
-strategy, whichever the model prefers.
+With W3 = 32 x3, W2 = 1024 (bin ``POOL_TOP`` = 31 is the last below it) and
+W1 = 32 x1 (x1 >= 31): bins 0..x3 run on warps, x3+1..31 in task pools,
+max(x3, 31)+1..x1 on blocks and the rest on launches of their own. The
+thresholds minimise the sum over bins; because the sum separates, prefix
+sums and suffix minima find them in O(b) rather than enumerating
+(b + 1)^2 pairs.
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ from dataclasses import dataclass
 import numpy as np
 
 BIN = 32
+#: The last bin of rows below W2 = 1024 elements, the largest that share a task pool.
+POOL_TOP = 1024 // BIN - 1
 
 
 @dataclass(frozen=True)
@@ -38,35 +41,66 @@ class DeviceCosts:
 
 
 def bin_costs(hist: np.ndarray, c: DeviceCosts):
-    """Per-bin costs (warp, block, kernel) of running bin i's rows each way."""
+    """Per-bin costs (warp, task pool, block, kernel) of running bin i's rows each way."""
     hist = np.asarray(hist, dtype=np.float64)
     w = np.arange(hist.size) + 0.5                       # workload in 32-element units
+    per_sm = np.ceil(hist / c.sms)
     warp = w * np.ceil(hist / (32 * c.sms))
-    block = (1 + c.t_sn) * np.ceil(hist / c.sms) * np.ceil(BIN * w / 1024)
+    pool = (1 + 2 * c.t_sn) * np.ceil(BIN * w * per_sm / 1024)
+    block = (1 + c.t_sn) * per_sm * np.ceil(BIN * w / 1024)
     kernel = hist * (c.t_kl + np.ceil(BIN * w / (1024 * c.sms)))
-    return warp, block, kernel
+    return warp, pool, block, kernel
+
+
+def plan_cost(hist, c: DeviceCosts, x3: int, x1: int) -> float:
+    """Equation 1 for thresholds (x3, x1): the reference that :func:`choose_thresholds` minimises."""
+    warp, pool, block, kernel = bin_costs(_padded(hist), c)
+    top = POOL_TOP
+    return float(warp[:x3 + 1].sum() + pool[x3 + 1:top + 1].sum() + block[max(x3, top) + 1:x1 + 1].sum()
+                 + kernel[x1 + 1:].sum())
 
 
 def choose_thresholds(hist, c: DeviceCosts):
-    """(x3, x1): bins <= x3 on a warp, x3 < bin <= x1 on a block, the rest on own launches.
+    """(x3, x1) minimising Equation 1 over 0 <= x3 <= b, max(x3, 31) <= x1 <= b.
 
-    Minimises Equation 1 over 0 <= x3 <= x1 <= b (x1 = b: no own launches).
+    The histogram is padded with empty bins to at least 32 bins (b >= 31);
+    x1 = b means no own launches.
 
     >>> choose_thresholds([1000, 10, 0, 0, 1], DeviceCosts(132, 2.0, 500.0))[0] >= 0
     True
     """
-    hist = np.asarray(hist, dtype=np.float64)
-    if hist.size == 0:
-        return 0, 0
-    warp, block, kernel = bin_costs(hist, c)
-    W = np.cumsum(warp)                                   # bins 0..x3 on warps
-    B = np.concatenate([[0.0], np.cumsum(block)])         # B[k] = bins 0..k-1 on blocks
+    hist = _padded(hist)
+    warp, pool, block, kernel = bin_costs(hist, c)
+    b, top = hist.size - 1, POOL_TOP
+    W = np.cumsum(warp)                                   # W[x] = bins 0..x on warps
+    P = np.concatenate([[0.0], np.cumsum(pool)])          # P[k] = bins 0..k-1 in pools
+    B = np.concatenate([[0.0], np.cumsum(block)])
     K = np.concatenate([[0.0], np.cumsum(kernel)])
-    b = hist.size - 1
-    # C(x3, x1) = W[x3] + (B[x1+1] - B[x3+1]) + (K[b+1] - K[x1+1])
+    # Blocks for bins lo..x1, launches after: best x1 >= lo is a suffix minimum of B[x1+1] - K[x1+1].
     tail = B[1:] - K[1:]                                  # indexed by x1
-    suffix_min = np.minimum.accumulate(tail[::-1])[::-1]
-    best = W - B[1:] + suffix_min + K[b + 1]
-    x3 = int(np.argmin(best))
-    x1 = x3 + int(np.argmin(tail[x3:]))
-    return x3, x1
+    best_x1 = np.empty(b + 1, np.int64)                   # argmin over x1 >= i of tail
+    m = b
+    for i in range(b, -1, -1):                            # one step per bin, not per row
+        if tail[i] <= tail[m]:
+            m = i
+        best_x1[i] = m
+    # x3 < top: pools for x3+1..top, blocks from top+1 (x1 >= top).
+    x3s = np.arange(top)
+    low = W[x3s] + (P[top + 1] - P[x3s + 1])
+    x1_low = int(best_x1[top])
+    low = low + (tail[x1_low] - B[top + 1]) + K[b + 1]
+    # x3 >= top: no pools, blocks from x3+1.
+    x3h = np.arange(top, b + 1)
+    x1h = best_x1[x3h]
+    high = W[x3h] + (tail[x1h] - B[x3h + 1]) + K[b + 1]
+    if low.size and low.min() < high.min():
+        return int(np.argmin(low)), x1_low
+    i = int(np.argmin(high))
+    return int(x3h[i]), int(x1h[i])
+
+
+def _padded(hist):
+    hist = np.asarray(hist, dtype=np.float64)
+    if hist.size <= POOL_TOP:
+        hist = np.concatenate([hist, np.zeros(POOL_TOP + 1 - hist.size)])
+    return hist

@@ -292,8 +292,9 @@ class GpuBackend:
         """Row expansion (reference: CpuBackend.expand_rows), load-balanced (§7).
 
         Each row's workload is its list length; the histogram and cost model
-        of :mod:`sgsi.join.balance` send rows to a warp, a block, or a launch
-        of their own. ``thresholds`` (x3, x1) overrides the model (tests);
+        of :mod:`sgsi.join.balance` send rows to a warp, a block's shared
+        task pool, a block, or a launch of their own. ``thresholds`` (x3, x1)
+        overrides the model (tests);
         ``self.load_balance = False`` (or SGSI_LOAD_BALANCE=0) runs every row on one warp.
         """
         n_rows = int(rows.size)
@@ -322,21 +323,34 @@ class GpuBackend:
             hist = cp.asnumpy(cp.bincount(bins))
             thresholds = balance.choose_thresholds(hist, self.costs())
         x3, x1 = thresholds
+        top = balance.POOL_TOP
         on_warp = bins <= x3
-        on_block = (bins > x3) & (bins <= x1)
-        on_own = bins > x1
-        for name, sel in (("warp", on_warp), ("block", on_block), ("own", on_own)):
+        on_pool = (bins > x3) & (bins <= min(top, x1))
+        on_block = (bins > max(x3, top)) & (bins <= x1)
+        on_own = bins > max(x1, x3)
+        for name, sel in (("warp", on_warp), ("pool", on_pool), ("block", on_block), ("own", on_own)):
             idx = cp.flatnonzero(sel)
             if idx.size == 0:
                 continue
             self.stats[f"rows_{name}"] = self.stats.get(f"rows_{name}", 0) + int(idx.size)
             if name == "warp":
                 self._launch_warp(rows[idx], run[idx], args)
+            elif name == "pool":
+                self._launch_pool(rows[idx], run[idx], fcnt, args)
             elif name == "block":
                 kernels.kernel("expand_rows_block")((int(idx.size),), (_BLOCK_ROW,),
                                                    (rows[idx], run[idx], np.int64(idx.size)) + args)
             else:
                 self._expand_own(rows[idx], run[idx], flist, fstart, fcnt, conflict_cols, F, fill, gba)
+
+    def _launch_pool(self, rows, run, fcnt, args):
+        """Rows that share task pools: about _POOL_ELEMENTS elements of consecutive rows per block."""
+        cnt = fcnt[run]
+        pstart = cp.concatenate([cp.zeros(1, cp.int64), cp.cumsum(cnt)])
+        block_of = pstart[:-1] // _POOL_ELEMENTS               # the block a row starts in
+        n_blocks = int(block_of[-1]) + 1
+        bstart = cp.searchsorted(block_of, cp.arange(n_blocks + 1, dtype=cp.int64)).astype(cp.int64)
+        kernels.kernel("expand_rows_pool")((n_blocks,), (_BLOCK_ROW,), (rows, run, pstart, bstart) + args)
 
     def _launch_warp(self, rows, run, args):
         n = int(rows.size)
@@ -368,6 +382,8 @@ class GpuBackend:
 
 
 _BLOCK_ROW = 1024
+#: Elements of the rows one task-pool block takes (four rounds of 1024).
+_POOL_ELEMENTS = 4096
 
 
 def _device_costs():

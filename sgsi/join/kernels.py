@@ -118,6 +118,7 @@ extern "C" __global__ void test_bits(const unsigned int* __restrict__ bits, cons
 //                    writes them as one batch (the write batching of §5);
 //   expand_rows_block one block per row; warp ballots plus a scan of the warp
 //                    counts in shared memory keep the order.
+//   expand_rows_pool several rows share one block, element by element (below).
 // Rows heavier than both get a launch of their own (flattened, in gpu.py).
 extern "C" __global__ void expand_rows_block(const long long* __restrict__ rows, const long long* __restrict__ run,
                                              long long n_rows,
@@ -160,6 +161,72 @@ extern "C" __global__ void expand_rows_block(const long long* __restrict__ rows,
         __syncthreads();                      // warp_total is rewritten next round
     }
     if (threadIdx.x == 0) fill[row] = out - F[row];
+}
+
+// expand_rows_pool: rows of W3..W2 elements share one block's task pool (§7).
+// Block b takes the rows bstart[b]..bstart[b+1]-1 (of this launch's rows) and
+// streams their concatenated elements (pstart: exclusive prefix of the rows'
+// counts) 1024 at a time, one element per thread. Each thread finds its row
+// by binary search, tests the conflicts, and a block scan of the survivors
+// gives each one its rank within its row, so rows keep their order. The
+// last thread of a row's piece adds the piece's survivors to fill[row].
+extern "C" __global__ void expand_rows_pool(const long long* __restrict__ rows, const long long* __restrict__ run,
+                                            const long long* __restrict__ pstart,
+                                            const long long* __restrict__ bstart,
+                                            const int* __restrict__ flist, const long long* __restrict__ fstart,
+                                            const long long* __restrict__ fcnt,
+                                            const int* __restrict__ conflicts, int n_conflicts, long long table_rows,
+                                            const long long* __restrict__ F, long long* __restrict__ fill,
+                                            int* __restrict__ gba) {
+    __shared__ int warp_total[32];
+    __shared__ int scan[1024];                // inclusive count of survivors up to each thread
+    long long r0 = bstart[blockIdx.x], r1 = bstart[blockIdx.x + 1];
+    if (r0 >= r1) return;
+    int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, n_warps = blockDim.x >> 5;
+    long long e_end = pstart[r1];
+    for (long long base = pstart[r0]; base < e_end; base += blockDim.x) {
+        long long e = base + threadIdx.x;
+        bool live = e < e_end, ok = false;
+        long long r = r0, row = 0;
+        int x = 0;
+        if (live) {                           // the last row starting at or before e
+            long long lo = r0, hi = r1 - 1;
+            while (lo < hi) {
+                long long mid = (lo + hi + 1) >> 1;
+                if (pstart[mid] <= e) lo = mid; else hi = mid - 1;
+            }
+            r = lo;
+            row = rows[r];
+            x = flist[fstart[run[r]] + (e - pstart[r])];
+            ok = true;
+            for (int k = 0; k < n_conflicts; ++k) ok &= x != conflicts[(long long)k * table_rows + row];
+        }
+        unsigned int m = __ballot_sync(FULL, ok);
+        if (lane == 0) warp_total[wid] = __popc(m);
+        __syncthreads();
+        if (wid == 0) {                       // inclusive scan of the warp counts
+            int v = lane < n_warps ? warp_total[lane] : 0;
+            for (int o = 1; o < 32; o <<= 1) {
+                int t = __shfl_up_sync(FULL, v, o);
+                if (lane >= o) v += t;
+            }
+            if (lane < n_warps) warp_total[lane] = v;
+        }
+        __syncthreads();
+        int incl = (wid ? warp_total[wid - 1] : 0) + __popc(m & ((2u << lane) - 1u));
+        scan[threadIdx.x] = incl;
+        __syncthreads();
+        int before_row = 0;
+        if (live) {
+            long long first = pstart[r] - base;   // this row's first thread in this round
+            before_row = first > 0 ? scan[first - 1] : 0;
+            if (ok) gba[F[row] + fill[row] + (incl - 1 - before_row)] = x;
+        }
+        __syncthreads();                      // every fill[row] read before it changes
+        if (live && (e + 1 == pstart[r + 1] || threadIdx.x == blockDim.x - 1))
+            fill[row] += incl - before_row;
+        __syncthreads();                      // fill and scan are used again next round
+    }
 }
 
 // Calibration kernels for the cost model: one iteration of element work per
