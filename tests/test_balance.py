@@ -35,3 +35,12 @@ def test_many_medium_rows_share_task_pools():
     x3, x1 = choose_thresholds(h, DeviceCosts(132, 0.5, 50.0))
     assert x3 < 10 and x1 >= POOL_TOP
     assert plan_cost(h, DeviceCosts(132, 0.5, 50.0), x3, x1) < plan_cost(h, DeviceCosts(132, 0.5, 50.0), 39, 39)
+
+
+def test_suffix_argmin_equals_a_scan():
+    from sgsi.join.balance import _suffix_argmin
+    rng = np.random.default_rng(5)
+    for _ in range(200):
+        a = rng.integers(0, 6, int(rng.integers(1, 40))).astype(float)
+        want = [i + int(np.argmin(a[i:])) for i in range(a.size)]     # argmin: the first of ties
+        assert _suffix_argmin(a).tolist() == want

@@ -78,12 +78,7 @@ def choose_thresholds(hist, c: DeviceCosts):
     K = np.concatenate([[0.0], np.cumsum(kernel)])
     # Blocks for bins lo..x1, launches after: best x1 >= lo is a suffix minimum of B[x1+1] - K[x1+1].
     tail = B[1:] - K[1:]                                  # indexed by x1
-    best_x1 = np.empty(b + 1, np.int64)                   # argmin over x1 >= i of tail
-    m = b
-    for i in range(b, -1, -1):                            # one step per bin, not per row
-        if tail[i] <= tail[m]:
-            m = i
-        best_x1[i] = m
+    best_x1 = _suffix_argmin(tail)                        # argmin over x1 >= i of tail
     # x3 < top: pools for x3+1..top, blocks from top+1 (x1 >= top).
     x3s = np.arange(top)
     low = W[x3s] + (P[top + 1] - P[x3s + 1])
@@ -97,6 +92,14 @@ def choose_thresholds(hist, c: DeviceCosts):
         return int(np.argmin(low)), x1_low
     i = int(np.argmin(high))
     return int(x3h[i]), int(x1h[i])
+
+
+def _suffix_argmin(a):
+    """For each i, the smallest j >= i with a[j] = min(a[i:])."""
+    r = a[::-1]
+    at_min = r <= np.minimum.accumulate(r)                # r[j] is the running minimum (ties: later j)
+    last = np.maximum.accumulate(np.where(at_min, np.arange(r.size), 0))
+    return (r.size - 1 - last)[::-1]
 
 
 def _padded(hist):

@@ -319,36 +319,49 @@ class GpuBackend:
             self._launch_warp(rows, run, args)
             return
         bins = fcnt[run] // balance.BIN
+        hist = cp.asnumpy(cp.bincount(bins))          # the one host sync of a balanced step
         if thresholds is None:
-            hist = cp.asnumpy(cp.bincount(bins))
             thresholds = balance.choose_thresholds(hist, self.costs())
         x3, x1 = thresholds
         top = balance.POOL_TOP
-        on_warp = bins <= x3
-        on_pool = (bins > x3) & (bins <= min(top, x1))
-        on_block = (bins > max(x3, top)) & (bins <= x1)
-        on_own = bins > max(x1, x3)
-        for name, sel in (("warp", on_warp), ("pool", on_pool), ("block", on_block), ("own", on_own)):
-            idx = cp.flatnonzero(sel)
-            if idx.size == 0:
+        b = np.arange(hist.size)
+        way_of_bin = np.full(hist.size, 3, np.uint8)                  # 3: a launch of its own
+        way_of_bin[b <= max(x1, x3)] = 2                               # 2: a block
+        way_of_bin[(b > x3) & (b <= min(top, x1))] = 1                 # 1: a task pool
+        way_of_bin[b <= x3] = 0                                        # 0: a warp
+        counts = np.bincount(way_of_bin, weights=hist, minlength=4).astype(np.int64)
+        if counts.max() == n_rows:                                     # one way for all: no gather
+            order = None
+        else:
+            order = cp.argsort(cp.asarray(way_of_bin)[bins])
+        starts = np.concatenate([[0], np.cumsum(counts)])
+        for way, name in enumerate(("warp", "pool", "block", "own")):
+            n = int(counts[way])
+            if n == 0:
                 continue
-            self.stats[f"rows_{name}"] = self.stats.get(f"rows_{name}", 0) + int(idx.size)
-            if name == "warp":
-                self._launch_warp(rows[idx], run[idx], args)
-            elif name == "pool":
-                self._launch_pool(rows[idx], run[idx], fcnt, args)
-            elif name == "block":
-                kernels.kernel("expand_rows_block")((int(idx.size),), (_BLOCK_ROW,),
-                                                   (rows[idx], run[idx], np.int64(idx.size)) + args)
+            self.stats[f"rows_{name}"] = self.stats.get(f"rows_{name}", 0) + n
+            if order is None:
+                r, d = rows, run
             else:
-                self._expand_own(rows[idx], run[idx], flist, fstart, fcnt, conflict_cols, F, fill, gba)
+                sel = order[starts[way]:starts[way + 1]]
+                r, d = rows[sel], run[sel]
+            if name == "warp":
+                self._launch_warp(r, d, args)
+            elif name == "pool":
+                w = np.arange(hist.size)[way_of_bin == 1]
+                most = int((hist[w] * (balance.BIN * (w + 1))).sum())       # entries, an upper bound
+                self._launch_pool(r, d, fcnt, args, most // _POOL_ELEMENTS + 1)
+            elif name == "block":
+                kernels.kernel("expand_rows_block")((n,), (_BLOCK_ROW,), (r, d, np.int64(n)) + args)
+            else:
+                self._expand_own(r, d, flist, fstart, fcnt, conflict_cols, F, fill, gba)
 
-    def _launch_pool(self, rows, run, fcnt, args):
-        """Rows that share task pools: about _POOL_ELEMENTS elements of consecutive rows per block."""
-        cnt = fcnt[run]
-        pstart = cp.concatenate([cp.zeros(1, cp.int64), cp.cumsum(cnt)])
+    def _launch_pool(self, rows, run, fcnt, args, n_blocks):
+        """Rows that share task pools: the rows starting in each run of _POOL_ELEMENTS entries go to
+        one block. ``n_blocks`` is at least the blocks needed (known on the host without a sync); the
+        extra ones find no rows and return."""
+        pstart = cp.concatenate([cp.zeros(1, cp.int64), cp.cumsum(fcnt[run])])
         block_of = pstart[:-1] // _POOL_ELEMENTS               # the block a row starts in
-        n_blocks = int(block_of[-1]) + 1
         bstart = cp.searchsorted(block_of, cp.arange(n_blocks + 1, dtype=cp.int64)).astype(cp.int64)
         kernels.kernel("expand_rows_pool")((n_blocks,), (_BLOCK_ROW,), (rows, run, pstart, bstart) + args)
 
