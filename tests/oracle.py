@@ -19,7 +19,7 @@ Semantics (DESIGN.md, "Semantics"):
 - parallel data edges with one label are one edge.
 
 It also makes random test inputs: :func:`random_graph` and
-:func:`random_pattern`.
+:func:`random_pattern`, and writes them as Parquet (:func:`write_graph_files`).
 """
 
 from __future__ import annotations
@@ -440,3 +440,19 @@ class _PatternWriter:
     def _sep(self, token):
         """``token`` with a random space before it."""
         return (" " if self.rng.random() < self.p_space else "") + token
+
+
+def write_graph_files(d, edges, vlabels, edge_labels=True):
+    """Parquet files ``e.parquet`` (src, dst[, label]) and ``v.parquet`` (id, label; None: no vertex
+    file) of a :func:`random_graph` in directory ``d`` (a pathlib.Path); returns their paths."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    d.mkdir(parents=True, exist_ok=True)
+    cols = {"src": [e[0] for e in edges], "dst": [e[1] for e in edges]}
+    if edge_labels:
+        cols["label"] = [e[2] for e in edges]
+    pq.write_table(pa.table(cols), d / "e.parquet")
+    if vlabels is None:
+        return str(d / "e.parquet"), None
+    pq.write_table(pa.table({"id": list(vlabels), "label": list(vlabels.values())}), d / "v.parquet")
+    return str(d / "e.parquet"), str(d / "v.parquet")

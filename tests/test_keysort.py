@@ -12,11 +12,10 @@ import random
 import duckdb
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 
 import sgsi
-from oracle import random_graph
+from oracle import random_graph, write_graph_files
 from sgsi.storage import ingest, keysort
 
 
@@ -59,18 +58,6 @@ def test_key_layout_packs_like_duckdb_and_unpacks():
     assert [keysort.bit_width(n) for n in (0, 1, 2, 3, 4, 5, 1 << 26)] == [1, 1, 1, 2, 2, 3, 26]
 
 
-def _write(d, edges, vlabels, edge_labels=True):
-    d.mkdir(parents=True, exist_ok=True)
-    cols = {"src": [e[0] for e in edges], "dst": [e[1] for e in edges]}
-    if edge_labels:
-        cols["label"] = [e[2] for e in edges]
-    pq.write_table(pa.table(cols), d / "e.parquet")
-    if vlabels is None:
-        return str(d / "e.parquet"), None
-    pq.write_table(pa.table({"id": list(vlabels), "label": list(vlabels.values())}), d / "v.parquet")
-    return str(d / "e.parquet"), str(d / "v.parquet")
-
-
 def _build(path, sort, monkeypatch, **kw):
     said = []
     monkeypatch.setattr(ingest._Builder, "max_sort_bytes", 1 << 40 if sort == "memory" else 0)
@@ -100,7 +87,7 @@ def test_in_memory_sort_builds_the_same_store_as_duckdb(tmp_path, monkeypatch, c
     if c.get("sparse"):                                               # ids that are not a range
         edges = [(s * 1000 + 7, t * 1000 + 7, lab) for s, t, lab in edges]
         vlabels = {v * 1000 + 7: lab for v, lab in vlabels.items()}
-    e, v = _write(tmp_path, edges, None if c.get("vertex_labels") is False else vlabels,
+    e, v = write_graph_files(tmp_path, edges, None if c.get("vertex_labels") is False else vlabels,
                   c.get("edge_labels", True))
     if "sig_table" in c:
         monkeypatch.setattr(ingest._Builder, "max_signature_table", c["sig_table"])

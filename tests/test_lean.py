@@ -13,27 +13,15 @@ import subprocess
 import sys
 
 import duckdb
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 
 import sgsi
-from oracle import oracle_count, random_graph, random_pattern
+from oracle import oracle_count, random_graph, random_pattern, write_graph_files
 from sgsi.errors import PatternError
 from sgsi.storage import ingest
 
 VLABELS = [0, 1, 2]
 ELABELS = ["E0", "E1", "E2"]
-
-
-def _write(d, edges, vlabels, edge_labels=True):
-    d.mkdir(parents=True, exist_ok=True)
-    cols = {"src": [e[0] for e in edges], "dst": [e[1] for e in edges]}
-    if edge_labels:
-        cols["label"] = [e[2] for e in edges]
-    pq.write_table(pa.table(cols), d / "e.parquet")
-    pq.write_table(pa.table({"id": list(vlabels), "label": list(vlabels.values())}), d / "v.parquet")
-    return str(d / "e.parquet"), str(d / "v.parquet")
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +30,7 @@ def graph(tmp_path_factory):
     rng = random.Random(77)
     edges, vlabels = random_graph(rng, 60, 400, 3, 3)
     vlabels = {v: l for v, l in vlabels.items() if v != 7}      # one vertex without a label
-    e, v = _write(d, edges, vlabels)
+    e, v = write_graph_files(d, edges, vlabels)
     return d, edges, vlabels, e, v
 
 
@@ -105,14 +93,14 @@ def test_lean_single_label_and_undirected_stores(tmp_path):
     holds one direction for all, so a lean one refuses only unlabeled edges (with several labels)."""
     rng = random.Random(5)
     edges, vlabels = random_graph(rng, 40, 150, 2, 1)
-    e, v = _write(tmp_path / "single", edges, vlabels, edge_labels=False)
+    e, v = write_graph_files(tmp_path / "single", edges, vlabels, edge_labels=False)
     with sgsi.build(str(tmp_path / "single.sgsi"), edges=e, vertices=v, lean=True) as g:
         for p in ["(a)-->(b)-->(c)", "(a:0)-->(b), (b)-->(a)", "(a)<--(b)-->(c)-->(a)"]:
             assert g.count(p) == oracle_count([(s, t, None) for s, t, _ in edges], vlabels, p), p
         with pytest.raises(PatternError, match="undirected edges"):
             g.count("(a)--(b)")
     edges, vlabels = random_graph(rng, 40, 150, 2, 2)
-    e, v = _write(tmp_path / "und", edges, vlabels)
+    e, v = write_graph_files(tmp_path / "und", edges, vlabels)
     both = edges + [(t, s, lab) for s, t, lab in edges]
     with sgsi.build(str(tmp_path / "und.sgsi"), edges=e, vertices=v, undirected=True, lean=True) as g:
         for p in ["(a)-[:E0]-(b)-[:E1]-(c)", "(a)-[:E0]->(b), (b)-[:E1]->(a)", "(a:1)-[:E1]-(b)-[:E1]-(c)"]:
@@ -155,7 +143,7 @@ def test_signature_counts_on_several_threads(tmp_path, monkeypatch):
     """With build workers the counts of the batches run on several threads and update the table by
     stripes: the signatures must be those of a full store all the same."""
     edges, vlabels = random_graph(random.Random(9), 3000, 40000, 3, 3)
-    e, v = _write(tmp_path, edges, vlabels)
+    e, v = write_graph_files(tmp_path, edges, vlabels)
     monkeypatch.setenv("SGSI_BUILD_WORKERS", "4")
     monkeypatch.setattr(ingest, "_BATCH_ROWS", 2048)            # about 20 batches per pass
     full = sgsi.build(str(tmp_path / "full.sgsi"), edges=e, vertices=v)

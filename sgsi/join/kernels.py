@@ -21,6 +21,25 @@ _PREAMBLE_BITS = r"""
 __device__ __forceinline__ bool test_bit(const unsigned int* bits, int v) {
     return (bits[v >> 5] >> (v & 31)) & 1u;
 }
+
+// Block-wide compaction counts from each warp's ballot m: (survivors in the warps before
+// this thread's, survivors in the block), by a scan of the warp counts in shared memory
+// (warp_total: 32 ints). Every thread of the block must call it.
+__device__ __forceinline__ int2 block_ballot_scan(unsigned int m, int* warp_total) {
+    int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, n_warps = blockDim.x >> 5;
+    if (lane == 0) warp_total[wid] = __popc(m);
+    __syncthreads();
+    if (wid == 0) {                           // inclusive scan of the warp counts
+        int v = lane < n_warps ? warp_total[lane] : 0;
+        for (int o = 1; o < 32; o <<= 1) {
+            int t = __shfl_up_sync(0xffffffffu, v, o);
+            if (lane >= o) v += t;
+        }
+        if (lane < n_warps) warp_total[lane] = v;
+    }
+    __syncthreads();
+    return make_int2(wid ? warp_total[wid - 1] : 0, warp_total[n_warps - 1]);
+}
 """
 
 _SOURCE = _PREAMBLE_HASH + _PREAMBLE_BITS + r"""
@@ -130,7 +149,7 @@ extern "C" __global__ void expand_rows_block(const long long* __restrict__ rows,
     __shared__ int warp_total[32];
     long long task = blockIdx.x;
     if (task >= n_rows) return;
-    int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, n_warps = blockDim.x >> 5;
+    int lane = threadIdx.x & 31;
     long long row = rows[task];
     long long d = run[task];
     long long s = fstart[d], c = fcnt[d];
@@ -144,20 +163,9 @@ extern "C" __global__ void expand_rows_block(const long long* __restrict__ rows,
             for (int k = 0; k < n_conflicts; ++k) ok &= x != conflicts[(long long)k * table_rows + row];
         }
         unsigned int m = __ballot_sync(FULL, ok);
-        if (lane == 0) warp_total[wid] = __popc(m);
-        __syncthreads();
-        if (wid == 0) {                       // inclusive scan of the warp counts
-            int v = lane < n_warps ? warp_total[lane] : 0;
-            for (int o = 1; o < 32; o <<= 1) {
-                int t = __shfl_up_sync(FULL, v, o);
-                if (lane >= o) v += t;
-            }
-            if (lane < n_warps) warp_total[lane] = v;
-        }
-        __syncthreads();
-        int before = wid ? warp_total[wid - 1] : 0;
-        if (ok) gba[out + before + __popc(m & ((1u << lane) - 1u))] = x;
-        out += warp_total[n_warps - 1];
+        int2 sums = block_ballot_scan(m, warp_total);
+        if (ok) gba[out + sums.x + __popc(m & ((1u << lane) - 1u))] = x;
+        out += sums.y;
         __syncthreads();                      // warp_total is rewritten next round
     }
     if (threadIdx.x == 0) fill[row] = out - F[row];
@@ -182,7 +190,7 @@ extern "C" __global__ void expand_rows_pool(const long long* __restrict__ rows, 
     __shared__ int scan[1024];                // inclusive count of survivors up to each thread
     long long r0 = bstart[blockIdx.x], r1 = bstart[blockIdx.x + 1];
     if (r0 >= r1) return;
-    int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, n_warps = blockDim.x >> 5;
+    int lane = threadIdx.x & 31;
     long long e_end = pstart[r1];
     for (long long base = pstart[r0]; base < e_end; base += blockDim.x) {
         long long e = base + threadIdx.x;
@@ -202,18 +210,7 @@ extern "C" __global__ void expand_rows_pool(const long long* __restrict__ rows, 
             for (int k = 0; k < n_conflicts; ++k) ok &= x != conflicts[(long long)k * table_rows + row];
         }
         unsigned int m = __ballot_sync(FULL, ok);
-        if (lane == 0) warp_total[wid] = __popc(m);
-        __syncthreads();
-        if (wid == 0) {                       // inclusive scan of the warp counts
-            int v = lane < n_warps ? warp_total[lane] : 0;
-            for (int o = 1; o < 32; o <<= 1) {
-                int t = __shfl_up_sync(FULL, v, o);
-                if (lane >= o) v += t;
-            }
-            if (lane < n_warps) warp_total[lane] = v;
-        }
-        __syncthreads();
-        int incl = (wid ? warp_total[wid - 1] : 0) + __popc(m & ((2u << lane) - 1u));
+        int incl = block_ballot_scan(m, warp_total).x + __popc(m & ((2u << lane) - 1u));
         scan[threadIdx.x] = incl;
         __syncthreads();
         int before_row = 0;
