@@ -52,12 +52,30 @@ def bin_costs(hist: np.ndarray, c: DeviceCosts):
     return warp, pool, block, kernel
 
 
+#: The ways to run a row, in the order of :func:`ways_of_bins`' codes 0..3.
+WAYS = ("warp", "pool", "block", "own")
+
+
+def ways_of_bins(n_bins: int, x3: int, x1: int) -> np.ndarray:
+    """The way (index into :data:`WAYS`) each of ``n_bins`` bins runs under thresholds (x3, x1).
+
+    Bins 0..x3 on warps, x3+1..min(31, x1) in task pools, the rest up to x1
+    on blocks, and bins past max(x1, x3) on launches of their own (any x3, x1
+    given, as the tests do; the model's own choice has x1 >= 31).
+    """
+    b = np.arange(n_bins)
+    way = np.full(n_bins, 3, np.uint8)
+    way[b <= max(x1, x3)] = 2
+    way[(b > x3) & (b <= min(POOL_TOP, x1))] = 1
+    way[b <= x3] = 0
+    return way
+
+
 def plan_cost(hist, c: DeviceCosts, x3: int, x1: int) -> float:
     """Equation 1 for thresholds (x3, x1): the reference that :func:`choose_thresholds` minimises."""
-    warp, pool, block, kernel = bin_costs(_padded(hist), c)
-    top = POOL_TOP
-    return float(warp[:x3 + 1].sum() + pool[x3 + 1:top + 1].sum() + block[max(x3, top) + 1:x1 + 1].sum()
-                 + kernel[x1 + 1:].sum())
+    hist = _padded(hist)
+    costs = np.stack(bin_costs(hist, c))                  # way x bin
+    return float(costs[ways_of_bins(hist.size, x3, x1), np.arange(hist.size)].sum())
 
 
 def choose_thresholds(hist, c: DeviceCosts):

@@ -322,20 +322,14 @@ class GpuBackend:
         hist = cp.asnumpy(cp.bincount(bins))          # the one host sync of a balanced step
         if thresholds is None:
             thresholds = balance.choose_thresholds(hist, self.costs())
-        x3, x1 = thresholds
-        top = balance.POOL_TOP
-        b = np.arange(hist.size)
-        way_of_bin = np.full(hist.size, 3, np.uint8)                  # 3: a launch of its own
-        way_of_bin[b <= max(x1, x3)] = 2                               # 2: a block
-        way_of_bin[(b > x3) & (b <= min(top, x1))] = 1                 # 1: a task pool
-        way_of_bin[b <= x3] = 0                                        # 0: a warp
+        way_of_bin = balance.ways_of_bins(hist.size, *thresholds)
         counts = np.bincount(way_of_bin, weights=hist, minlength=4).astype(np.int64)
         if counts.max() == n_rows:                                     # one way for all: no gather
             order = None
         else:
             order = cp.argsort(cp.asarray(way_of_bin)[bins])
         starts = np.concatenate([[0], np.cumsum(counts)])
-        for way, name in enumerate(("warp", "pool", "block", "own")):
+        for way, name in enumerate(balance.WAYS):
             n = int(counts[way])
             if n == 0:
                 continue
