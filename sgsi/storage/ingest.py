@@ -393,6 +393,7 @@ class _Builder:
         self.con, self.dir, self.theta = con, directory, theta
         self.lean = lean
         self.sig_table = None
+        self._label_ids = None
         self.sig_bits, self.label_bits = sig_bits, label_bits
         self.undirected = undirected
         self.has_edge_labels, self.has_vertex_labels = has_edge_labels, has_vertex_labels
@@ -593,6 +594,13 @@ class _Builder:
         order = "l, v, w" if p.label_major else "v, w, l"
         return f"SELECT {cols} FROM {p.table} e{join} ORDER BY {order}"
 
+    def _vertex_label_ids(self):
+        """Label id of every vertex (-1: none) as one int32 array, fetched once for the build."""
+        if self._label_ids is None:
+            col = _stream(self.con, "SELECT lid FROM vinfo ORDER BY vid").read_all().column(0)
+            self._label_ids = _int32(col.combine_chunks())
+        return self._label_ids
+
     def _scratch(self, name):
         return os.path.join(self.scratch, f"{name}.arrow")
 
@@ -638,8 +646,7 @@ class _Builder:
             return _SortQueue([partial(_sql_sort, self.con.cursor(), self._sorted_sql(p)) for p in passes])
         labels = None
         if any(p.with_neighbour_label for p in passes) and self.has_vertex_labels:
-            labels = _int32(_stream(self.con, "SELECT lid FROM vinfo ORDER BY vid").read_all().column(0)
-                            .combine_chunks())
+            labels = self._vertex_label_ids()
         jobs = []
         for p in passes:
             layout = keysort.KeyLayout(widths if p.label_major else widths[1:] + widths[:1])
@@ -659,8 +666,7 @@ class _Builder:
         sig_dirs = [signatures.UNDIRECTED] if und else [signatures.OUT, signatures.IN]
         if self.count_signatures:
             groups = signatures.n_groups(self.sig_bits, self.label_bits)
-            labels = _stream(self.con, "SELECT lid FROM vinfo ORDER BY vid").read_all().column(0)
-            self.sig_table = _SignatureTable(n_vertices, groups, _int32(labels.combine_chunks()),
+            self.sig_table = _SignatureTable(n_vertices, groups, self._vertex_label_ids(),
                                              {d: self._group_map(self.con, d, n_labels) for d in sig_dirs},
                                              workers=max(1, min(4, _pcsr_workers())))
         # Labelled partitions: out, in, and both = their merge. The scratch copies serve the merge
