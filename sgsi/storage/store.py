@@ -334,9 +334,9 @@ class Store:
         hit = self._segments.get(seg_id)
         if hit is not None:
             return hit
-        n_groups, n_edges = int(self._seg_groups[seg_id]), int(self._seg_edges[seg_id])
-        groups = self._column("pcsr_groups.arrow", seg_id, rows=n_groups * self.theta * 2)
-        ci = self._column("pcsr_ci.arrow", seg_id, rows=n_edges)
+        group_rows, ci_rows = self._segment_rows(seg_id)
+        groups = self._column("pcsr_groups.arrow", seg_id, rows=group_rows)
+        ci = self._column("pcsr_ci.arrow", seg_id, rows=ci_rows)
         groups = groups.reshape(-1, self.theta, 2)
         self.check_segment(seg_id, groups)
         self._segments[seg_id] = (groups, ci)   # views: they cost no memory of their own
@@ -362,9 +362,13 @@ class Store:
             raise self._damaged("pcsr_groups.arrow", f"holds values out of range in segment {seg_id}")
         self._checked_segments.add(seg_id)
 
+    def _segment_rows(self, seg_id: int):
+        """(int32 values of the groups, of the ci) of a segment, from its entry in segments.arrow."""
+        return int(self._seg_groups[seg_id]) * self.theta * 2, int(self._seg_edges[seg_id])
+
     def segment_sizes(self, seg_id: int):
         """(groups bytes, ci bytes) of a segment."""
-        return 4 * int(self._seg_groups[seg_id]) * self.theta * 2, 4 * int(self._seg_edges[seg_id])
+        return tuple(4 * r for r in self._segment_rows(seg_id))
 
     @property
     def reads_direct(self) -> bool:
@@ -380,9 +384,9 @@ class Store:
         values are not checked here (see :meth:`check_segment`). Returns
         (groups bytes, ci bytes, groups shape).
         """
-        n_groups, n_edges = int(self._seg_groups[seg_id]), int(self._seg_edges[seg_id])
+        group_rows, ci_rows = self._segment_rows(seg_id)
         pieces, at = [], 0
-        for name, rows in (("pcsr_groups.arrow", n_groups * self.theta * 2), ("pcsr_ci.arrow", n_edges)):
+        for name, rows in (("pcsr_groups.arrow", group_rows), ("pcsr_ci.arrow", ci_rows)):
             if not rows:
                 continue
             rb = self._batch(name, seg_id, rows)
@@ -405,7 +409,7 @@ class Store:
                 list(_pread_threads().map(lambda p: _pread(out, *p), pieces))
         except OSError as e:
             raise self._damaged("pcsr_groups.arrow or pcsr_ci.arrow", f"cannot be read at segment {seg_id} ({e})")
-        return (*self.segment_sizes(seg_id), (n_groups, self.theta, 2))
+        return 4 * group_rows, 4 * ci_rows, (int(self._seg_groups[seg_id]), self.theta, 2)
 
     def segment_bytes(self, seg_id: int) -> int:
         """Bytes of a segment's groups and ci together."""
