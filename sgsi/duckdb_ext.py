@@ -73,6 +73,7 @@ from . import budget as budget_mod
 from .errors import InputError, PatternError, SgsiError, os_error_behind
 from .graph import Graph, reraise_stream_error
 from .results import write_parquet_parts
+from .storage.format import MANIFEST
 from .storage.ingest import build_store
 
 __all__ = ["register", "build_from_sql", "Registration"]
@@ -449,8 +450,9 @@ class _OpenStores:
 
 
 def _manifest_version(path):
+    """(inode, size, mtime) of a store's manifest, which a rebuild replaces; None: no manifest."""
     try:
-        st = os.stat(os.path.join(path, "manifest.json"))
+        st = os.stat(os.path.join(path, MANIFEST))
     except OSError:
         return None                      # Graph() reports the missing store
     return (st.st_ino, st.st_size, st.st_mtime_ns)
@@ -660,14 +662,14 @@ def _require(value, name):
 
 
 def _key(graph, pattern, device, memory_budget, homomorphism, max_rows):
-    """Cache key: the arguments, plus the store's and a query file's modification times."""
+    """Cache key: the arguments, plus the identity of the store's manifest and a query file's modification time."""
     def mtime(p):
         try:
             return os.stat(p).st_mtime_ns
         except (OSError, TypeError, ValueError):
             return None
     g = os.path.abspath(graph) if graph is not None else None
-    return (g, mtime(os.path.join(g, "manifest.json")) if g else None, pattern,
+    return (g, _manifest_version(g) if g else None, pattern,
             mtime(pattern) if pattern and "(" not in pattern else None,
             device or "auto", memory_budget, bool(homomorphism), max_rows)
 
