@@ -191,8 +191,8 @@ class Graph:
             backend = _Watched(backend, check)
         # Plan on the filtered candidate sets; refine them only if the join outgrows them.
         # A count takes the pattern's independent leaves as a product (make_plan's factor_leaves).
-        plan = self._guard(make_plan, self.store, pat, backend, injective=injective, refine_rounds=0,
-                           factor_leaves=count)
+        plan = self._guard(backend.run, lambda: make_plan(self.store, pat, backend, injective=injective,
+                                                          refine_rounds=0, factor_leaves=count))
         refined = lambda: make_plan(self.store, pat, backend, injective=injective, refine_rounds=2,  # noqa: E731
                                     factor_leaves=count)
         return pat, Engine(self.store, plan, backend, budget, replan=refined)
@@ -212,7 +212,7 @@ class Graph:
         key, backend = self._take_backend(device, memory_budget)
         _pat, engine = self._prepare(key, backend, pattern, memory_budget, injective, cancel, count=True)
         with backend.measuring_memory():
-            n = self._guard(engine.count)
+            n = self._guard(backend.run, engine.count)
         self._finished(backend, engine)
         self._give_back(key, backend)
         return n
@@ -257,7 +257,7 @@ class Graph:
                     return
                 chunks = engine.chunks()
                 while True:
-                    chunk = self._guard(next, chunks, None)
+                    chunk = self._guard(backend.run, next, chunks, None)
                     if chunk is None:
                         break
                     if check is not None:

@@ -456,3 +456,36 @@ def write_graph_files(d, edges, vlabels, edge_labels=True):
         return str(d / "e.parquet"), None
     pq.write_table(pa.table({"id": list(vlabels), "label": list(vlabels.values())}), d / "v.parquet")
     return str(d / "e.parquet"), str(d / "v.parquet")
+
+
+def random_gathered_lists(rng, n_tuples, lengths, gathered=None, universe=3000):
+    """Random inputs of ``intersect_lists``: per link, the gathered lists of its distinct
+    vertices (``sgsi.join.engine._Lists``: sorted distinct values in a GBA whose slots past
+    each list's count hold garbage), each tuple pointing at one of them. ``lengths[j]`` is the
+    longest list of link j; ``gathered[j]`` False leaves link j out (None). Returns
+    (lists, the expected set of each tuple as Python sets)."""
+    import numpy as np
+    from sgsi.join.engine import _Lists
+    lists, per_tuple = [], []
+    for j, longest in enumerate(lengths):
+        if gathered is not None and not gathered[j]:
+            lists.append(None)
+            continue
+        n_dist = int(rng.integers(1, max(2, n_tuples // 2) + 1))
+        count = rng.integers(0, longest + 1, n_dist)
+        count[0] = longest
+        reserved = count + rng.integers(0, 4, n_dist)            # slots never written
+        start = np.cumsum(reserved) - reserved
+        values = rng.integers(-5, 2 ** 31 - 1, int(reserved.sum())).astype(np.int32)
+        sets = []
+        for d in range(n_dist):        # a test helper: a loop over a few hundred lists is fine
+            # Values from one shared small range, so that lists of different links overlap.
+            v = np.sort(rng.choice(universe, int(count[d]), replace=False)).astype(np.int32)
+            values[start[d]:start[d] + count[d]] = v
+            sets.append(set(v.tolist()))
+        of_tuple = rng.integers(0, n_dist, n_tuples).astype(np.int64)
+        lists.append(_Lists(of_tuple, start.astype(np.int64), count.astype(np.int64), values,
+                            int(reserved.sum())))
+        per_tuple.append([sets[d] for d in of_tuple])
+    expect = [set.intersection(*(p[t] for p in per_tuple)) for t in range(n_tuples)]
+    return lists, expect

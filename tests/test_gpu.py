@@ -117,6 +117,64 @@ def test_expand_rows_matches_reference(gpu, thresholds):
         assert heavy >= 2 and gpu.stats["rows_pool"] == n_rows - heavy and gpu.stats["rows_own"] == heavy
 
 
+@pytest.mark.parametrize("lengths,gathered", [
+    ([40, 40], None),
+    ([5, 300, 5000], None),                       # a long list searched, windows over many rounds
+    ([300, 3, 60, 60], [True, False, True, True]),
+    ([50] * 18, None),                            # past the kernel's 16 search windows
+    ([0, 10], None),
+    ([2000, 2000], None),                         # lists of like size: the windows sweep like a merge
+])
+def test_intersect_lists_kernel_matches_reference(gpu, lengths, gathered):
+    """The later-link kernel writes exactly what the CPU backend's bitset intersection gives:
+    the same entries in the same order, the same links left untested."""
+    import cupy as cp
+    from oracle import random_gathered_lists
+    from sgsi.join.engine import _Lists
+    rng = np.random.default_rng(sum(lengths) + 1)
+    lists, _expect = random_gathered_lists(rng, 300, lengths, gathered, universe=max(lengths) * 3 + 1)
+    ref = CpuBackend().intersect_lists(lists, bitcap=1 << 30)
+    dev = [None if L is None else _Lists(cp.asarray(L.of_tuple), cp.asarray(L.start), cp.asarray(L.count),
+                                          cp.asarray(L.values), L.reserved) for L in lists]
+    got = gpu.intersect_lists(dev)
+    assert np.array_equal(ref[0], cp.asnumpy(got[0]))
+    assert np.array_equal(ref[1], cp.asnumpy(got[1]))
+    assert ref[3] == got[3]
+    assert got[2] >= int(got[1].size)
+
+
+def test_device_memory_comes_from_the_backends_limited_pool(monkeypatch):
+    """A GPU backend allocates from a pool of its own, limited to its budget plus the allowance;
+    past the limit a query stops with a BudgetError, not a CUDA error."""
+    import cupy as cp
+    from sgsi.errors import BudgetError
+    from sgsi.join import gpu as gpu_mod
+    monkeypatch.setattr(gpu_mod, "POOL_ALLOWANCE", 1 << 20)
+    be = gpu_mod.GpuBackend("1MB")
+    assert be.pool_limit == be.pool.get_limit() == 2 << 20
+    default_before = cp.get_default_memory_pool().used_bytes()
+    a = be.run(lambda: cp.zeros(1 << 20, cp.uint8))
+    assert be.pool.used_bytes() >= 1 << 20
+    assert cp.get_default_memory_pool().used_bytes() == default_before
+    with pytest.raises(BudgetError, match="memory budget"):
+        be.run(lambda: cp.zeros(3 << 20, cp.uint8))
+    del a
+
+
+def test_query_stays_inside_its_pool_limit(tmp_path):
+    import cupy as cp
+    d = tmp_path / "y"
+    g = sgsi.build(str(d) + ".sgsi", graph=os.path.join(BENCH, "yeast", "data.graph"), memory_budget="64KB")
+    q = os.path.join(BENCH, "yeast", "queries", "query_dense_8_1.graph")
+    default_before = cp.get_default_memory_pool().used_bytes()
+    n = g.count(q, device="gpu", memory_budget="64KB")
+    st = g.last_stats
+    assert n == _expected("yeast")["query_dense_8_1.graph"]
+    assert 0 < st["device_peak_bytes"] <= (64 << 10) + (256 << 20)
+    assert cp.get_default_memory_pool().used_bytes() == default_before
+    g.close()
+
+
 def test_cost_model_calibration(gpu):
     c = gpu.costs()
     assert c.sms > 0 and c.t_kl > 0 and c.t_sn >= 0

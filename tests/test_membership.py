@@ -87,3 +87,33 @@ def test_member_vs_brute_force(store, cap, ranked, seed):
         assert got.dtype == bool and got.shape == want.shape
         assert (got == want).all()
     assert want.any() and not want.all()
+
+
+@pytest.mark.parametrize("lengths,gathered", [
+    ([40, 40], None),
+    ([5, 300, 2000], None),
+    ([300, 3, 60, 60], [True, False, True, True]),
+    ([50] * 18, None),                          # more lists than the GPU kernel keeps windows for
+    ([0, 10], None),
+])
+def test_intersect_ranked_matches_sets(lengths, gathered):
+    """The CPU backend's intersection of gathered lists (the GPU kernel's reference) against
+    Python sets: each tuple gets exactly the values common to its lists, sorted; links left
+    out are reported untested."""
+    from oracle import random_gathered_lists
+    rng = np.random.default_rng(sum(lengths))
+    be = CpuBackend()
+    lists, expect = random_gathered_lists(rng, 200, lengths, gathered, universe=max(lengths) * 3 + 1)
+    etuple, evals, probes, untested = be.intersect_lists(lists, bitcap=1 << 30)
+    assert untested == [j for j, L in enumerate(lists) if L is None]
+    assert probes >= evals.size
+    got = [set() for _ in expect]
+    for t, v in zip(etuple.tolist(), evals.tolist()):
+        got[t].add(v)
+    assert got == expect
+    assert len(evals) == sum(len(s) for s in expect)
+    key = etuple.astype(np.int64) * 2 ** 32 + evals
+    assert np.all(np.diff(key) > 0)                 # sorted by tuple, then value
+    # A bitset cap too small for any later list: nothing to intersect by bitsets.
+    assert be.intersect_lists(lists, bitcap=0) is None
+    assert be.intersect_lists([lists[0]] + [None] * (len(lists) - 1), bitcap=1 << 30) is None

@@ -74,6 +74,10 @@ class CpuBackend:
         """Context of one query whose device memory the backend measures (none on the CPU)."""
         return contextlib.nullcontext()
 
+    def run(self, fn, *args):
+        """``fn(*args)`` where the backend computes (the GPU's memory pool; nothing on the CPU)."""
+        return fn(*args)
+
     def segments(self, store, seg_ids):
         """Yield (position, groups, ci) for each segment of a partition, in order.
 
@@ -165,6 +169,16 @@ class CpuBackend:
         # Rank of each survivor within its row (rows come in runs).
         gba[F[rid] + fill[rid] + rank_in_runs(np, self, rid)] = vals
         fill += np.bincount(rid, minlength=fill.size)
+
+    def intersect_lists(self, lists, bitcap):
+        """S(t) of each tuple from a step's gathered lists: the entries of its first link's
+        list found in every other gathered list. Returns (entry tuples, entry values, entries
+        probed, links left untested), or None when no later link's lists can be used.
+
+        On the CPU by bitsets over ranks (:func:`sgsi.join.membership.intersect_ranked`),
+        the reference of the GPU's ``intersect_lists`` kernel."""
+        from .membership import intersect_ranked
+        return intersect_ranked(np, self, lists, bitcap)
 
     def popcount(self, bits):
         return int(np.unpackbits(bits.view(np.uint8)).sum())

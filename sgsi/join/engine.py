@@ -395,8 +395,8 @@ class Engine:
                                       REPLAN_COST_FACTOR * refine_cost(self.store, self.backend, self.plan))
             if self.work > self.work_limit:
                 raise _Replan()
-        ranked = self._ranked(lists, max(4096, 4 * lim.gba_entries))
-        if ranked is None:
+        got = backend.intersect_lists(lists, max(4096, 4 * lim.gba_entries))
+        if got is None:
             # Entries from the first link's lists; the other links are tested by streaming.
             L = lists[0]
             tcnt = L.count[L.of_tuple]
@@ -405,28 +405,10 @@ class Engine:
             self.stats["entries"] += int(evals.size)
             untested = list(range(1, len(step.links)))
         else:
-            # Each tuple takes its entries from the shortest of its ranked lists (the probe
-            # side chosen per tuple), and each entry is tested by one bit of every ranked
-            # list's bitset row (the bit of its own list is set).
-            ids, rank, rl = ranked
-            have = [r for r in rl if r is not None]
-            tcnt, start = have[0].count_of_tuple, have[0].start_of_tuple
-            which = xp.zeros(tcnt.shape, xp.int8)
-            for k, r in enumerate(have[1:], 1):
-                shorter = r.count_of_tuple < tcnt
-                tcnt = xp.where(shorter, r.count_of_tuple, tcnt)
-                start = xp.where(shorter, r.start_of_tuple, start)
-                which[shorter] = k
-            etuple = backend.repeat_index(tcnt)
-            evals = xp.take(rank, pcsr.ragged_indices(start, tcnt, xp))
-            self.stats["entries"] += int(evals.size)
-            alive = xp.ones(evals.size, dtype=bool)
-            for k, r in enumerate(have):
-                if bool((which != k).any()):
-                    alive &= membership.in_rows(xp, r.bits, r.rowbase, etuple, evals, tcnt)
-            keep = xp.flatnonzero(alive)
-            etuple, evals = xp.take(etuple, keep), xp.take(ids, xp.take(evals, keep))
-            untested = [j for j, r in enumerate(rl) if r is None]
+            # The gathered lists intersected (each tuple probing its shortest list); the
+            # links whose lists were not gathered or not intersected are left to streaming.
+            etuple, evals, probes, untested = got
+            self.stats["entries"] += probes
             tcnt = backend.bincount(etuple, int(tuples[0].size)) if untested else None
 
         # Links not tested yet (Algorithm 5): keep the entries found in N(t_j, l_j), streamed.
@@ -441,42 +423,6 @@ class Engine:
             etuple, evals = xp.take(etuple, keep), xp.take(evals, keep)
         scount = backend.bincount(etuple, int(tuples[0].size))
         return _Sets(row_tuple, etuple, evals, scount, xp.cumsum(scount) - scount)
-
-    def _ranked(self, lists, bitcap):
-        """The gathered lists packed back to back as ranks among their distinct values,
-        with a bitset of each (one row per vertex, one bit per rank).
-
-        Returns (ids by rank, ranks, [:class:`_RankedList` or None per link]), or None
-        when no later link is ranked: a later link's list is left to streaming when its
-        bitset would exceed ``bitcap`` bytes, and all are when the first link's would.
-        """
-        xp, backend = self.xp, self.backend
-        if all(L is None for L in lists[1:]):
-            return None
-        packed = [None if L is None else xp.take(L.values, pcsr.ragged_indices(L.start, L.count, xp))
-                  for L in lists]
-        allvals = xp.concatenate([v for v in packed if v is not None])
-        if allvals.size == 0:
-            return None
-        ids, rank = distinct_index(xp, allvals)
-        nbits = int(ids.size)
-        width = (nbits + 7) >> 3
-        fits = [L is not None and int(L.count.size) * width <= bitcap for L in lists]
-        if not fits[0] or not any(fits[1:]):
-            return None
-        rank = rank.astype(xp.int32)
-        out, at = [], 0
-        for L, v, ok in zip(lists, packed, fits):
-            n = 0 if v is None else int(v.size)
-            if ok:
-                r = rank[at:at + n]
-                start = xp.cumsum(L.count) - L.count + at          # in ``rank``
-                bits, w = membership.lists_bitset(xp, backend, L.count, r, nbits)
-                out.append(_RankedList(L.count[L.of_tuple], start[L.of_tuple], bits, L.of_tuple * w))
-            else:
-                out.append(None)
-            at += n
-        return ids, rank, out
 
     def _count(self, piece, s, step: Step) -> int:
         """Σ_rows |S(t_i)| minus the rows' own vertices found in their S(t_i) (count-only last step)."""
@@ -586,17 +532,6 @@ class _Lists:
     count: object        # entries written in each buffer
     values: object       # the GBA (slots past a buffer's count are not written)
     reserved: int        # slots the GBA was allocated with
-
-
-@dataclass
-class _RankedList:
-    """A gathered list as ranks: per tuple, its size and start among the ranks, and the
-    bitset of its lists (row of each tuple at byte ``rowbase``)."""
-
-    count_of_tuple: object
-    start_of_tuple: object
-    bits: object
-    rowbase: object
 
 
 @dataclass

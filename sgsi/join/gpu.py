@@ -26,15 +26,16 @@ def _grid(n_threads):
 
 
 class _PeakMemory(cp.cuda.MemoryHook):
-    """Tracks the bytes allocated from CuPy's memory pools on this thread and their peak."""
+    """Tracks the bytes a backend's memory pool has handed out on this thread, and their peak."""
 
     name = "sgsi_peak_memory"
 
-    def __init__(self, stats):
+    def __init__(self, stats, pool):
         self.stats = stats
+        self.pool = pool
 
     def __enter__(self):
-        self.now = self.peak = cp.get_default_memory_pool().used_bytes()
+        self.now = self.peak = self.pool.used_bytes()
         return super().__enter__()
 
     def __exit__(self, *exc):
@@ -57,6 +58,11 @@ class GpuBackend:
     def __init__(self, memory_budget=None):
         from .. import budget as budget_mod
         self.budget = budget_mod.resolve_budget(memory_budget, "gpu")
+        # Device memory comes from a pool of this backend's own, limited to the budget plus a
+        # fixed allowance (candidate bitsets, kernel arguments, CuPy's scratch); see run().
+        self.pool = cp.cuda.MemoryPool()
+        self.pool_limit = self.budget + POOL_ALLOWANCE
+        self.pool.set_limit(size=self.pool_limit)
         self.copy_stream = cp.cuda.Stream(non_blocking=True)
         self._pinned = [None, None]
         self._pinned_busy = [None, None]    # the copy last issued from each pinned buffer
@@ -105,9 +111,25 @@ class GpuBackend:
         cp.cuda.get_current_stream().synchronize()
 
     def measuring_memory(self):
-        """Context of one query: sets ``stats["device_peak_bytes"]``, the most device memory the
-        process held in CuPy arrays while it ran (this backend's segment cache included)."""
-        return _PeakMemory(self.stats)
+        """Context of one query: sets ``stats["device_peak_bytes"]``, the most device memory this
+        backend's pool held while it ran (its segment cache included)."""
+        return _PeakMemory(self.stats, self.pool)
+
+    def run(self, fn, *args):
+        """``fn(*args)`` with every CuPy allocation taken from this backend's pool. Past the
+        pool's limit the query stops with a BudgetError (a query whose fixed state, such as
+        its candidate bitsets, outgrows the allowance, or a step that outgrows its estimate)."""
+        with cp.cuda.using_allocator(self.pool.malloc):
+            try:
+                return fn(*args)
+            except cp.cuda.memory.OutOfMemoryError as e:
+                from ..budget import format_size
+                from ..errors import BudgetError
+                self.pool.free_all_blocks()
+                raise BudgetError(f"the query needed more GPU memory than its budget allows: the pool is "
+                                  f"limited to {format_size(self.pool_limit)} (memory budget "
+                                  f"{format_size(self.budget)} + {format_size(POOL_ALLOWANCE)}); "
+                                  f"use a larger memory budget") from e
 
     def _pinned_buffer(self, slot, nbytes):
         buf = self._pinned[slot]
@@ -288,6 +310,35 @@ class GpuBackend:
         epos = RF[:-1][erow] + (cp.arange(erow.size) - (cp.cumsum(rfill) - rfill)[erow])
         return erow, out_vals[epos]
 
+    def intersect_lists(self, lists, bitcap=None):
+        """Later linking edges (reference: CpuBackend.intersect_lists): each tuple's entries are
+        those of its shortest gathered list found in all its other gathered lists, by the
+        ``intersect_lists`` kernel (binary search in windows that advance with the entries),
+        written in Prealloc-Combine: a buffer per tuple sized by its shortest list, then
+        compacted. Every gathered list is used, however long (no bitsets: ``bitcap`` unused)."""
+        got = [L for L in lists if L is not None]
+        if len(got) < 2:
+            return None
+        untested = [j for j, L in enumerate(lists) if L is None]
+        n = int(got[0].of_tuple.size)
+        if n == 0:
+            return cp.zeros(0, cp.int64), cp.zeros(0, cp.int32), 0, untested
+        lcount = cp.stack([L.count[L.of_tuple] for L in got]).astype(cp.int64, copy=False)
+        lstart = cp.stack([L.start[L.of_tuple] for L in got]).astype(cp.int64, copy=False)
+        tcnt = lcount.min(axis=0)
+        off = cp.cumsum(tcnt) - tcnt
+        probes = int(tcnt.sum())
+        out = cp.empty(probes, cp.int32)
+        kept = cp.zeros(n, cp.int64)
+        values = [cp.ascontiguousarray(L.values.astype(cp.int32, copy=False)) for L in got]
+        ptrs = cp.asarray(np.array([v.data.ptr for v in values], dtype=np.uint64))
+        if probes:
+            kernels.kernel("intersect_lists")(_grid(n * 32), (_BLOCK,),
+                                              (np.int64(n), np.int32(len(got)), ptrs, lstart, lcount, off, out, kept))
+        etuple = self.repeat_index(kept)
+        evals = out[pcsr.ragged_indices(off, kept, cp)]
+        return etuple, evals, probes, untested
+
     def expand_rows(self, rows, run, flist, fstart, fcnt, conflict_cols, F, fill, gba, thresholds=None):
         """Row expansion (reference: CpuBackend.expand_rows), load-balanced (§7).
 
@@ -389,6 +440,10 @@ class GpuBackend:
 
 
 _BLOCK_ROW = 1024
+#: Device memory a backend's pool may hold past its memory budget: what a query keeps outside
+#: the join steps' estimates (candidate bitsets, a vertex segment's signature columns, kernel
+#: arguments, CuPy's scratch space). SGSI_GPU_POOL_ALLOWANCE (bytes) overrides it.
+POOL_ALLOWANCE = int(os.environ.get("SGSI_GPU_POOL_ALLOWANCE", 256 << 20))
 #: Elements of the rows one task-pool block takes (four rounds of 1024).
 _POOL_ELEMENTS = 4096
 

@@ -226,6 +226,61 @@ extern "C" __global__ void expand_rows_pool(const long long* __restrict__ rows, 
     }
 }
 
+// Later linking edges (§5; reference: CpuBackend.intersect_lists). Tuple t has one
+// sorted list in each of n_lists gathered lists: lcount[j * n_tuples + t] values from
+// values[j] + lstart[j * n_tuples + t]. One warp per tuple: its entries are those of its
+// shortest list (the first on ties), 32 per round, and an entry survives if every other
+// list holds it. Each lane binary-searches each other list; the search window of a list
+// starts where the round before found its last entry (entries come sorted), so lists of
+// like size are swept through as by a merge, and a long list is searched in log time.
+// Survivors are compacted by a warp ballot and written in order from out[off[t]];
+// kept[t] is their number.
+#define INTERSECT_WINDOWS 16
+extern "C" __global__ void intersect_lists(long long n_tuples, int n_lists, const int* const* __restrict__ values,
+                                           const long long* __restrict__ lstart,
+                                           const long long* __restrict__ lcount,
+                                           const long long* __restrict__ off, int* __restrict__ out,
+                                           long long* __restrict__ kept) {
+    long long t = ((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    int lane = threadIdx.x & 31;
+    if (t >= n_tuples) return;
+    int p = 0;
+    long long pc = lcount[t];
+    for (int j = 1; j < n_lists; ++j) {
+        long long c = lcount[(long long)j * n_tuples + t];
+        if (c < pc) { pc = c; p = j; }
+    }
+    const int* probe = values[p] + lstart[(long long)p * n_tuples + t];
+    long long window[INTERSECT_WINDOWS];
+    for (int j = 0; j < INTERSECT_WINDOWS; ++j) window[j] = 0;
+    long long o = off[t];
+    for (long long r = 0; r < pc; r += 32) {
+        long long i = r + lane;
+        int last = (int)min(31LL, pc - 1 - r);          // the lane with this round's largest entry
+        bool ok = i < pc;
+        int x = ok ? probe[i] : 0;
+        for (int j = 0; j < n_lists; ++j) {
+            if (j == p) continue;
+            long long jt = (long long)j * n_tuples + t;
+            const int* list = values[j] + lstart[jt];
+            long long hi = lcount[jt], a = j < INTERSECT_WINDOWS ? window[j] : 0, b = hi;
+            if (ok || lane == last) {                     // lower bound of x in list[a, hi)
+                while (a < b) {
+                    long long mid = (a + b) >> 1;
+                    if (list[mid] < x) a = mid + 1; else b = mid;
+                }
+                ok = ok && a < hi && list[a] == x;
+            }
+            long long next = __shfl_sync(FULL, a, last);
+            if (j < INTERSECT_WINDOWS) window[j] = next;
+        }
+        unsigned int m = __ballot_sync(FULL, ok);
+        if (ok) out[o + __popc(m & ((1u << lane) - 1u))] = x;
+        o += __popc(m);
+    }
+    if (lane == 0) kept[t] = o - off[t];
+}
+
 // Calibration kernels for the cost model: one iteration of element work per
 // block, with or without a block synchronisation, and an empty launch.
 extern "C" __global__ void calib_iterations(const int* __restrict__ a, long long n, int iters, int sync,

@@ -160,3 +160,61 @@ def _member_search(xp, backend, store, p, uniq, k_t, erow, evals, ranks=None):
         pos = xp.minimum(xp.searchsorted(skeys, q), skeys.size - 1)
         found[sel] |= skeys[pos] == q
     return found
+
+
+def intersect_ranked(xp, backend, lists, bitcap):
+    """The sets S(t) of a step's tuples from the gathered lists of its links, by bitsets.
+
+    ``lists[j]`` is link j's gathered lists (``Engine._gather``), or None where
+    not gathered; ``lists[0]`` always is. The lists are packed back to back as
+    ranks among their distinct values, with a bitset of each (one row per
+    vertex, one bit per rank). Each tuple takes its entries from the shortest of
+    its ranked lists (the probe side chosen per tuple), and each entry is tested
+    by one bit of every other ranked list's row.
+
+    Returns (tuple of each entry, value of each entry, entries probed, links not
+    tested), entries sorted by tuple then value; or None when no later link is
+    ranked: a later link's list is left to streaming when its bitset would
+    exceed ``bitcap`` bytes, and all are when the first link's would. (The CPU
+    backend's way; the GPU's kernel intersects without bitsets.)
+    """
+    if all(L is None for L in lists[1:]):
+        return None
+    packed = [None if L is None else xp.take(L.values, pcsr.ragged_indices(L.start, L.count, xp))
+              for L in lists]
+    allvals = xp.concatenate([v for v in packed if v is not None])
+    if allvals.size == 0:
+        return None
+    ids, rank = distinct_index(xp, allvals)
+    nbits = int(ids.size)
+    width = (nbits + 7) >> 3
+    fits = [L is not None and int(L.count.size) * width <= bitcap for L in lists]
+    if not fits[0] or not any(fits[1:]):
+        return None
+    rank = rank.astype(xp.int32)
+    have, at = [], 0           # per ranked list: (count per tuple, start per tuple, bits, row base)
+    for L, v, ok in zip(lists, packed, fits):
+        n = 0 if v is None else int(v.size)
+        if ok:
+            start = xp.cumsum(L.count) - L.count + at          # in ``rank``
+            bits, w = lists_bitset(xp, backend, L.count, rank[at:at + n], nbits)
+            have.append((L.count[L.of_tuple], start[L.of_tuple], bits, L.of_tuple * w))
+        at += n
+    tcnt, start = have[0][0], have[0][1]
+    which = xp.zeros(tcnt.shape, xp.int8)
+    for k, (count, st, _bits, _base) in enumerate(have[1:], 1):
+        shorter = count < tcnt
+        tcnt = xp.where(shorter, count, tcnt)
+        start = xp.where(shorter, st, start)
+        which[shorter] = k
+    etuple = backend.repeat_index(tcnt)
+    evals = xp.take(rank, pcsr.ragged_indices(start, tcnt, xp))
+    probes = int(evals.size)
+    alive = xp.ones(evals.size, dtype=bool)
+    for k, (_count, _st, bits, rowbase) in enumerate(have):
+        if bool((which != k).any()):            # the bit of a tuple's own probe list is set
+            alive &= in_rows(xp, bits, rowbase, etuple, evals, tcnt)
+    keep = xp.flatnonzero(alive)
+    etuple, evals = xp.take(etuple, keep), xp.take(ids, xp.take(evals, keep))
+    untested = [j for j, ok in enumerate(fits) if not ok]
+    return etuple, evals, probes, untested
