@@ -595,14 +595,18 @@ def test_each_tuple_probes_from_its_shortest_list(tmp_path, budget):
 
 
 LEAFY = [
-    # stars: a centre and leaves of distinct labels (disjoint candidates: factored when injective)
+    # stars: a centre and leaves of distinct labels (disjoint candidates: a product)
     "(c)-[:E0]->(a:0), (c)-[:E1]->(b:1), (c)<-[:E0]-(d:2)",
-    "(c:1)-[:E0]->(a:0), (c)-[:E1]->(b:2), (c)-[:E2]-(d)",       # d unlabeled: not with a, b when injective
-    # leaves sharing a label: factored only without injectivity
+    "(c:1)-[:E0]->(a:0), (c)-[:E1]->(b:2), (c)-[:E2]-(d)",       # d unlabeled: one group with a and b
+    # leaves sharing a label: one group, counted by inclusion-exclusion when injective
     "(c)-[:E0]->(a:0), (c)-[:E1]->(b:0), (c)<-[:E2]-(d:0)",
     # trees: leaves on different parents, one with two edges to its parent
     "(a:0)-[:E0]->(b)-[:E1]->(c:1), (b)-[:E2]->(d:2), (c)-[:E0]->(e:0), (c)<-[:E1]-(e)",
     "(a:1)-->(b)-[:E1]->(c), (c)-->(d:2), (b)<-[:E0]-(e:0), (c)-[:E2]->(f:1)",
+    # one group over two parents (blocks with links to both), and one leaf equal to no other
+    "(p:1)-[:E0]->(q:2), (p)-[:E0]->(a:0), (p)-[:E1]->(b:0), (q)-[:E0]->(c:0), (q)<-[:E0]-(d)",
+    # six leaves of one label on one centre: a group of five (the most), the sixth joined
+    "(c:1)-->(a1:0), (c)-->(a2:0), (c)-->(a3:0), (c)-->(a4:0), (c)-->(a5:0), (c)-->(a6:0)",
 ]
 
 
@@ -618,10 +622,27 @@ def test_leaves_counted_as_a_product(cases, budget, injective):
         want = len(case.oracle(pattern, injective))
         assert g.count(pattern, device=CPU, memory_budget=budget, injective=injective) == want, pattern
         factored.append(g.last_stats["leaves_factored"])
-    assert factored[0] == 3
-    assert factored[1] == (2 if injective else 3)
-    assert factored[2] == (0 if injective else 3)
-    assert max(factored[3:]) >= 2
+    assert factored[:3] == [3, 3, 3]
+    assert min(factored[3:5]) >= 2
+    assert factored[5] == 4
+    assert factored[6] == (5 if injective else 6)
+
+
+@pytest.mark.parametrize("budget", [None, "16KB"], ids=["default", "16KB"])
+def test_leaf_groups_vs_oracle(cases, budget):
+    """Random trees over two vertex labels have many leaves that may take one vertex: their
+    groups, counted by inclusion-exclusion, give the oracle's counts."""
+    case = cases["int"]
+    g = case.graphs[budget]
+    rng = random.Random(91)
+    grouped = 0
+    for _ in range(25):
+        p = random_pattern(rng, rng.randint(4, 7), VLABELS[:2], ELABELS[:2], extra_edges=0, p_vertex_label=0.6)
+        for injective in (True, False):
+            want = len(case.oracle(p, injective))
+            assert g.count(p, device=CPU, memory_budget=budget, injective=injective) == want, (p, injective)
+            grouped += g.last_stats["leaf_groups"]
+    assert grouped >= 10
 
 
 def test_leaf_products_past_int64_stay_exact(cases, monkeypatch):
@@ -633,5 +654,8 @@ def test_leaf_products_past_int64_stay_exact(cases, monkeypatch):
     pattern = LEAFY[2]
     want = g.count(pattern, device=CPU, injective=False)
     assert g.last_stats["leaves_factored"] == 3 and want == len(case.oracle(pattern, False))
+    want_iso = g.count(pattern, device=CPU)
+    assert g.last_stats["leaf_groups"] == 1 and want_iso == len(case.oracle(pattern, True))
     monkeypatch.setattr(engine, "_INT64_SAFE", 2)
     assert g.count(pattern, device=CPU, injective=False) == want
+    assert g.count(pattern, device=CPU) == want_iso          # a group's terms as Python integers

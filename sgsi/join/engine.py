@@ -36,6 +36,7 @@ without materialising.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -96,7 +97,8 @@ class Engine:
         self.store, self.plan, self.backend = store, plan, backend
         self.xp = backend.xp
         self.budget = budget
-        self.stats = {"chunks": 0, "steps": 0, "replanned": 0, "entries": 0, "leaves_factored": plan.factored}
+        self.stats = {"chunks": 0, "steps": 0, "replanned": 0, "entries": 0, "leaves_factored": plan.factored,
+                      "leaf_groups": _shared_groups(plan)}
         # Adaptive planning: run on the cheap plan first; if the join's work
         # outgrows the candidate sets by far before any result has left, start
         # again on the plan ``replan()`` gives (refined candidate sets).
@@ -135,6 +137,7 @@ class Engine:
     def _switch_plan(self):
         self.plan = self.replan()
         self.stats["leaves_factored"] = self.plan.factored
+        self.stats["leaf_groups"] = _shared_groups(self.plan)
         self.replan = None
         self.work_limit = None
         self.stats["replanned"] = 1
@@ -168,7 +171,7 @@ class Engine:
             if k == len(steps):
                 yield ("count", _n_rows(chunk)) if count_only else ("chunk", chunk)
             elif count_only and self.plan.factored and k == len(steps) - self.plan.factored:
-                yield ("count", self._count_leaves(chunk, steps[k:], lim))
+                yield ("count", self._count_leaves(chunk, lim))
             elif count_only and k == len(steps) - 1:
                 yield ("count", sum(self._count(piece, step_sets, steps[k])
                                     for piece, step_sets in self._pieces_with_sets(chunk, steps[k], lim)))
@@ -454,32 +457,35 @@ class Engine:
             counts[sel] -= (skeys[pos] == q).astype(xp.int64)
         return counts
 
-    def _count_leaves(self, chunk, leaf_steps, lim) -> int:
-        """Count-only, the pattern's factored leaves (``QueryPlan.factored``): Σ over the
-        rows of Π over the leaves of |S_leaf(row) \\ m_row|, with no row of theirs enumerated.
+    def _count_leaves(self, chunk, lim) -> int:
+        """Count-only, the pattern's factored leaves (``QueryPlan.leaf_groups``): Σ over the
+        rows of Π over the groups of the group's number of matches for the row, with no row
+        of the leaves enumerated.
 
-        Each leaf's sets come from one join step over the chunk (its pieces may cut and
-        reorder the rows: a row-number column rides along to put the counts back).
+        Each block's sets come from one join step over the chunk (its pieces may cut and
+        reorder the rows: a row-number column rides along to put the counts back); a group
+        of one leaf is its |S_u \\ m_row|, a larger one the sum of its inclusion-exclusion
+        terms (:class:`~sgsi.join.plan.LeafGroup`).
         """
         xp, backend = self.xp, self.backend
         n = _n_rows(chunk)
         rows = dict(chunk)
         rows[_ROW] = xp.arange(n, dtype=xp.int64)
-        prod, exact = None, False      # exact: Python integers (products past int64)
-        for step in leaf_steps:
-            per_row = xp.zeros(n, dtype=xp.int64)
-            for piece, sets in self._pieces_with_sets(rows, step, lim):
-                # A hub's rows get their sets in windows: their counts add up.
-                per_row[piece[_ROW]] += self._row_counts(piece, sets, step)
-            if prod is None:
-                prod = per_row
-                continue
-            if not exact and _max(prod) * _max(per_row) >= _INT64_SAFE:
-                prod, exact = backend.to_host(prod).astype(object), True
-            prod = prod * (backend.to_host(per_row).astype(object) if exact else per_row)
-        if exact or _max(prod) * n >= _INT64_SAFE:
-            return int(sum(backend.to_host(prod).tolist()))
-        return int(prod.sum())
+        prod = None
+        for group in self.plan.leaf_groups:
+            sizes = []
+            for step in group.blocks:
+                per_row = xp.zeros(n, dtype=xp.int64)
+                for piece, sets in self._pieces_with_sets(rows, step, lim):
+                    # A hub's rows get their sets in windows: their counts add up.
+                    per_row[piece[_ROW]] += self._row_counts(piece, sets, step)
+                sizes.append(per_row)
+            value = _group_matches(backend, group, sizes)
+            prod = value if prod is None else _exact_product(backend, prod, value)
+        if not isinstance(prod, np.ndarray) or prod.dtype != object:
+            if _max(prod) * n < _INT64_SAFE:
+                return int(prod.sum())
+        return int(sum(backend.to_host(prod).tolist()))
 
     def _extension(self, piece, s, step: Step, lim: Limits):
         """Columnar extension (Algorithm 6), row i taking S(t_i) \\ m_i: yields the new
@@ -557,6 +563,45 @@ _INT64_SAFE = 1 << 62
 
 def _max(a) -> int:
     return int(a.max()) if a.size else 0
+
+
+def _shared_groups(plan):
+    """Groups of factored leaves that may share vertices (counted by inclusion-exclusion)."""
+    return sum(len(g.leaves) > 1 for g in plan.leaf_groups)
+
+
+def _exact_product(backend, a, b):
+    """a * b per row: int64 while it cannot overflow, else Python integers (on the host)."""
+    exact = isinstance(a, np.ndarray) and a.dtype == object
+    if not exact and _max(a) * _max(b) < _INT64_SAFE:
+        return a * b
+    host = backend.to_host(a) if exact else backend.to_host(a).astype(object)
+    return host * backend.to_host(b).astype(object)
+
+
+def _group_matches(backend, group, sizes):
+    """The matches of a leaf group per row: Σ over its terms of μ(π) Π_{B ∈ π} |S_B \\ m_row|
+    (``sizes[i]``: |S_B \\ m_row| of block i), exact."""
+    if len(group.terms) == 1 and group.terms[0][0] == 1 and len(group.terms[0][1]) == 1:
+        return sizes[group.terms[0][1][0]]            # one leaf
+    # Each term is at most (largest size)^|leaves| in magnitude and the |μ| sum to |leaves|!.
+    bound = max(_max(x) for x in sizes) ** len(group.leaves) * math.factorial(len(group.leaves))
+    if bound < _INT64_SAFE:
+        total = None
+        for coef, blocks in group.terms:
+            term = sizes[blocks[0]] * coef
+            for i in blocks[1:]:
+                term = term * sizes[i]
+            total = term if total is None else total + term
+        return total
+    host = [backend.to_host(x).astype(object) for x in sizes]
+    total = 0
+    for coef, blocks in group.terms:
+        term = host[blocks[0]] * coef
+        for i in blocks[1:]:
+            term = term * host[i]
+        total = total + term
+    return total
 
 
 def _n_rows(chunk):

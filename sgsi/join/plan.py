@@ -19,6 +19,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -59,7 +60,30 @@ class QueryPlan:
     candidate_counts: list[int]
     injective: bool
     incident: list = field(default_factory=list)   # _incident() of the pattern, label ids resolved
-    factored: int = 0           # the last ``factored`` steps are leaves counted by a product (count only)
+    factored: int = 0           # the last ``factored`` steps are leaves counted per row (count only)
+    leaf_groups: list = field(default_factory=list)   # the factored leaves, as :class:`LeafGroup`
+
+
+#: Most leaves a :class:`LeafGroup` counts together (its terms are the set partitions of
+#: its leaves: 52 for 5).
+MAX_LEAF_GROUP = 5
+
+
+@dataclass
+class LeafGroup:
+    """Factored leaves whose candidate sets overlap, counted together (count only).
+
+    Per row m of the rest of the pattern, the ways to give the group's
+    leaves distinct vertices number Σ_π μ(π) Π_{B ∈ π} |S_B \\ m| over the set
+    partitions π of the leaves, where S_B = ∩_{u ∈ B} S_u holds the vertices
+    that every leaf of block B may take and μ(π) = Π_B (-1)^(|B|-1) (|B|-1)!
+    (inclusion-exclusion over which leaves coincide: Möbius inversion on the
+    partition lattice). A single leaf is its own group: |S_u \\ m|.
+    """
+
+    leaves: list[int]
+    blocks: list[Step]      # the step whose sets are S_B, per block that may be non-empty
+    terms: list             # (μ(π), [index into blocks per block of π]) per partition with no empty block
 
 
 def _incident(pattern: Pattern, edge_ids):
@@ -112,55 +136,116 @@ def make_plan(store, pattern: Pattern, backend, injective=True, refine_rounds=2,
             break
     counts = [int(backend.popcount(b)) for b in bits]
     order = _order(store, pattern, inc, counts)
-    leaves = _factored_leaves(pattern, backend, bits, injective) if factor_leaves else []
+    groups = _factored_leaves(pattern, backend, bits, injective) if factor_leaves else []
+    leaves = [u for g in groups for u in g]
     order = [u for u in order if u not in leaves] + [u for u in order if u in leaves]
     steps = []
     joined = [order[0]]
     for u in order[1:]:
-        links = []
-        for (a, b, lab, direction) in inc:
-            if b == u and a in joined:
-                p = store.partition(lab, direction)
-                links.append(Link(a, lab, direction, p.edges))
-        links.sort(key=lambda k: (k.edges, joined.index(k.other)))
-        conflicts = []
-        if injective:
-            for w in joined:
-                both = bits[w] & bits[u]
-                if bool(backend.xp.any(both)):
-                    conflicts.append(w)
-        steps.append(Step(u, links, conflicts))
+        steps.append(_step(store, backend, inc, bits, u, [u], joined, injective))
         joined.append(u)
-    return QueryPlan(pattern, False, order, steps, bits, counts, injective, inc, len(leaves))
+    core = order[:len(order) - len(leaves)]
+    leaf_groups = [_leaf_group(store, backend, inc, bits, g, core, injective) for g in groups]
+    return QueryPlan(pattern, False, order, steps, bits, counts, injective, inc, len(leaves), leaf_groups)
+
+
+def _step(store, backend, inc, bits, vertex, joins, joined, injective):
+    """The join step that matches ``vertex`` after the vertices ``joined``: its linking edges
+    are those of the pattern vertices ``joins`` to ``joined`` (one vertex; several for a
+    block of leaves, whose candidates ``bits[vertex]`` are then the leaves' shared ones)."""
+    links = {}
+    for (a, b, lab, direction) in inc:
+        if b in joins and a in joined:
+            links[(a, lab, direction)] = Link(a, lab, direction, store.partition(lab, direction).edges)
+    links = sorted(links.values(), key=lambda k: (k.edges, joined.index(k.other)))
+    conflicts = []
+    if injective:
+        for w in joined:
+            if bool(backend.xp.any(bits[w] & bits[vertex])):
+                conflicts.append(w)
+    return Step(vertex, links, conflicts)
+
+
+def _leaf_group(store, backend, inc, bits, group, core, injective):
+    """The :class:`LeafGroup` of factored leaves ``group``: a step per block of leaves that may
+    share a vertex (its candidates, the AND of theirs, appended to ``bits``), and the terms."""
+    xp = backend.xp
+    block_of = {}                      # bitmask of leaves -> index in blocks
+    blocks = []
+    for mask in range(1, 1 << len(group)):
+        members = [u for i, u in enumerate(group) if mask >> i & 1]
+        if len(members) == 1:
+            vertex = members[0]
+        else:
+            shared = bits[members[0]]
+            for u in members[1:]:
+                shared = shared & bits[u]
+            if not bool(xp.any(shared)):
+                continue               # no vertex is a candidate of them all: the block is empty
+            vertex = len(bits)
+            bits.append(shared)
+        block_of[mask] = len(blocks)
+        blocks.append(_step(store, backend, inc, bits, vertex, members, core, injective))
+    terms = []
+    for partition in _set_partitions((1 << len(group)) - 1):
+        if all(b in block_of for b in partition):
+            coef = 1
+            for b in partition:
+                size = bin(b).count("1")
+                coef *= (-1) ** (size - 1) * math.factorial(size - 1)
+            terms.append((coef, [block_of[b] for b in partition]))
+    return LeafGroup(list(group), blocks, terms)
+
+
+def _set_partitions(mask):
+    """The set partitions of the bits of ``mask``, each as a list of bitmasks (blocks)."""
+    if mask == 0:
+        yield []
+        return
+    low = mask & -mask                 # the block holding the lowest member
+    rest = mask ^ low
+    sub = rest
+    while True:                        # every subset of the rest joins it
+        for tail in _set_partitions(rest ^ sub):
+            yield [low | sub] + tail
+        if sub == 0:
+            break
+        sub = (sub - 1) & rest
 
 
 def _factored_leaves(pattern: Pattern, backend, bits, injective):
-    """Leaves whose matches the count can take as a product over them, per row of the rest.
+    """Leaves whose matches the count takes per row of the rest, without enumerating them.
 
     A leaf has one neighbour (its parent) in the pattern; given the parent's
     match its candidates are S = N(parent) ∩ C(leaf), whatever the other
-    leaves do, so their numbers multiply. Under injective matching two leaves
-    must not take one vertex: only leaves whose candidate sets are pairwise
-    disjoint are picked (their rows' own vertices are subtracted per row, as
-    in any last step). No leaf is the parent of another picked one. Returns
-    the picked leaves, or none when fewer than two qualify.
+    leaves do, so the numbers of leaves whose candidate sets are disjoint
+    multiply (their rows' own vertices are subtracted per row, as in any last
+    step). Under injective matching, leaves whose candidate sets overlap (as
+    leaves of one label do) are grouped, and a group is counted by
+    inclusion-exclusion over its set partitions (:class:`LeafGroup`); a group
+    holds at most ``MAX_LEAF_GROUP`` leaves, and a leaf that would make one
+    larger is joined as usual. No leaf is the parent of another picked one.
+    Returns the groups (lists of leaves), or none when fewer than two leaves qualify.
     """
     n = len(pattern.vertices)
     nbrs = [set() for _ in range(n)]
     for e in pattern.edges:
         nbrs[e.src].add(e.dst)
         nbrs[e.dst].add(e.src)
-    picked = []
+    groups = []
     for u in range(n):
         if len(nbrs[u]) != 1:
             continue
         (parent,) = nbrs[u]
+        picked = [w for g in groups for w in g]
         if parent in picked or any(u in nbrs[w] for w in picked):
             continue
-        if injective and any(bool(backend.xp.any(bits[u] & bits[w])) for w in picked):
+        meet = [g for g in groups if injective and any(bool(backend.xp.any(bits[u] & bits[w])) for w in g)]
+        if sum(len(g) for g in meet) + 1 > MAX_LEAF_GROUP:
             continue
-        picked.append(u)
-    return picked if len(picked) >= 2 and len(picked) < n else []
+        groups = [g for g in groups if g not in meet] + [[w for g in meet for w in g] + [u]]
+    picked = sum(len(g) for g in groups)
+    return groups if picked >= 2 and picked < n else []
 
 
 def _candidates(store, backend, u, vlabel, inc, injective, degree_masks):
