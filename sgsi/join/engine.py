@@ -586,20 +586,13 @@ def _group_matches(backend, group, sizes):
         return sizes[group.terms[0][1][0]]            # one leaf
     # Each term is at most (largest size)^|leaves| in magnitude and the |μ| sum to |leaves|!.
     bound = max(_max(x) for x in sizes) ** len(group.leaves) * math.factorial(len(group.leaves))
-    if bound < _INT64_SAFE:
-        total = None
-        for coef, blocks in group.terms:
-            term = sizes[blocks[0]] * coef
-            for i in blocks[1:]:
-                term = term * sizes[i]
-            total = term if total is None else total + term
-        return total
-    host = [backend.to_host(x).astype(object) for x in sizes]
+    if bound >= _INT64_SAFE:
+        sizes = [backend.to_host(x).astype(object) for x in sizes]      # Python integers
     total = 0
     for coef, blocks in group.terms:
-        term = host[blocks[0]] * coef
+        term = sizes[blocks[0]] * coef
         for i in blocks[1:]:
-            term = term * host[i]
+            term = term * sizes[i]
         total = total + term
     return total
 
