@@ -482,9 +482,8 @@ class Engine:
                 sizes.append(per_row)
             value = _group_matches(backend, group, sizes)
             prod = value if prod is None else _exact_product(backend, prod, value)
-        if not isinstance(prod, np.ndarray) or prod.dtype != object:
-            if _max(prod) * n < _INT64_SAFE:
-                return int(prod.sum())
+        if not _exact(prod) and _max(prod) * n < _INT64_SAFE:
+            return int(prod.sum())
         return int(sum(backend.to_host(prod).tolist()))
 
     def _extension(self, piece, s, step: Step, lim: Limits):
@@ -570,13 +569,16 @@ def _shared_groups(plan):
     return sum(len(g.leaves) > 1 for g in plan.leaf_groups)
 
 
+def _exact(a):
+    """Whether per-row counts are held as Python integers (past int64) rather than int64."""
+    return isinstance(a, np.ndarray) and a.dtype == object
+
+
 def _exact_product(backend, a, b):
     """a * b per row: int64 while it cannot overflow, else Python integers (on the host)."""
-    exact = isinstance(a, np.ndarray) and a.dtype == object
-    if not exact and _max(a) * _max(b) < _INT64_SAFE:
+    if not _exact(a) and _max(a) * _max(b) < _INT64_SAFE:
         return a * b
-    host = backend.to_host(a) if exact else backend.to_host(a).astype(object)
-    return host * backend.to_host(b).astype(object)
+    return backend.to_host(a).astype(object) * backend.to_host(b).astype(object)
 
 
 def _group_matches(backend, group, sizes):

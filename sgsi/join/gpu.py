@@ -25,6 +25,12 @@ def _grid(n_threads):
     return (max(1, (int(n_threads) + _BLOCK - 1) // _BLOCK),)
 
 
+def _pointers(arrays):
+    """The device addresses of ``arrays``, as a device array a kernel takes as ``T* const*``
+    (one null pointer when there are none)."""
+    return cp.asarray(np.array([a.data.ptr for a in arrays] or [0], dtype=np.uint64))
+
+
 class _PeakMemory(cp.cuda.MemoryHook):
     """Tracks the bytes a backend's memory pool has handed out on this thread, and their peak."""
 
@@ -285,7 +291,7 @@ class GpuBackend:
     def signature_filter(self, mask, columns, qwords, labels, label):
         n = int(mask.size)
         columns = [cp.ascontiguousarray(cp.asarray(c, dtype=cp.uint32)) for c in columns]
-        cols = cp.asarray(np.array([c.data.ptr for c in columns] or [0], dtype=np.uint64))
+        cols = _pointers(columns)
         q = cp.asarray(np.asarray(qwords, np.uint32))
         has_label = labels is not None
         lab = cp.asarray(labels) if has_label else cp.zeros(1, cp.int32)
@@ -331,7 +337,7 @@ class GpuBackend:
         out = cp.empty(probes, cp.int32)
         kept = cp.zeros(n, cp.int64)
         values = [cp.ascontiguousarray(L.values.astype(cp.int32, copy=False)) for L in got]
-        ptrs = cp.asarray(np.array([v.data.ptr for v in values], dtype=np.uint64))
+        ptrs = _pointers(values)
         if probes:
             kernels.kernel("intersect_lists")(_grid(n * 32), (_BLOCK,),
                                               (np.int64(n), np.int32(len(got)), ptrs, lstart, lcount, off, out, kept))
