@@ -119,3 +119,71 @@ def ensure_importable():
     for p in (REPO_DIR, BENCH_DIR):
         if p not in sys.path:
             sys.path.insert(0, p)
+
+
+def _count_worker_main(conn, store, warm_device):
+    """Child process of :class:`CountWorker`: open the store once, then count what it is sent."""
+    import faulthandler
+    import signal
+    faulthandler.register(signal.SIGUSR1)     # kill -USR1 PID: stack of a long query to stderr
+    ensure_importable()
+    import sgsi
+    g = sgsi.open(store)
+    g.count("(a)-->(b)-->(c)", device=warm_device)   # warm up: imports, kernels
+    conn.send("ready")
+    while True:
+        msg = conn.recv()
+        if msg is None:
+            break
+        pattern, device, budget, env = msg
+        os.environ.update(env)
+        t = time.perf_counter()
+        c = g.count(pattern, device=device, memory_budget=budget)
+        conn.send((c, time.perf_counter() - t, dict(g.last_stats)))
+    g.close()
+
+
+class CountWorker:
+    """Counts run in a child process, so that a query past its timeout can be stopped.
+
+    The child opens ``store`` once and serves every query; it is replaced
+    only after a timeout. Times are measured in the child, around
+    ``Graph.count``.
+    """
+
+    def __init__(self, store, warm_device="cpu"):
+        import multiprocessing as mp
+        self._ctx = mp.get_context("spawn")
+        self._args = (store, warm_device)
+        self._start()
+
+    def _start(self):
+        self.conn, child = self._ctx.Pipe()
+        self.proc = self._ctx.Process(target=_count_worker_main, args=(child, *self._args), daemon=True)
+        self.proc.start()
+        child.close()
+        self.conn.recv()          # "ready": imports done and the store open, before any timing
+
+    def count(self, pattern, timeout=None, *, device="cpu", memory_budget=None, env=None):
+        """(count, seconds, stats), or None when ``timeout`` seconds passed first (the
+        child is then killed and a new one started)."""
+        self.conn.send((pattern, device, memory_budget, dict(env or {})))
+        if timeout and not self.conn.poll(timeout):
+            self.proc.kill()
+            self.proc.join()
+            self._start()
+            return None
+        return self.conn.recv()
+
+    def close(self, force=False):
+        if force:
+            self.proc.kill()
+            self.proc.join()
+            return
+        try:
+            self.conn.send(None)
+            self.proc.join(10)
+        except (OSError, EOFError):
+            pass
+        if self.proc.is_alive():
+            self.proc.kill()

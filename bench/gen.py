@@ -307,14 +307,19 @@ def default_scale(n_edges: int, edge_factor: int = 16) -> int:
     return max(1, math.ceil(math.log2(max(2, n_edges / edge_factor))))
 
 
-def cached_rmat(data_dir, edges: int, shape: str, seed: int = 7, say=print) -> str:
+def cached_rmat(data_dir, edges: int, shape: str, seed: int = 7, say=print, edge_labels=None,
+                vertex_labels=None) -> str:
     """The folder ``<data_dir>/rmat-<shape>-<edges>`` holding an R-MAT graph's Parquet
-    files (edges.parquet, vertices.parquet), generated on first use."""
+    files (edges.parquet, vertices.parquet), generated on first use. Label counts
+    other than the shape's make ``rmat-<edge labels>x<vertex labels>-<edges>``."""
     import time
-    gdir = os.path.join(data_dir, f"rmat-{shape}-{int(edges)}")
+    el = SHAPES[shape]["edge_labels"] if edge_labels is None else int(edge_labels)
+    vl = SHAPES[shape]["vertex_labels"] if vertex_labels is None else int(vertex_labels)
+    name = shape if (el, vl) == (SHAPES[shape]["edge_labels"], SHAPES[shape]["vertex_labels"]) else f"{el}x{vl}"
+    gdir = os.path.join(data_dir, f"rmat-{name}-{int(edges)}")
     if not os.path.exists(os.path.join(gdir, "edges.parquet")):
         t = time.perf_counter()
-        rmat(gdir, int(edges), shape=shape, seed=seed)
+        rmat(gdir, int(edges), shape=shape, seed=seed, edge_labels=el, vertex_labels=vl)
         say(f"generated {int(edges):,} edges in {time.perf_counter() - t:.1f}s")
     return gdir
 

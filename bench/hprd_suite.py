@@ -17,7 +17,6 @@ Results: ``bench/results/<set>_suite.md`` and ``.csv`` (per query).
 from __future__ import annotations
 
 import argparse
-import faulthandler
 import os
 import re
 import sys
@@ -44,70 +43,6 @@ def _family(name):
 
 def _interrupt(signum, frame):
     raise KeyboardInterrupt(f"signal {signum}")
-
-
-def _worker_main(conn, store, base, memory_budget, device):
-    """Child process: open the store once, then count the queries it is sent."""
-    import signal
-    faulthandler.register(signal.SIGUSR1)     # kill -USR1 PID: stack of a long query to stderr
-    g = sgsi.open(store)
-    g.count("(a)-->(b)-->(c)", device=device, memory_budget=memory_budget)   # warm up: imports, kernels
-    conn.send("ready")
-    patterns = {}
-    while True:
-        name = conn.recv()
-        if name is None:
-            break
-        if name not in patterns:
-            patterns[name] = sgsi.load_pattern(os.path.join(base, "queries", name))
-        t = time.perf_counter()
-        c = g.count(patterns[name], device=device, memory_budget=memory_budget)
-        conn.send((c, time.perf_counter() - t))
-    g.close()
-
-
-class _Worker:
-    """Counts run in a child process so that a query past the timeout can be stopped.
-
-    The child opens the store once and serves every query; it is replaced
-    only after a timeout. Times are measured in the child, around
-    ``Graph.count`` (pattern parsing excluded).
-    """
-
-    def __init__(self, store, base, memory_budget, device):
-        import multiprocessing as mp
-        self._ctx = mp.get_context("spawn")
-        self._args = (store, base, memory_budget, device)
-        self._start()
-
-    def _start(self):
-        self.conn, child = self._ctx.Pipe()
-        self.proc = self._ctx.Process(target=_worker_main, args=(child, *self._args), daemon=True)
-        self.proc.start()
-        child.close()
-        self.conn.recv()          # "ready": imports done and the store open, before any timing
-
-    def count(self, name, timeout):
-        self.conn.send(name)
-        if timeout and not self.conn.poll(timeout):
-            self.proc.kill()
-            self.proc.join()
-            self._start()
-            return None
-        return self.conn.recv()
-
-    def close(self, force=False):
-        if force:
-            self.proc.kill()
-            self.proc.join()
-            return
-        try:
-            self.conn.send(None)
-            self.proc.join(10)
-        except (OSError, EOFError):
-            pass
-        if self.proc.is_alive():
-            self.proc.kill()
 
 
 def main(argv=None):
@@ -161,7 +96,7 @@ def main(argv=None):
     timed_out = {}
     import signal
     signal.signal(signal.SIGTERM, _interrupt)    # killed: stop the worker too (see the finally below)
-    worker = _Worker(out, base, args.memory_budget, args.device)
+    worker = C.CountWorker(out, warm_device=args.device)
     ok = False
     try:
         for r in range(args.runs):
@@ -174,12 +109,12 @@ def main(argv=None):
                 if time.perf_counter() - last_say > 30:
                     last_say = time.perf_counter()
                     C.say(f"  run {r + 1}: {i}/{len(names)} queries, {last_say - t_run:.0f} s, now {n}")
-                res = worker.count(n, args.timeout)
+                res = worker.count(patterns[n], args.timeout, device=args.device, memory_budget=args.memory_budget)
                 if res is None:
                     timed_out[n] = args.timeout
                     C.say(f"  TIMEOUT {n} (expected {expected[n]:,}) after {args.timeout:g} s; skipped from now on")
                     continue
-                c, dt = res
+                c, dt, _stats = res
                 times[n].append(dt)
                 run_total += dt
                 if args.verbose or dt > 10:
