@@ -147,7 +147,11 @@ class Graph:
         backend.stats = dict.fromkeys(backend.stats, 0)
         return key, backend
 
-    def _finished(self, backend, engine):
+    def _finished(self, backend, engine, settled=True):
+        """Publish the query's stats; ``settled``: it ended well, so the backend can wait for its
+        work (the GPU's copy timings are complete then)."""
+        if settled:
+            backend.synchronize()
         self.last_stats = self._here.stats = {"device": backend.name, **engine.stats, **backend.stats}
 
     def thread_last_stats(self) -> dict:
@@ -276,7 +280,7 @@ class Graph:
                 failure.append(e)
                 raise
             finally:   # also when stopped early: by the limit, or the reader closed
-                self._finished(backend, engine)
+                self._finished(backend, engine, settled=ok)
                 if ok:
                     self._give_back(key, backend)
 

@@ -856,3 +856,30 @@ def test_signature_words_from_saturated_counts_equal_the_general_ones(n_bits, la
     assert got.dtype == np.uint32 and np.array_equal(got, want)
     v, g = np.nonzero(counts)
     assert np.array_equal(signatures.words_from_groups(v, g, counts[v, g], labels, 3000, n_bits, label_bits), want)
+
+
+def test_segment_reads_through_pread_and_the_maps_agree(tmp_path):
+    """read_segment (pread into a buffer) and segment_spans (offsets in the files) give each
+    segment's groups and ci as store.segment maps them."""
+    bench = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "benchmarks", "hprd", "data.graph")
+    g = sgsi.build(str(tmp_path / "hprd.sgsi"), graph=bench, memory_budget="64KB")
+    s = g.store
+    assert s.reads_direct and len(s._seg_edges) > 4
+    for seg in range(len(s._seg_edges)):
+        groups, ci = s.segment(seg)
+        want = np.concatenate([groups.reshape(-1).view(np.uint8), ci.view(np.uint8)])
+        buf = np.zeros(want.size, np.uint8)
+        gb, cb, shape = s.read_segment(seg, buf)
+        assert (gb, cb) == (groups.nbytes, ci.nbytes) and shape == groups.shape == s.segment_shape(seg)
+        assert np.array_equal(buf, want)
+        spans = s.segment_spans(seg)
+        got = []
+        for name, off, n in spans:
+            with open(os.path.join(g.path, name), "rb") as f:
+                f.seek(off)
+                got.append(np.frombuffer(f.read(n), np.uint8))
+        assert np.array_equal(np.concatenate(got), want)
+        assert [n for _name, _off, n in spans] == [b for b in (gb, cb) if b]
+    g.close()
+    with pytest.raises(sgsi.StoreError, match="closed"):
+        s.segment_spans(0)

@@ -80,9 +80,13 @@ class GpuBackend:
         # h2d_bytes: every copy to the device (segments, signatures, labels, degree index);
         # h2d_segment_bytes: the segment copies, through the pinned buffers; h2d_seconds: the time
         # those took on the copy stream (CUDA events); stage_seconds: host time filling the buffers.
+        # stream_seconds: device time from a stream's start to the end of the join's work on its
+        # last segment (summed over streams; nested streams overlap).
         self.stats = {"segments": 0, "segment_bytes": 0, "h2d_bytes": 0, "h2d_segment_bytes": 0,
-                      "h2d_seconds": 0.0, "stage_seconds": 0.0, "cache_hits": 0}
+                      "h2d_seconds": 0.0, "stage_seconds": 0.0, "stream_seconds": 0.0,
+                      "cache_hits": 0}
         self._copies = []               # (start, end) events of segment copies not yet timed
+        self._spans = []                # ((start, copy stream start), end) events of streams not yet timed
 
     # -- moving data ---------------------------------------------------------------
     def to_device(self, a):
@@ -114,7 +118,10 @@ class GpuBackend:
             self._cache_bytes -= b
 
     def synchronize(self):
+        """Wait for the device's work and copies; the timings of the finished ones join the stats."""
         cp.cuda.get_current_stream().synchronize()
+        self.copy_stream.synchronize()
+        self._time_copies()
 
     def measuring_memory(self):
         """Context of one query: sets ``stats["device_peak_bytes"]``, the most device memory this
@@ -194,6 +201,16 @@ class GpuBackend:
         seg_ids = [int(s) for s in seg_ids]
         if not seg_ids:
             return
+        # The stream's span on the device: from its start on either stream to the end of the
+        # join's work on its last segment (CUDA events, timed once they are done).
+        starts = (cp.cuda.get_current_stream().record(), self.copy_stream.record())
+        try:
+            yield from self._stream(store, seg_ids)
+        finally:
+            self._spans.append((starts, cp.cuda.get_current_stream().record()))
+            self._time_copies()
+
+    def _stream(self, store, seg_ids):
         nxt = self._stage(store, seg_ids[0], 0)
         for i in range(len(seg_ids)):
             groups, ci, event = nxt
@@ -211,7 +228,8 @@ class GpuBackend:
         self._time_copies()
 
     def _time_copies(self):
-        """Add the durations of the finished segment copies to ``h2d_seconds``."""
+        """Add the durations of the finished segment copies to ``h2d_seconds``, and of the
+        finished streams to ``stream_seconds``."""
         left = []
         for start, end in self._copies:
             if end.done:
@@ -219,6 +237,13 @@ class GpuBackend:
             else:
                 left.append((start, end))
         self._copies = left
+        left = []
+        for starts, end in self._spans:
+            if end.done:
+                self.stats["stream_seconds"] += max(cp.cuda.get_elapsed_time(s, end) for s in starts) / 1e3
+            else:
+                left.append((starts, end))
+        self._spans = left
 
     # -- small array helpers (the CPU backend has NumPy twins) -----------------------
     def bincount(self, x, n):

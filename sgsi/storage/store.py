@@ -375,18 +375,12 @@ class Store:
         """Whether :meth:`read_segment` can read segments with pread(2) (not on an empty store)."""
         return hasattr(os, "preadv") and len(self._maps) == len(_READ_DIRECT)
 
-    def read_segment(self, seg_id: int, out: np.ndarray):
-        """Read a segment's groups then ci into the uint8 buffer ``out``, with pread(2).
-
-        For copies into pinned buffers: pread copies from the page cache in
-        the kernel, without the page faults of a first touch through the
-        memory map, and large segments are read by several threads. The
-        values are not checked here (see :meth:`check_segment`). Returns
-        (groups bytes, ci bytes, groups shape).
-        """
-        group_rows, ci_rows = self._segment_rows(seg_id)
-        pieces, at = [], 0
-        for name, rows in (("pcsr_groups.arrow", group_rows), ("pcsr_ci.arrow", ci_rows)):
+    def segment_spans(self, seg_id: int):
+        """Where a segment's bytes lie in its files: ``[(file name, offset, bytes)]`` for its
+        groups then its ci (empty parts left out). The values are not checked here (see
+        :meth:`check_segment`)."""
+        spans = []
+        for name, rows in zip(_READ_DIRECT, self._segment_rows(seg_id)):
             if not rows:
                 continue
             rb = self._batch(name, seg_id, rows)
@@ -398,10 +392,28 @@ class Store:
                 if arr.type != pa.int32() or arr.null_count:
                     raise self._damaged(name, f"batch {seg_id} is not a column of int32 without nulls")
                 offset = arr.buffers()[1].address + 4 * arr.offset - base
-            for a in range(0, 4 * rows, _PREAD_PIECE):
-                n = min(_PREAD_PIECE, 4 * rows - a)
-                pieces.append((mm.fileno(), offset + a, at + a, n))
-            at += 4 * rows
+            spans.append((name, offset, 4 * rows))
+        return spans
+
+    def segment_shape(self, seg_id: int):
+        """Shape of a segment's groups array: (groups, theta, 2)."""
+        return (int(self._seg_groups[seg_id]), self.theta, 2)
+
+    def read_segment(self, seg_id: int, out: np.ndarray):
+        """Read a segment's groups then ci into the uint8 buffer ``out``, with pread(2).
+
+        For copies into pinned buffers: pread copies from the page cache in
+        the kernel, without the page faults of a first touch through the
+        memory map, and large segments are read by several threads. The
+        values are not checked here (see :meth:`check_segment`). Returns
+        (groups bytes, ci bytes, groups shape).
+        """
+        pieces, at = [], 0
+        for name, offset, nbytes in self.segment_spans(seg_id):
+            fd = self._maps[name][0].fileno()
+            for a in range(0, nbytes, _PREAD_PIECE):
+                pieces.append((fd, offset + a, at + a, min(_PREAD_PIECE, nbytes - a)))
+            at += nbytes
         try:
             if len(pieces) == 1:
                 _pread(out, *pieces[0])
@@ -409,7 +421,8 @@ class Store:
                 list(_pread_threads().map(lambda p: _pread(out, *p), pieces))
         except OSError as e:
             raise self._damaged("pcsr_groups.arrow or pcsr_ci.arrow", f"cannot be read at segment {seg_id} ({e})")
-        return 4 * group_rows, 4 * ci_rows, (int(self._seg_groups[seg_id]), self.theta, 2)
+        g_bytes, c_bytes = self.segment_sizes(seg_id)
+        return g_bytes, c_bytes, self.segment_shape(seg_id)
 
     def segment_bytes(self, seg_id: int) -> int:
         """Bytes of a segment's groups and ci together."""
