@@ -19,9 +19,8 @@ Side by side in one run on one GPU:
    larger ones), the GPU backend's segment cache off, and a one-edge pattern
    counted (over the most frequent edge label, and over any label): the join
    reads every segment of that partition through the pinned double buffers.
-   Reported: bytes copied, the copy
-   stream's time for them (CUDA events), the host time spent filling the
-   pinned buffers, the streamed step's device time (from its start to the
+   Reported: bytes copied, the copy stream's time for them (CUDA events),
+   the host time spent filling the pinned buffers, the streamed step's device time (from its start to the
    end of the join's work on its last segment, CUDA events) and the query's
    wall time, each as a rate, and the copy and step rates as fractions of 3.
 
@@ -90,7 +89,7 @@ def pinned_h2d(cp, nbytes, runs):
 
 def segment_streaming(args, budget, any_label):
     """Count a one-edge pattern on a store built at ``budget``, segment cache off. Returns
-    (pattern, {"pinned": best run}, graph)."""
+    (pattern, the best run's stats, graph)."""
     gdir = gen.cached_rmat(args.data, args.edges, args.shape, say=say)
     path = gdir + f"-{budget}.sgsi"
     t = time.perf_counter()
@@ -102,25 +101,23 @@ def segment_streaming(args, budget, any_label):
         labels = json.load(f)["edge_labels"]
     top = max(range(len(labels["values"])), key=lambda i: labels["frequency"][i])
     pattern = "(a)-->(b)" if any_label else f"(a)-[:{gen.label_text(labels['values'][top])}]->(b)"
-    rows = {"pinned": []}
+    rows = []
     for run in range(args.runs + 1):
-        for mode in rows:
-            key, backend = g._take_backend("gpu", budget)
-            backend._cache.clear()
-            backend._cache_bytes = 0
-            backend._cache_limit = 0                      # every segment is copied, every time
-            g._give_back(key, backend)
-            t = time.perf_counter()
-            n = g.count(pattern, device="gpu", memory_budget=budget)
-            wall = time.perf_counter() - t
-            st = dict(g.last_stats)
-            if run:                                       # run 0: warm-up (kernel compilation)
-                rows[mode].append({"matches": n, "wall_s": wall, **{k: st[k] for k in (
-                    "segments", "h2d_bytes", "h2d_segment_bytes", "h2d_seconds",
-                    "stage_seconds", "stream_seconds")}})
-                say(mode, rows[mode][-1])
+        key, backend = g._take_backend("gpu", budget)
+        backend._cache.clear()
+        backend._cache_bytes = 0
+        backend._cache_limit = 0                      # every segment is copied, every time
+        g._give_back(key, backend)
+        t = time.perf_counter()
+        n = g.count(pattern, device="gpu", memory_budget=budget)
+        wall = time.perf_counter() - t
+        st = dict(g.last_stats)
+        if run:                                       # run 0: warm-up (kernel compilation)
+            rows.append({"matches": n, "wall_s": wall, **{k: st[k] for k in (
+                "segments", "h2d_bytes", "h2d_segment_bytes", "h2d_seconds", "stage_seconds", "stream_seconds")}})
+            say(rows[-1])
     g.close()
-    return pattern, {mode: min(rs, key=lambda r: r["wall_s"]) for mode, rs in rows.items()}, g
+    return pattern, min(rows, key=lambda r: r["wall_s"]), g
 
 
 def main(argv=None):
@@ -150,23 +147,21 @@ def main(argv=None):
     rows = [copy, filt, h2d]
     cases = []
     for budget, any_label in ((args.store_budget, False), (args.big_budget, True)):
-        pattern, best, g = segment_streaming(args, budget, any_label)
-        for mode, st in best.items():
-            seg = st["h2d_segment_bytes"]       # what h2d_seconds, stage_seconds and stream_seconds time
-            where = f"`{pattern}` at {budget}, {mode}"
+        pattern, st, g = segment_streaming(args, budget, any_label)
+        seg = st["h2d_segment_bytes"]       # what h2d_seconds, stage_seconds and stream_seconds time
+        where = f"`{pattern}` at {budget}"
 
-            def rate(sec):
-                return seg / sec / 1e9 if sec else float("nan")
-            rows += [{"what": f"{where}: segment copies ({st['segments']} segments, copy stream)", "bytes": seg,
-                      "seconds": st["h2d_seconds"], "GB_per_s": rate(st["h2d_seconds"])}]
-            if mode == "pinned":
-                rows += [{"what": f"{where}: filling the pinned buffers (host)", "bytes": seg,
-                          "seconds": st["stage_seconds"], "GB_per_s": rate(st["stage_seconds"])}]
-            rows += [{"what": f"{where}: the streamed step (device, first segment to the join's end on the last)",
-                      "bytes": seg, "seconds": st["stream_seconds"], "GB_per_s": rate(st["stream_seconds"])},
-                     {"what": f"{where}: the whole query (wall)", "bytes": seg, "seconds": st["wall_s"],
-                      "GB_per_s": rate(st["wall_s"])}]
-            cases.append((where, st, rate(st["h2d_seconds"]), rate(st["stream_seconds"])))
+        def rate(sec):
+            return seg / sec / 1e9 if sec else float("nan")
+        rows += [{"what": f"{where}: segment copies ({st['segments']} segments, copy stream)", "bytes": seg,
+                  "seconds": st["h2d_seconds"], "GB_per_s": rate(st["h2d_seconds"])},
+                 {"what": f"{where}: filling the pinned buffers (host)", "bytes": seg,
+                  "seconds": st["stage_seconds"], "GB_per_s": rate(st["stage_seconds"])},
+                 {"what": f"{where}: the streamed step (device, first segment to the join's end on the last)",
+                  "bytes": seg, "seconds": st["stream_seconds"], "GB_per_s": rate(st["stream_seconds"])},
+                 {"what": f"{where}: the whole query (wall)", "bytes": seg, "seconds": st["wall_s"],
+                  "GB_per_s": rate(st["wall_s"])}]
+        cases.append((where, st, rate(st["h2d_seconds"]), rate(st["stream_seconds"])))
     os.makedirs(args.out, exist_ok=True)
     write_csv(os.path.join(args.out, "gpu_bandwidth.csv"), rows)
     lines = ["# GPU bandwidth: signature filter and segment streaming", "", machine_md(m),

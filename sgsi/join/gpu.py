@@ -85,7 +85,7 @@ class GpuBackend:
         self.stats = {"segments": 0, "segment_bytes": 0, "h2d_bytes": 0, "h2d_segment_bytes": 0,
                       "h2d_seconds": 0.0, "stage_seconds": 0.0, "stream_seconds": 0.0,
                       "cache_hits": 0}
-        self._copies = []               # (start, end) events of segment copies not yet timed
+        self._copies = []               # ((start,), end) events of segment copies not yet timed
         self._spans = []                # ((start, copy stream start), end) events of streams not yet timed
 
     # -- moving data ---------------------------------------------------------------
@@ -187,7 +187,7 @@ class GpuBackend:
         start = self.copy_stream.record()
         dev.set(pinned[:g_bytes + c_bytes], stream=self.copy_stream)
         event = self.copy_stream.record()
-        self._copies.append((start, event))
+        self._copies.append(((start,), event))
         self._pinned_busy[slot] = event
         d_groups = dev[:g_bytes].view(cp.int32).reshape(shape)
         d_ci = dev[g_bytes:].view(cp.int32)
@@ -225,25 +225,23 @@ class GpuBackend:
             self.stats["segments"] += 1
             self.stats["segment_bytes"] += groups.nbytes + ci.nbytes
             yield i, groups, ci
-        self._time_copies()
 
     def _time_copies(self):
         """Add the durations of the finished segment copies to ``h2d_seconds``, and of the
         finished streams to ``stream_seconds``."""
+        self._copies = self._time_finished(self._copies, "h2d_seconds")
+        self._spans = self._time_finished(self._spans, "stream_seconds")
+
+    def _time_finished(self, pending, stat):
+        """Add to ``stats[stat]`` the durations of the finished ``(start events, end event)`` of
+        ``pending`` (from the earliest start); returns those not finished yet."""
         left = []
-        for start, end in self._copies:
+        for starts, end in pending:
             if end.done:
-                self.stats["h2d_seconds"] += cp.cuda.get_elapsed_time(start, end) / 1e3
-            else:
-                left.append((start, end))
-        self._copies = left
-        left = []
-        for starts, end in self._spans:
-            if end.done:
-                self.stats["stream_seconds"] += max(cp.cuda.get_elapsed_time(s, end) for s in starts) / 1e3
+                self.stats[stat] += max(cp.cuda.get_elapsed_time(s, end) for s in starts) / 1e3
             else:
                 left.append((starts, end))
-        self._spans = left
+        return left
 
     # -- small array helpers (the CPU backend has NumPy twins) -----------------------
     def bincount(self, x, n):
