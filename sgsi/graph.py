@@ -194,7 +194,7 @@ class Graph:
             check()
             backend = _Watched(backend, check)
         # Plan on the filtered candidate sets; refine them only if the join outgrows them.
-        # A count takes the pattern's independent leaves as a product (make_plan's factor_leaves).
+        # A count takes the pattern's leaves and last vertices as a product (make_plan's factor_leaves).
         plan = self._guard(backend.run, lambda: make_plan(self.store, pat, backend, injective=injective,
                                                           refine_rounds=0, factor_leaves=count))
         refined = lambda: make_plan(self.store, pat, backend, injective=injective, refine_rounds=2,  # noqa: E731

@@ -458,33 +458,49 @@ class Engine:
         return counts
 
     def _count_leaves(self, chunk, lim) -> int:
-        """Count-only, the pattern's factored leaves (``QueryPlan.leaf_groups``): Σ over the
+        """Count-only, the pattern's factored vertices (``QueryPlan.leaf_groups``): Σ over the
         rows of Π over the groups of the group's number of matches for the row, with no row
-        of the leaves enumerated.
+        of them enumerated.
 
-        Each block's sets come from one join step over the chunk (its pieces may cut and
-        reorder the rows: a row-number column rides along to put the counts back); a group
-        of one leaf is its |S_u \\ m_row|, a larger one the sum of its inclusion-exclusion
+        Each block's sets come from one join step over the rows (its pieces may cut and
+        reorder them: a row-number column rides along to put the counts back); a group of
+        one vertex is its |S_u \\ m_row|, a larger one the sum of its inclusion-exclusion
         terms (:class:`~sgsi.join.plan.LeafGroup`).
+
+        The one-vertex blocks go first, those with the most links first: a row where one
+        of them is empty counts nothing and is dropped, so the later blocks (the blocks of
+        several vertices above all) are found for the rows that count only, as enumerating
+        the vertices one by one would prune them.
         """
         xp, backend = self.xp, self.backend
-        n = _n_rows(chunk)
+        groups = self.plan.leaf_groups
         rows = dict(chunk)
-        rows[_ROW] = xp.arange(n, dtype=xp.int64)
+        rows[_ROW] = xp.arange(_n_rows(chunk), dtype=xp.int64)
+        sizes = {}                      # (group, block) -> |S_B \ m_row| per row of ``rows``
+        blocks = [(gi, bi, step) for gi, g in enumerate(groups) for bi, step in enumerate(g.blocks)]
+        one = [b for b in blocks if b[2].vertex in groups[b[0]].leaves]
+        one.sort(key=lambda b: -len(b[2].links))
+        for gi, bi, step in one + [b for b in blocks if b[2].vertex not in groups[b[0]].leaves]:
+            sizes[gi, bi] = self._block_sizes(rows, step, lim)
+            if step.vertex in groups[gi].leaves:
+                rows, sizes = _rows_kept(xp, rows, sizes, sizes[gi, bi] > 0)
+                if _n_rows(rows) == 0:
+                    return 0
         prod = None
-        for group in self.plan.leaf_groups:
-            sizes = []
-            for step in group.blocks:
-                per_row = xp.zeros(n, dtype=xp.int64)
-                for piece, sets in self._pieces_with_sets(rows, step, lim):
-                    # A hub's rows get their sets in windows: their counts add up.
-                    per_row[piece[_ROW]] += self._row_counts(piece, sets, step)
-                sizes.append(per_row)
-            value = _group_matches(backend, group, sizes)
+        for gi, group in enumerate(groups):
+            value = _group_matches(backend, group, [sizes[gi, bi] for bi in range(len(group.blocks))])
             prod = value if prod is None else _exact_product(backend, prod, value)
-        if not _exact(prod) and _max(prod) * n < _INT64_SAFE:
+        if not _exact(prod) and _max(prod) * _n_rows(rows) < _INT64_SAFE:
             return int(prod.sum())
         return int(sum(backend.to_host(prod).tolist()))
+
+    def _block_sizes(self, rows, step, lim):
+        """|S_B \\ m_row| of a block's step for each row of ``rows`` (int64)."""
+        per_row = self.xp.zeros(_n_rows(rows), dtype=self.xp.int64)
+        for piece, sets in self._pieces_with_sets(rows, step, lim):
+            # A hub's rows get their sets in windows: their counts add up.
+            per_row[piece[_ROW]] += self._row_counts(piece, sets, step)
+        return per_row
 
     def _extension(self, piece, s, step: Step, lim: Limits):
         """Columnar extension (Algorithm 6), row i taking S(t_i) \\ m_i: yields the new
@@ -597,6 +613,18 @@ def _group_matches(backend, group, sizes):
             term = term * sizes[i]
         total = total + term
     return total
+
+
+def _rows_kept(xp, rows, sizes, keep):
+    """``rows`` and the per-row ``sizes`` cut to the rows where ``keep``, when that drops a
+    quarter of them or more (a cut copies every column); the row numbers start again at 0."""
+    n = int(keep.size)
+    idx = xp.flatnonzero(keep)
+    if int(idx.size) > 3 * n // 4:
+        return rows, sizes
+    rows = {u: xp.take(col, idx) for u, col in rows.items() if u != _ROW}
+    rows[_ROW] = xp.arange(int(idx.size), dtype=xp.int64)
+    return rows, {k: xp.take(v, idx) for k, v in sizes.items()}
 
 
 def _n_rows(chunk):

@@ -12,9 +12,9 @@
   each neighbour u' by freq(label(u_c u')).
 * Each join step lists its linking edges with the least frequent first
   (e0 of Algorithm 3).
-* For a count, independent leaves of the pattern go last
-  (:func:`_factored_leaves`), and the engine multiplies their numbers of
-  matches per row instead of enumerating them.
+* For a count, the pattern's leaves and the last vertices of the order,
+  no two adjacent (:func:`_factored_vertices`), go last, and the engine
+  multiplies their numbers of matches per row instead of enumerating them.
 """
 
 from __future__ import annotations
@@ -60,18 +60,22 @@ class QueryPlan:
     candidate_counts: list[int]
     injective: bool
     incident: list = field(default_factory=list)   # _incident() of the pattern, label ids resolved
-    factored: int = 0           # the last ``factored`` steps are leaves counted per row (count only)
-    leaf_groups: list = field(default_factory=list)   # the factored leaves, as :class:`LeafGroup`
+    factored: int = 0           # the last ``factored`` steps are vertices counted per row (count only)
+    leaf_groups: list = field(default_factory=list)   # the factored vertices, as :class:`LeafGroup`
 
 
-#: Most leaves a :class:`LeafGroup` counts together (its terms are the set partitions of
-#: its leaves: 52 for 5).
+#: Most vertices a :class:`LeafGroup` counts together (its terms are the set partitions of
+#: its vertices: 52 for 5).
 MAX_LEAF_GROUP = 5
 
 
 @dataclass
 class LeafGroup:
-    """Factored leaves whose candidate sets overlap, counted together (count only).
+    """Factored vertices whose candidate sets overlap, counted together (count only).
+
+    The factored vertices are leaves, or the last vertices of the join
+    order, no two adjacent (:func:`_factored_vertices`); "leaf" below stands
+    for any of them: its candidates S_u depend on the row's core vertices only.
 
     Per row m of the rest of the pattern, the ways to give the group's
     leaves distinct vertices number Σ_π μ(π) Π_{B ∈ π} |S_B \\ m| over the set
@@ -101,9 +105,10 @@ def _incident(pattern: Pattern, edge_ids):
 def make_plan(store, pattern: Pattern, backend, injective=True, refine_rounds=2, factor_leaves=False) -> QueryPlan:
     """Resolve, filter and order ``pattern`` on ``store``.
 
-    ``factor_leaves`` (count only): the leaves that :func:`_factored_leaves`
-    picks are joined last, so that the engine can count their matches per
-    row of the rest as a product instead of enumerating them.
+    ``factor_leaves`` (count only): the vertices that :func:`_factored_vertices`
+    picks (leaves, and vertices at the end of the order) are joined last, so
+    that the engine can count their matches per row of the rest as a product
+    instead of enumerating them.
     """
     n = len(pattern.vertices)
     vlabel = []
@@ -136,7 +141,7 @@ def make_plan(store, pattern: Pattern, backend, injective=True, refine_rounds=2,
             break
     counts = [int(backend.popcount(b)) for b in bits]
     order = _order(store, pattern, inc, counts)
-    groups = _factored_leaves(pattern, backend, bits, injective) if factor_leaves else []
+    groups = _factored_vertices(pattern, backend, bits, injective, order) if factor_leaves else []
     leaves = [u for g in groups for u in g]
     order = [u for u in order if u not in leaves] + [u for u in order if u in leaves]
     steps = []
@@ -167,7 +172,7 @@ def _step(store, backend, inc, bits, vertex, joins, joined, injective):
 
 
 def _leaf_group(store, backend, inc, bits, group, core, injective):
-    """The :class:`LeafGroup` of factored leaves ``group``: a step per block of leaves that may
+    """The :class:`LeafGroup` of factored vertices ``group``: a step per block of them that may
     share a vertex (its candidates, the AND of theirs, appended to ``bits``), and the terms."""
     xp = backend.xp
     block_of = {}                      # bitmask of leaves -> index in blocks
@@ -213,19 +218,30 @@ def _set_partitions(mask):
         sub = (sub - 1) & rest
 
 
-def _factored_leaves(pattern: Pattern, backend, bits, injective):
-    """Leaves whose matches the count takes per row of the rest, without enumerating them.
+def _factored_vertices(pattern: Pattern, backend, bits, injective, order):
+    """Pattern vertices whose matches a count takes per row of the rest, without enumerating them.
 
-    A leaf has one neighbour (its parent) in the pattern; given the parent's
-    match its candidates are S = N(parent) ∩ C(leaf), whatever the other
-    leaves do, so the numbers of leaves whose candidate sets are disjoint
-    multiply (their rows' own vertices are subtracted per row, as in any last
-    step). Under injective matching, leaves whose candidate sets overlap (as
-    leaves of one label do) are grouped, and a group is counted by
-    inclusion-exclusion over its set partitions (:class:`LeafGroup`); a group
-    holds at most ``MAX_LEAF_GROUP`` leaves, and a leaf that would make one
-    larger is joined as usual. No leaf is the parent of another picked one.
-    Returns the groups (lists of leaves), or none when fewer than two leaves qualify.
+    A vertex u none of whose neighbours is factored has, given a row m of the
+    rest (the core), the candidates S = C(u) ∩ N(m_w, l) over its pattern
+    edges (w, u), whatever the other factored vertices take; so the numbers
+    of factored vertices whose candidate sets are disjoint multiply (their
+    rows' own vertices are subtracted per row, as in any last step). Under
+    injective matching, vertices whose candidate sets overlap (as vertices of
+    one label do) are grouped, and a group is counted by inclusion-exclusion
+    over its set partitions (:class:`LeafGroup`); a group holds at most
+    ``MAX_LEAF_GROUP`` vertices.
+
+    Picked, no two adjacent:
+
+    * leaves (one neighbour), wherever they are in ``order``: a leaf
+      connects nothing, so the core's order stays connected without it;
+    * then the last vertices of the core's order, from its end, as long as
+      each is adjacent to no picked vertex and fits its group: the core keeps
+      the order's prefix, so it is joined exactly as before (a vertex from
+      the middle of the order would take its pruning away from the steps
+      after it).
+
+    Returns the groups (lists of vertices), or none when fewer than two qualify.
     """
     n = len(pattern.vertices)
     nbrs = [set() for _ in range(n)]
@@ -233,19 +249,26 @@ def _factored_leaves(pattern: Pattern, backend, bits, injective):
         nbrs[e.src].add(e.dst)
         nbrs[e.dst].add(e.src)
     groups = []
-    for u in range(n):
-        if len(nbrs[u]) != 1:
-            continue
-        (parent,) = nbrs[u]
-        picked = [w for g in groups for w in g]
-        if parent in picked or any(u in nbrs[w] for w in picked):
-            continue
+    picked = set()
+
+    def pick(u):
+        """Add ``u`` to the groups (merging those its candidates meet); False if too large."""
+        nonlocal groups
         meet = [g for g in groups if injective and any(bool(backend.xp.any(bits[u] & bits[w])) for w in g)]
         if sum(len(g) for g in meet) + 1 > MAX_LEAF_GROUP:
-            continue
+            return False
         groups = [g for g in groups if g not in meet] + [[w for g in meet for w in g] + [u]]
-    picked = sum(len(g) for g in groups)
-    return groups if picked >= 2 and picked < n else []
+        picked.add(u)
+        return True
+
+    for u in range(n):
+        if len(nbrs[u]) == 1 and not nbrs[u] & picked:
+            pick(u)
+    core = [u for u in order if u not in picked]
+    for u in reversed(core[1:]):        # the core keeps at least its first vertex
+        if nbrs[u] & picked or not pick(u):
+            break
+    return groups if 2 <= len(picked) < n else []
 
 
 def _candidates(store, backend, u, vlabel, inc, injective, degree_masks):
