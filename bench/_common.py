@@ -148,32 +148,86 @@ class CountWorker:
 
     The child opens ``store`` once and serves every query; it is replaced
     only after a timeout. Times are measured in the child, around
-    ``Graph.count``.
+    ``Graph.count``. ``env`` is the child's environment on top of this
+    process's (e.g. ``CUDA_VISIBLE_DEVICES``), from its start, restarts
+    included. The child warms up while the constructor returns; the first
+    query waits for it (:meth:`wait_ready`).
+
+    :meth:`count` sends a query and waits for its answer; a dispatcher over
+    several workers uses :meth:`submit` and :meth:`result` instead, and
+    passes the workers themselves (they have a ``fileno``) to
+    ``multiprocessing.connection.wait``.
     """
 
-    def __init__(self, store, warm_device="cpu"):
+    def __init__(self, store, warm_device="cpu", env=None):
         import multiprocessing as mp
         self._ctx = mp.get_context("spawn")
         self._args = (store, warm_device)
+        self.env = dict(env or {})
+        self.submitted = None     # perf_counter() when the pending query was sent; None when none is
         self._start()
 
     def _start(self):
+        """Start the child; it warms up on its own (see :meth:`wait_ready`)."""
         self.conn, child = self._ctx.Pipe()
         self.proc = self._ctx.Process(target=_count_worker_main, args=(child, *self._args), daemon=True)
-        self.proc.start()
+        # A spawned child starts with this process's environment, so ``env`` is in place before the
+        # child imports anything (it re-runs the main script's imports before _count_worker_main).
+        saved = {k: os.environ.get(k) for k in self.env}
+        os.environ.update(self.env)
+        try:
+            self.proc.start()
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
         child.close()
-        self.conn.recv()          # "ready": imports done and the store open, before any timing
+        self._ready = False
 
-    def count(self, pattern, timeout=None, *, device="cpu", memory_budget=None, env=None):
-        """(count, seconds, stats), or None when ``timeout`` seconds passed first (the
-        child is then killed and a new one started)."""
+    def fileno(self):
+        return self.conn.fileno()
+
+    def wait_ready(self, timeout=None) -> bool:
+        """Whether the child has opened the store and warmed up, waiting up to ``timeout`` s for it
+        (None: until it has; 0: just look)."""
+        if not self._ready and self.conn.poll(timeout):
+            try:
+                self.conn.recv()      # "ready": imports done and the store open, before any timing
+            except EOFError:
+                raise RuntimeError(f"count worker (env {self.env}) exited while starting; "
+                                   "see its error above") from None
+            self._ready = True
+        return self._ready
+
+    def submit(self, pattern, *, device="cpu", memory_budget=None, env=None):
+        """Send one query to the child, once it is ready; :meth:`result` collects the answer."""
+        if self.submitted is not None:
+            raise RuntimeError("CountWorker.submit: the previous query's result was not collected")
+        self.wait_ready()
         self.conn.send((pattern, device, memory_budget, dict(env or {})))
-        if timeout and not self.conn.poll(timeout):
+        self.submitted = time.perf_counter()
+
+    def result(self, timeout=None):
+        """(count, seconds, stats) of the submitted query, or None when it was not done ``timeout``
+        seconds after :meth:`submit` (the child is then killed and a new one started). Waits at most
+        until then: at once when that time has passed; no limit when ``timeout`` is falsy."""
+        sent, self.submitted = self.submitted, None
+        if sent is None:
+            raise RuntimeError("CountWorker.result: nothing was submitted")
+        if timeout and not self.conn.poll(max(0.0, sent + timeout - time.perf_counter())):
             self.proc.kill()
             self.proc.join()
             self._start()
             return None
         return self.conn.recv()
+
+    def count(self, pattern, timeout=None, *, device="cpu", memory_budget=None, env=None):
+        """(count, seconds, stats), or None when ``timeout`` seconds passed first (the
+        child is then killed and a new one started)."""
+        self.submit(pattern, device=device, memory_budget=memory_budget, env=env)
+        return self.result(timeout)
 
     def close(self, force=False):
         if force:
