@@ -64,6 +64,7 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--set", default="hprd", choices=("hprd", "yeast"))
     p.add_argument("--max-count", type=float, default=None, help="only queries with expected count <= this")
+    p.add_argument("--min-count", type=float, default=None, help="only queries with expected count > this")
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--limit", type=int, default=None, help="first N queries only (smoke test)")
     p.add_argument("--only", default=None, help="comma-separated query file names")
@@ -95,6 +96,8 @@ def main(argv=None):
     names = sorted(expected, key=_natural)
     if args.max_count is not None:
         names = [n for n in names if expected[n] <= args.max_count]
+    if args.min_count is not None:
+        names = [n for n in names if expected[n] > args.min_count]
     if args.only:
         keep = set(args.only.split(","))
         names = [n for n in names if n in keep or n.removesuffix(".graph") in keep]
@@ -215,8 +218,11 @@ def main(argv=None):
     to_lines = "\n".join(f"| {n} | {len(patterns[n].vertices)} | {len(patterns[n].edges)} | {expected[n]:,} | "
                          f"> {timed_out[n]:g} |" for n in timed_out)
     n_ok = sum(bool(r["ok"]) for r in rows)
-    sel = f"expected count <= {args.max_count:g}" if args.max_count is not None else "all with an expected count"
+    sel = " and ".join(([f"expected count > {args.min_count:g}"] if args.min_count is not None else [])
+                       + ([f"expected count <= {args.max_count:g}"] if args.max_count is not None else [])
+                       ) or "all with an expected count"
     cmd = f"python bench/hprd_suite.py --set {args.set}" + (
+        f" --min-count {args.min_count:g}" if args.min_count is not None else "") + (
         f" --max-count {args.max_count:g}" if args.max_count is not None else "") + f" --runs {args.runs}" + (
         f" --timeout {args.timeout:g}") + (f" --only {args.only}" if args.only else "") + (
         f" --limit {args.limit}" if args.limit else "") + (f" --device {args.device}" if args.device != "cpu" else "") + (
