@@ -581,7 +581,7 @@ def _max(a) -> int:
 
 
 def _shared_groups(plan):
-    """Groups of factored leaves that may share vertices (counted by inclusion-exclusion)."""
+    """Groups of factored vertices that may share data vertices (counted by inclusion-exclusion)."""
     return sum(len(g.leaves) > 1 for g in plan.leaf_groups)
 
 
