@@ -105,6 +105,10 @@ class CpuBackend:
     def bincount(self, x, n):
         return np.bincount(x, minlength=n)[:n] if x.size else np.zeros(n, np.int64)
 
+    def add_at(self, out, idx, values):
+        """out[idx] += values, repeated indices adding up (in place)."""
+        np.add.at(out, idx, values)
+
     def bincount_weights(self, x, w, n):
         return np.bincount(x, weights=w, minlength=n)[:n] if x.size else np.zeros(n)
 

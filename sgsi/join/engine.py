@@ -98,7 +98,7 @@ class Engine:
         self.xp = backend.xp
         self.budget = budget
         self.stats = {"chunks": 0, "steps": 0, "replanned": 0, "entries": 0, "leaves_factored": plan.factored,
-                      "leaf_groups": _shared_groups(plan)}
+                      "leaf_groups": _shared_groups(plan), "subtrees": len(plan.subtrees)}
         # Adaptive planning: run on the cheap plan first; if the join's work
         # outgrows the candidate sets by far before any result has left, start
         # again on the plan ``replan()`` gives (refined candidate sets).
@@ -138,6 +138,7 @@ class Engine:
         self.plan = self.replan()
         self.stats["leaves_factored"] = self.plan.factored
         self.stats["leaf_groups"] = _shared_groups(self.plan)
+        self.stats["subtrees"] = len(self.plan.subtrees)
         self.replan = None
         self.work_limit = None
         self.stats["replanned"] = 1
@@ -486,13 +487,52 @@ class Engine:
                 rows, sizes = _rows_kept(xp, rows, sizes, sizes[gi, bi] > 0)
                 if _n_rows(rows) == 0:
                     return 0
-        prod = None
-        for gi, group in enumerate(groups):
-            value = _group_matches(backend, group, [sizes[gi, bi] for bi in range(len(group.blocks))])
+        prod = self._groups_product(groups, sizes)
+        for tree in self.plan.subtrees:
+            if prod is not None and not _exact(prod):   # rows that count nothing already are not expanded
+                rows, kept = _rows_kept(xp, rows, {0: prod}, prod > 0)
+                prod = kept[0]
+                if _n_rows(rows) == 0:
+                    return 0
+            value = self._subtree_counts(rows, tree, lim)
             prod = value if prod is None else _exact_product(backend, prod, value)
         if not _exact(prod) and _max(prod) * _n_rows(rows) < _INT64_SAFE:
             return int(prod.sum())
         return int(sum(backend.to_host(prod).tolist()))
+
+    def _groups_product(self, groups, sizes):
+        """Π over ``groups`` of their matches per row, from their blocks' ``sizes`` (None: no group)."""
+        prod = None
+        for gi, group in enumerate(groups):
+            value = _group_matches(self.backend, group, [sizes[gi, bi] for bi in range(len(group.blocks))])
+            prod = value if prod is None else _exact_product(self.backend, prod, value)
+        return prod
+
+    def _subtree_counts(self, rows, tree, lim):
+        """Matches of a :class:`~sgsi.join.plan.Subtree` per row of ``rows``: the rows are extended
+        by the root (in slices), the root's leaf groups counted per extended row, and their
+        product summed back onto the rows. The slices and their groups' sets take half of
+        this level's limits, the rows' sets for the root the rest."""
+        xp, backend = self.xp, self.backend
+        n = _n_rows(rows)
+        half = Limits(max(16, lim.gba_entries // 2), max(4, lim.chunk_rows // 2))
+        total = xp.zeros(n, dtype=xp.int64)
+        exact = None                        # Python integers, once a sum may pass int64
+        for piece, sets in self._pieces_with_sets(rows, tree.step, half):
+            for out in self._extension(piece, sets, tree.step, half):
+                at = out[_ROW]
+                out = dict(out)
+                out[_ROW] = xp.arange(int(at.size), dtype=xp.int64)
+                sizes = {(gi, bi): self._block_sizes(out, step, half)
+                         for gi, g in enumerate(tree.groups) for bi, step in enumerate(g.blocks)}
+                value = self._groups_product(tree.groups, sizes)
+                if exact is None and not _exact(value) and _max(value) * int(at.size) + _max(total) < _INT64_SAFE:
+                    backend.add_at(total, at, value)
+                    continue
+                if exact is None:
+                    exact = backend.to_host(total).astype(object)
+                np.add.at(exact, backend.to_host(at), backend.to_host(value).astype(object))
+        return total if exact is None else exact
 
     def _block_sizes(self, rows, step, lim):
         """|S_B \\ m_row| of a block's step for each row of ``rows`` (int64)."""

@@ -250,6 +250,10 @@ class GpuBackend:
             cp.add.at(out, x, 1)
         return out
 
+    def add_at(self, out, idx, values):
+        if idx.size:
+            cp.add.at(out, idx, values)
+
     def bincount_weights(self, x, w, n):
         out = cp.zeros(n, cp.float64)
         if x.size:

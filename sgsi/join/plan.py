@@ -62,6 +62,7 @@ class QueryPlan:
     incident: list = field(default_factory=list)   # _incident() of the pattern, label ids resolved
     factored: int = 0           # the last ``factored`` steps are vertices counted per row (count only)
     leaf_groups: list = field(default_factory=list)   # the factored vertices, as :class:`LeafGroup`
+    subtrees: list = field(default_factory=list)      # factored vertices with leaves, as :class:`Subtree`
 
 
 #: Most vertices a :class:`LeafGroup` counts together (its terms are the set partitions of
@@ -88,6 +89,21 @@ class LeafGroup:
     leaves: list[int]
     blocks: list[Step]      # the step whose sets are S_B, per block that may be non-empty
     terms: list             # (μ(π), [index into blocks per block of π]) per partition with no empty block
+
+
+@dataclass
+class Subtree:
+    """A factored vertex with leaves of its own, counted per row of the core (count only).
+
+    Per core row m, the root u takes each x of S_u \\ m, and its leaves' groups are
+    counted per (m, x) as any leaf group: the subtree counts Σ_x Π_groups. Its vertices'
+    candidate sets meet no other factored vertex's (under injective matching), so the
+    subtree's count multiplies with the others'.
+    """
+
+    root: int
+    step: Step              # the root's join step over the core
+    groups: list            # the leaves' :class:`LeafGroup`, their blocks joined to the core and the root
 
 
 def _incident(pattern: Pattern, edge_ids):
@@ -141,17 +157,20 @@ def make_plan(store, pattern: Pattern, backend, injective=True, refine_rounds=2,
             break
     counts = [int(backend.popcount(b)) for b in bits]
     order = _order(store, pattern, inc, counts)
-    groups = _factored_vertices(pattern, backend, bits, injective, order) if factor_leaves else []
-    leaves = [u for g in groups for u in g]
-    order = [u for u in order if u not in leaves] + [u for u in order if u in leaves]
+    groups, trees = _factored_vertices(pattern, backend, bits, injective, order) if factor_leaves else ([], [])
+    tail = [u for g in groups for u in g] + [u for root, kids in trees for u in [root] + [w for g in kids for w in g]]
+    order = [u for u in order if u not in tail] + tail
     steps = []
     joined = [order[0]]
     for u in order[1:]:
         steps.append(_step(store, backend, inc, bits, u, [u], joined, injective))
         joined.append(u)
-    core = order[:len(order) - len(leaves)]
+    core = order[:len(order) - len(tail)]
     leaf_groups = [_leaf_group(store, backend, inc, bits, g, core, injective) for g in groups]
-    return QueryPlan(pattern, False, order, steps, bits, counts, injective, inc, len(leaves), leaf_groups)
+    subtrees = [Subtree(root, _step(store, backend, inc, bits, root, [root], core, injective),
+                        [_leaf_group(store, backend, inc, bits, g, core + [root], injective) for g in kids])
+                for root, kids in trees]
+    return QueryPlan(pattern, False, order, steps, bits, counts, injective, inc, len(tail), leaf_groups, subtrees)
 
 
 def _step(store, backend, inc, bits, vertex, joins, joined, injective):
@@ -241,7 +260,12 @@ def _factored_vertices(pattern: Pattern, backend, bits, injective, order):
       the middle of the order would take its pruning away from the steps
       after it).
 
-    Returns the groups (lists of vertices), or none when fewer than two qualify.
+    * a last vertex of the core's order whose factored neighbours are all leaves of its own
+      becomes the root of a :class:`Subtree` with them, where their candidates meet no
+      other factored vertex's.
+
+    Returns the groups (lists of vertices) and the subtrees ((root, its leaves' groups)),
+    or none when fewer than two vertices qualify.
     """
     n = len(pattern.vertices)
     nbrs = [set() for _ in range(n)]
@@ -264,11 +288,37 @@ def _factored_vertices(pattern: Pattern, backend, bits, injective, order):
     for u in range(n):
         if len(nbrs[u]) == 1 and not nbrs[u] & picked:
             pick(u)
+    leaves = set(picked)
+    trees = []                          # (root, its leaves' groups)
+    in_trees = set()
+
+    def meets_trees(us):
+        return injective and any(bool(backend.xp.any(bits[u] & bits[w])) for u in us for w in in_trees)
+
     core = [u for u in order if u not in picked]
     for u in reversed(core[1:]):        # the core keeps at least its first vertex
-        if nbrs[u] & picked or not pick(u):
+        kids = nbrs[u] & picked
+        if not kids:
+            if meets_trees([u]) or not pick(u):
+                break
+            continue
+        # A root: every factored neighbour is a leaf of its own, and no other factored vertex
+        # may take the subtree's vertices (its count then multiplies with theirs).
+        if not kids <= leaves or kids & in_trees:
             break
-    return groups if 2 <= len(picked) < n else []
+        own = [g for g in groups if set(g) & kids]
+        others = [w for g in groups if g not in own for w in g]
+        sub = [u] + sorted(kids)
+        if any(not set(g) <= kids for g in own) or meets_trees(sub) or (
+                injective and any(bool(backend.xp.any(bits[a] & bits[b])) for a in sub for b in others)):
+            break
+        groups = [g for g in groups if g not in own]
+        trees.append((u, own))
+        in_trees.update(sub)
+        picked.add(u)
+    if not (2 <= len(picked) < n):
+        return [], []
+    return groups, trees
 
 
 def _candidates(store, backend, u, vlabel, inc, injective, degree_masks):
