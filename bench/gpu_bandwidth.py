@@ -18,7 +18,8 @@ Side by side in one run on one GPU:
    at ``--store-budget`` (many small segments) and at ``--big-budget`` (fewer,
    larger ones), the GPU backend's segment cache off, and a one-edge pattern
    counted (over the most frequent edge label, and over any label): the join
-   reads every segment of that partition through the pinned double buffers.
+   reads every segment of that partition, once through the pinned double
+   buffers and once straight from the registered file maps (``--modes``).
    Reported: bytes copied, the copy stream's time for them (CUDA events),
    the host time spent filling the pinned buffers, the streamed step's device time (from its start to the
    end of the join's work on its last segment, CUDA events) and the query's
@@ -87,9 +88,14 @@ def pinned_h2d(cp, nbytes, runs):
     return {"what": "pinned host-to-device copy", "bytes": nbytes, "seconds": t}
 
 
-def segment_streaming(args, budget, any_label):
-    """Count a one-edge pattern on a store built at ``budget``, segment cache off. Returns
-    (pattern, the best run's stats, graph)."""
+def segment_streaming(args, budget, any_label, mode):
+    """Count a one-edge pattern on a store built at ``budget``, segment cache off, the segments
+    copied through the pinned buffers (``mode`` "pinned") or straight from the registered file
+    maps ("mapped"). Returns (pattern, the best run's stats, graph)."""
+    if mode == "pinned":
+        os.environ["SGSI_GPU_MAPPED_BYTES"] = "0"
+    else:
+        os.environ.pop("SGSI_GPU_MAPPED_BYTES", None)
     gdir = gen.cached_rmat(args.data, args.edges, args.shape, say=say)
     path = gdir + f"-{budget}.sgsi"
     t = time.perf_counter()
@@ -114,7 +120,8 @@ def segment_streaming(args, budget, any_label):
         st = dict(g.last_stats)
         if run:                                       # run 0: warm-up (kernel compilation)
             rows.append({"matches": n, "wall_s": wall, **{k: st[k] for k in (
-                "segments", "h2d_bytes", "h2d_segment_bytes", "h2d_seconds", "stage_seconds", "stream_seconds")}})
+                "segments", "h2d_bytes", "h2d_segment_bytes", "h2d_mapped_bytes", "h2d_seconds", "stage_seconds",
+                "stream_seconds")}})
             say(rows[-1])
     g.close()
     return pattern, min(rows, key=lambda r: r["wall_s"]), g
@@ -129,6 +136,8 @@ def main(argv=None):
     ap.add_argument("--store-budget", default="64MB", help="build and query budget of the first streaming store")
     ap.add_argument("--big-budget", default="1GB", help="the same for the second (larger segments, any label)")
     ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--modes", nargs="+", default=["pinned", "mapped"], choices=("pinned", "mapped"),
+                    help="how segments reach the device: pinned staging buffers, registered file maps")
     ap.add_argument("--data", default=DATA_DIR)
     ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"))
     args = ap.parse_args(argv)
@@ -146,10 +155,12 @@ def main(argv=None):
         say(r)
     rows = [copy, filt, h2d]
     cases = []
-    for budget, any_label in ((args.store_budget, False), (args.big_budget, True)):
-        pattern, st, g = segment_streaming(args, budget, any_label)
+    cases_to_run = [(budget, any_label, mode) for budget, any_label in ((args.store_budget, False), (args.big_budget, True))
+                    for mode in args.modes]
+    for budget, any_label, mode in cases_to_run:
+        pattern, st, g = segment_streaming(args, budget, any_label, mode)
         seg = st["h2d_segment_bytes"]       # what h2d_seconds, stage_seconds and stream_seconds time
-        where = f"`{pattern}` at {budget}"
+        where = f"`{pattern}` at {budget}, {mode} ({st['h2d_mapped_bytes']:,} bytes from the maps)"
 
         def rate(sec):
             return seg / sec / 1e9 if sec else float("nan")
@@ -167,7 +178,7 @@ def main(argv=None):
     lines = ["# GPU bandwidth: signature filter and segment streaming", "", machine_md(m),
              f"- command: `python bench/gpu_bandwidth.py --vertices {args.vertices} --h2d-mb {args.h2d_mb} "
              f"--edges {args.edges:g} --shape {args.shape} --store-budget {args.store_budget} "
-             f"--big-budget {args.big_budget} --runs {args.runs}`",
+             f"--big-budget {args.big_budget} --runs {args.runs} --modes {' '.join(args.modes)}`",
              f"- streaming: an R-MAT {args.shape} store of {g.store.n_edges:,} edges, {g.store.n_vertices:,} vertices, "
              "built at each budget; each query counted at that budget with the segment cache off; "
              "best of the runs by wall time", "",

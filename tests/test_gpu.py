@@ -228,8 +228,10 @@ def test_yeast_on_gpu(tmp_path):
         assert g.count(os.path.join(BENCH, "yeast", "queries", q), device="gpu") == exp[q], q
 
 
-def test_segment_copies_are_timed_on_the_copy_stream(tmp_path):
-    """Segments streamed to the device are counted and their copies timed by CUDA events."""
+def test_segment_copies_are_timed_on_the_copy_stream(tmp_path, monkeypatch):
+    """Segments streamed to the device through the pinned buffers are counted and their copies
+    timed by CUDA events."""
+    monkeypatch.setenv("SGSI_GPU_MAPPED_BYTES", "0")         # no copies straight from the maps
     g = sgsi.build(str(tmp_path / "hprd.sgsi"), graph=os.path.join(BENCH, "hprd", "data.graph"),
                    memory_budget="64KB")
     q = sorted(_expected("hprd"))[0]
@@ -244,6 +246,48 @@ def test_segment_copies_are_timed_on_the_copy_stream(tmp_path):
     assert 0 < st["h2d_segment_bytes"] <= st["segment_bytes"] and st["h2d_segment_bytes"] < st["h2d_bytes"]
     # A staged segment is on the device while it is used: the peak holds at least the mean one.
     assert st["h2d_bytes"] / st["segments"] <= st["device_peak_bytes"] <= 2**30
+
+
+def _mapped_blocks_of(g):
+    from sgsi.join.gpu import MAPPED
+    bases = {g.store.map_buffer(n).ctypes.data for n in ("pcsr_groups.arrow", "pcsr_ci.arrow")}
+    return {k: v for k, v in MAPPED.blocks.items() if k[0] in bases}
+
+
+def test_segments_copy_straight_from_registered_maps(tmp_path, monkeypatch):
+    """Segments are copied from the store's file maps, registered with CUDA: the same counts
+    as through the pinned buffers, no staging on the host, and the registered bytes stay inside
+    their limit (two stores share it; the least recently used blocks go first) and are let go
+    when a store is closed."""
+    from sgsi.join.gpu import MAPPED
+    for base in list(MAPPED.maps):          # start from no registered blocks (earlier tests' stores)
+        MAPPED.release(base)
+    assert MAPPED.bytes == 0 and not MAPPED.blocks
+    q = sorted(_expected("hprd"))[:6]
+    graphs = [sgsi.build(str(tmp_path / f"hprd{i}.sgsi"), graph=os.path.join(BENCH, "hprd", "data.graph"),
+                         memory_budget="64KB") for i in range(2)]
+    one = sum(int(graphs[0].store.map_buffer(n).size) for n in ("pcsr_groups.arrow", "pcsr_ci.arrow"))
+    monkeypatch.setenv("SGSI_GPU_MAPPED_BYTES", str(one))          # room for one store's files
+    for g in graphs + graphs:
+        for name in q:
+            assert g.count(os.path.join(BENCH, "hprd", "queries", name), device="gpu",
+                           memory_budget="64KB") == _expected("hprd")[name], name
+            st = g.last_stats
+            assert st["segments"] > 1 and st["h2d_mapped_bytes"] == st["h2d_segment_bytes"] > 0
+            assert st["stage_seconds"] == 0 and st["h2d_seconds"] > 0
+            assert MAPPED.bytes == one              # this store's blocks, the other's let go
+            assert len(_mapped_blocks_of(g)) == len(MAPPED.blocks) == 2
+    graphs[1].close()
+    assert MAPPED.bytes == 0 and not MAPPED.blocks and not MAPPED.maps
+    # No room at all: the pinned buffers take every segment.
+    monkeypatch.setenv("SGSI_GPU_MAPPED_BYTES", "1")
+    g = graphs[0]
+    assert g.count(os.path.join(BENCH, "hprd", "queries", q[0]), device="gpu", memory_budget="64KB") == \
+        _expected("hprd")[q[0]]
+    assert g.last_stats["segments"] > 1
+    assert g.last_stats["h2d_mapped_bytes"] == 0 and g.last_stats["stage_seconds"] > 0
+    assert not MAPPED.blocks
+    g.close()
 
 
 def test_damaged_segment_read_direct_is_caught_on_the_device(tmp_path):

@@ -859,8 +859,9 @@ def test_signature_words_from_saturated_counts_equal_the_general_ones(n_bits, la
 
 
 def test_segment_reads_through_pread_and_the_maps_agree(tmp_path):
-    """read_segment (pread into a buffer) and segment_spans (offsets in the files) give each
-    segment's groups and ci as store.segment maps them."""
+    """read_segment (pread into a buffer) and segment_spans (offsets in the files, in the maps the
+    GPU backend copies from) give each segment's groups and ci as store.segment maps them; a
+    closed store calls its close hooks and gives no map."""
     bench = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "benchmarks", "hprd", "data.graph")
     g = sgsi.build(str(tmp_path / "hprd.sgsi"), graph=bench, memory_budget="64KB")
     s = g.store
@@ -879,7 +880,14 @@ def test_segment_reads_through_pread_and_the_maps_agree(tmp_path):
                 f.seek(off)
                 got.append(np.frombuffer(f.read(n), np.uint8))
         assert np.array_equal(np.concatenate(got), want)
+        mapped = np.concatenate([s.map_buffer(name)[off:off + n] for name, off, n in spans])
+        assert np.array_equal(mapped, want)
         assert [n for _name, _off, n in spans] == [b for b in (gb, cb) if b]
+    closed = []
+    s.on_close(closed.append)
     g.close()
+    assert closed == [s]
+    with pytest.raises(sgsi.StoreError, match="closed"):
+        s.map_buffer("pcsr_groups.arrow")
     with pytest.raises(sgsi.StoreError, match="closed"):
         s.segment_spans(0)

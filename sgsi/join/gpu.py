@@ -1,16 +1,23 @@
-"""GPU backend on CuPy: segments streamed through pinned double buffers (§6).
+"""GPU backend on CuPy: segments streamed through page-locked host memory (§6).
 
-Segments move host-to-device on their own stream from two pinned staging
-buffers: while the join computes on segment k, segment k+1 is already being
-copied. Segments that fit are kept on the device in an LRU cache bounded by
-half the memory budget (in-core is then the special case of one pass). Hot
-steps use the kernels of :mod:`sgsi.join.kernels`.
+Segments move host-to-device on their own stream: while the join computes on
+segment k, segment k+1 is already being copied. They are copied straight
+from the store's segment files, mapped and registered with CUDA as
+read-only page-locked memory (:class:`_MappedBlocks`): the copy engine reads
+the page cache at the pinned rate, with no staging copy on the host. Where
+that is not possible (no support, the limit of registered bytes reached, a
+store read through Arrow), a segment is read into one of two pinned staging
+buffers first. Segments that fit are kept on the device in an LRU cache
+bounded by half the memory budget (in-core is then the special case of one
+pass). Hot steps use the kernels of :mod:`sgsi.join.kernels`.
 """
 
 from __future__ import annotations
 
 import os
+import threading
 import time
+import weakref
 from collections import OrderedDict
 
 import cupy as cp
@@ -80,10 +87,11 @@ class GpuBackend:
         # h2d_bytes: every copy to the device (segments, signatures, labels, degree index);
         # h2d_segment_bytes: the segment copies, through the pinned buffers; h2d_seconds: the time
         # those took on the copy stream (CUDA events); stage_seconds: host time filling the buffers.
+        # h2d_mapped_bytes: the part of h2d_segment_bytes copied straight from registered maps;
         # stream_seconds: device time from a stream's start to the end of the join's work on its
         # last segment (summed over streams; nested streams overlap).
         self.stats = {"segments": 0, "segment_bytes": 0, "h2d_bytes": 0, "h2d_segment_bytes": 0,
-                      "h2d_seconds": 0.0, "stage_seconds": 0.0, "stream_seconds": 0.0,
+                      "h2d_mapped_bytes": 0, "h2d_seconds": 0.0, "stage_seconds": 0.0, "stream_seconds": 0.0,
                       "cache_hits": 0}
         self._copies = []               # ((start,), end) events of segment copies not yet timed
         self._spans = []                # ((start, copy stream start), end) events of streams not yet timed
@@ -168,6 +176,10 @@ class GpuBackend:
             self._pinned_busy[slot] = None
         direct = store.reads_direct
         if direct:
+            got = self._stage_mapped(store, seg)
+            if got is not None:
+                return got
+        if direct:
             # pread(2) straight into the pinned buffer: no page faults on the memory map, several
             # threads for a large segment; the groups are checked on the device below.
             g_bytes, c_bytes = store.segment_sizes(seg)
@@ -194,6 +206,24 @@ class GpuBackend:
         self.stats["h2d_bytes"] += g_bytes + c_bytes
         self.stats["h2d_segment_bytes"] += g_bytes + c_bytes
         self._remember(key, (d_groups, d_ci, g_bytes + c_bytes))
+        return d_groups, d_ci, event
+
+    def _stage_mapped(self, store, seg):
+        """Start the copy of one segment straight from the store's registered file maps; None
+        where its blocks cannot be registered (the pinned buffers are used then)."""
+        g_bytes, c_bytes = store.segment_sizes(seg)
+        dev = cp.empty(g_bytes + c_bytes, dtype=cp.uint8)
+        start = self.copy_stream.record()
+        if not MAPPED.copy(store, store.segment_spans(seg), dev.data.ptr, self.copy_stream):
+            return None
+        event = self.copy_stream.record()
+        self._copies.append(((start,), event))
+        self.stats["h2d_bytes"] += g_bytes + c_bytes
+        self.stats["h2d_segment_bytes"] += g_bytes + c_bytes
+        self.stats["h2d_mapped_bytes"] += g_bytes + c_bytes
+        d_groups = dev[:g_bytes].view(cp.int32).reshape(store.segment_shape(seg))
+        d_ci = dev[g_bytes:].view(cp.int32)
+        self._remember((store.path, "segment", seg), (d_groups, d_ci, g_bytes + c_bytes))
         return d_groups, d_ci, event
 
     def segments(self, store, seg_ids):
@@ -479,6 +509,129 @@ _BLOCK_ROW = 1024
 POOL_ALLOWANCE = int(os.environ.get("SGSI_GPU_POOL_ALLOWANCE", 256 << 20))
 #: Elements of the rows one task-pool block takes (four rounds of 1024).
 _POOL_ELEMENTS = 4096
+
+
+#: Registration unit of the segment files' maps: a segment's copy registers the blocks it spans.
+MAPPED_BLOCK = 32 << 20
+#: cudaDevAttrHostRegisterReadOnlySupported, cudaHostRegisterReadOnly, cudaMemcpyHostToDevice.
+_ATTR_REGISTER_READ_ONLY, _REGISTER_READ_ONLY, _HOST_TO_DEVICE = 113, 8, 1
+
+
+def mapped_limit() -> int:
+    """Bytes of store files that may stay registered (page-locked) at once: a quarter of the
+    host's memory, or SGSI_GPU_MAPPED_BYTES (0: segments always go through the pinned buffers)."""
+    env = os.environ.get("SGSI_GPU_MAPPED_BYTES")
+    if env is not None:
+        return int(env)
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 4
+    except (ValueError, OSError, AttributeError):
+        return 0
+
+
+class _MappedBlocks:
+    """Blocks of the stores' segment files, registered with CUDA as read-only page-locked memory,
+    so that a segment is copied to the device straight from the file's map at the pinned rate.
+
+    Process-wide (CUDA registers an address range once, whichever backend asks), least recently
+    used first out past :func:`mapped_limit`. A block keeps its map alive (the store's view of
+    the whole file, :meth:`~sgsi.storage.store.Store.map_buffer`) until it is unregistered; a
+    store's blocks are unregistered when the store is closed.
+    """
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.blocks = OrderedDict()     # (map address, block number) -> bytes registered
+        self.maps = {}                  # map address -> the view of the whole map (keeps it alive)
+        self.bytes = 0
+        self.supported = None
+
+    def _available(self):
+        if self.supported is None:
+            try:
+                dev = cp.cuda.Device().id
+                self.supported = cp.cuda.runtime.deviceGetAttribute(_ATTR_REGISTER_READ_ONLY, dev) == 1
+            except cp.cuda.runtime.CUDARuntimeError:
+                self.supported = False
+        return self.supported
+
+    def copy(self, store, spans, dst, stream) -> bool:
+        """Copy ``spans`` (``Store.segment_spans``) one after another to device address ``dst`` on
+        ``stream``, from registered blocks; False (nothing copied) where a block cannot be
+        registered."""
+        limit = mapped_limit()
+        if limit <= 0 or not self._available():
+            return False
+        with self.lock:         # no block goes out between its registration and the copies issued
+            pieces, needed = [], set()
+            for name, offset, nbytes in spans:
+                view = store.map_buffer(name)
+                base = view.ctypes.data
+                for b in range(offset // MAPPED_BLOCK, -(-(offset + nbytes) // MAPPED_BLOCK)):
+                    needed.add((base, b))
+                    if not self._register(store, view, b, limit, needed):
+                        return False
+                a = offset
+                while a < offset + nbytes:
+                    n = min(offset + nbytes, (a // MAPPED_BLOCK + 1) * MAPPED_BLOCK) - a
+                    pieces.append((base + a, n))       # one piece per block: copies stay inside one
+                    a += n
+            at = dst
+            for ptr, n in pieces:
+                cp.cuda.runtime.memcpyAsync(at, ptr, n, _HOST_TO_DEVICE, stream.ptr)
+                at += n
+        return True
+
+    def _register(self, store, view, b, limit, needed):
+        """Register block ``b`` of the map under ``view`` (already there: marked used), making room
+        by unregistering the least recently used blocks outside ``needed``."""
+        base = view.ctypes.data
+        key = (base, b)
+        if key in self.blocks:
+            self.blocks.move_to_end(key)
+            return True
+        start = b * MAPPED_BLOCK
+        nbytes = min(MAPPED_BLOCK, int(view.size) - start)
+        if self.bytes + nbytes > limit:
+            old = [k for k in self.blocks if k not in needed]
+            while old and self.bytes + nbytes > limit:
+                self._unregister(old.pop(0), synchronize=True)
+        if self.bytes + nbytes > limit:
+            return False
+        try:
+            cp.cuda.runtime.hostRegister(base + start, nbytes, _REGISTER_READ_ONLY)
+        except cp.cuda.runtime.CUDARuntimeError:
+            return False
+        if base not in self.maps:
+            self.maps[base] = view
+            store.on_close(lambda _store, base=base: self.release(base))
+            # A store dropped without close(): its blocks go when it is collected (not at exit).
+            weakref.finalize(store, self.release, base).atexit = False
+        self.blocks[key] = nbytes
+        self.bytes += nbytes
+        return True
+
+    def _unregister(self, key, synchronize):
+        if synchronize:         # copies from the block may still be in flight on any stream
+            cp.cuda.runtime.deviceSynchronize()
+        nbytes = self.blocks.pop(key)
+        self.bytes -= nbytes
+        cp.cuda.runtime.hostUnregister(key[0] + key[1] * MAPPED_BLOCK)
+        if not any(k[0] == key[0] for k in self.blocks):
+            self.maps.pop(key[0], None)
+
+    def release(self, base):
+        """Unregister the blocks of the map at ``base`` (its store is being closed)."""
+        with self.lock:
+            keys = [k for k in self.blocks if k[0] == base]
+            if keys:
+                cp.cuda.runtime.deviceSynchronize()
+            for k in keys:
+                self._unregister(k, synchronize=False)
+            self.maps.pop(base, None)
+
+
+MAPPED = _MappedBlocks()
 
 
 def _device_costs():

@@ -119,6 +119,8 @@ class Store:
     def _open(self):
         self._readers = {}
         self._maps = {}
+        self._views = {}
+        self._close_hooks = []
         self.manifest = _read_manifest(self.path)
         m = self.manifest
         try:
@@ -395,6 +397,25 @@ class Store:
             spans.append((name, offset, 4 * rows))
         return spans
 
+    def map_buffer(self, name):
+        """A read-only uint8 array over the whole of ``name`` (one of the segment files), through
+        a Python ``mmap`` of the file the store opened; holding it keeps the map alive after the
+        store is closed. The GPU backend registers its pages with CUDA: ``cudaHostRegister``
+        did not return on the pyarrow map of some files where it took a Python map of the same
+        file in milliseconds (bench/scratch/hostregister_probe.md)."""
+        view = self._views.get(name)
+        if view is None:
+            if name not in self._maps:
+                raise StoreError(f"store {self.path} is closed or has no map of {name}")
+            import mmap
+            view = np.frombuffer(mmap.mmap(self._maps[name][0].fileno(), 0, access=mmap.ACCESS_READ), np.uint8)
+            self._views[name] = view
+        return view
+
+    def on_close(self, fn):
+        """Call ``fn(store)`` when the store is closed (before its maps are let go)."""
+        self._close_hooks.append(fn)
+
     def segment_shape(self, seg_id: int):
         """Shape of a segment's groups array: (groups, theta, 2)."""
         return (int(self._seg_groups[seg_id]), self.theta, 2)
@@ -519,8 +540,12 @@ class Store:
         return self._reader("vertex_ids.arrow").schema.field(0).type
 
     def close(self):
+        hooks, self._close_hooks = getattr(self, "_close_hooks", []), []
+        for fn in hooks:
+            fn(self)
         self._readers = {}
         self._maps = {}
+        self._views = {}
         self._partitions = {}
         self._segments = {}
         self._vid = None
