@@ -290,6 +290,24 @@ def test_segments_copy_straight_from_registered_maps(tmp_path, monkeypatch):
     g.close()
 
 
+def test_segment_copy_waits_for_queued_compute(gpu):
+    """The pool may hand a segment's copy memory that queued compute still reads: the copy
+    stream must not start before the work queued on the compute stream so far."""
+    import cupy as cp
+    spin = cp.RawKernel(r"""
+    extern "C" __global__ void spin(long long cycles) {
+        long long t0 = clock64();
+        while (clock64() - t0 < cycles) { }
+    }""", "spin")
+    spin((1,), (1,), (np.int64(2_000_000_000),))       # about a second on the compute stream
+    gpu._copy_target(1 << 20)
+    after = gpu.copy_stream.record()
+    assert not after.done                               # the copy stream waits for the spin
+    cp.cuda.get_current_stream().synchronize()
+    after.synchronize()
+    assert after.done
+
+
 def test_damaged_segment_read_direct_is_caught_on_the_device(tmp_path):
     """The GPU backend reads segments with pread and checks their groups on the device."""
     import cupy as cp

@@ -195,7 +195,7 @@ class GpuBackend:
             pinned[:g_bytes] = groups.reshape(-1).view(np.uint8)
             pinned[g_bytes:g_bytes + c_bytes] = ci.view(np.uint8)
         self.stats["stage_seconds"] += time.perf_counter() - t0
-        dev = cp.empty(g_bytes + c_bytes, dtype=cp.uint8)
+        dev = self._copy_target(g_bytes + c_bytes)
         start = self.copy_stream.record()
         dev.set(pinned[:g_bytes + c_bytes], stream=self.copy_stream)
         event = self.copy_stream.record()
@@ -208,11 +208,20 @@ class GpuBackend:
         self._remember(key, (d_groups, d_ci, g_bytes + c_bytes))
         return d_groups, d_ci, event
 
+    def _copy_target(self, nbytes):
+        """Device memory for a segment the copy stream writes. The pool may hand out memory that
+        work queued on the compute stream still reads (a segment dropped from the cache just
+        before): the copy stream waits for the work queued so far, which is the join's on the
+        segments before the one now computing, so the copy still overlaps that one."""
+        dev = cp.empty(nbytes, dtype=cp.uint8)
+        self.copy_stream.wait_event(cp.cuda.get_current_stream().record())
+        return dev
+
     def _stage_mapped(self, store, seg):
         """Start the copy of one segment straight from the store's registered file maps; None
         where its blocks cannot be registered (the pinned buffers are used then)."""
         g_bytes, c_bytes = store.segment_sizes(seg)
-        dev = cp.empty(g_bytes + c_bytes, dtype=cp.uint8)
+        dev = self._copy_target(g_bytes + c_bytes)
         start = self.copy_stream.record()
         if not MAPPED.copy(store, store.segment_spans(seg), dev.data.ptr, self.copy_stream):
             return None
@@ -237,6 +246,9 @@ class GpuBackend:
         try:
             yield from self._stream(store, seg_ids)
         finally:
+            # A copy left in flight (the stream given up early) must not land in memory the
+            # pool hands out again.
+            cp.cuda.get_current_stream().wait_event(self.copy_stream.record())
             self._spans.append((starts, cp.cuda.get_current_stream().record()))
             self._time_copies()
 
