@@ -117,6 +117,39 @@ def test_expand_rows_matches_reference(gpu, thresholds):
         assert heavy >= 2 and gpu.stats["rows_pool"] == n_rows - heavy and gpu.stats["rows_own"] == heavy
 
 
+def test_gather_segment_matches_reference(gpu):
+    """The first-edge gather kernels (a warp per vertex, a block per long list) append what the
+    NumPy reference appends to each vertex's buffer, in order, after the entries already there,
+    and count them in ``fill``; vertices absent from the segment are left alone."""
+    import cupy as cp
+    rng = np.random.default_rng(5)
+    cpu = CpuBackend()
+    for theta in (4, 16):
+        deg = rng.integers(0, 40, 300)
+        deg[[3, 50, 51]] = [1024, 1025, 6000]               # the warp's limit and past it
+        src = np.repeat(np.arange(deg.size), deg)
+        dst = rng.integers(0, 20000, src.size)
+        e = np.unique(np.stack([src, dst], 1), axis=0)
+        groups, ci = pcsr.build(e[:, 0], e[:, 1], theta)
+        verts = np.sort(rng.choice(np.arange(-2, deg.size + 40), 250, replace=False)).astype(np.int32)
+        verts = verts[verts >= 0]
+        verts = np.union1d(verts, [3, 50, 51]).astype(np.int32)
+        cbits = cpu.pack_bits(rng.random(20032) < 0.6)
+        before = rng.integers(0, 5, verts.size).astype(np.int64)     # entries from earlier segments
+        room = np.bincount(e[:, 0], minlength=deg.size + 40)[verts] + before
+        start = np.r_[0, np.cumsum(room)[:-1]].astype(np.int64)
+        fill_ref = before.copy()
+        gba_ref = np.full(int(room.sum()), -7, np.int32)
+        cpu.gather_segment(groups, ci, verts, cbits, start, fill_ref, gba_ref)
+        fill = cp.asarray(before)
+        gba = cp.full(int(room.sum()), -7, cp.int32)
+        gpu.gather_segment(cp.asarray(groups), cp.asarray(ci), cp.asarray(verts), cp.asarray(cbits),
+                           cp.asarray(start), fill, gba)
+        assert np.array_equal(fill_ref, cp.asnumpy(fill))
+        assert np.array_equal(gba_ref, cp.asnumpy(gba))
+        assert (fill_ref > before).sum() > 100 and fill_ref[np.searchsorted(verts, 51)] > 3000
+
+
 @pytest.mark.parametrize("lengths,gathered", [
     ([40, 40], None),
     ([5, 300, 5000], None),                       # a long list searched, windows over many rounds

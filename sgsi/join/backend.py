@@ -174,6 +174,21 @@ class CpuBackend:
         gba[F[rid] + fill[rid] + rank_in_runs(np, self, rid)] = vals
         fill += np.bincount(rid, minlength=fill.size)
 
+    def gather_segment(self, groups, ci, verts, cbits, start, fill, gba):
+        """buf_v += N_x(v, l) ∩ C(u) for the sorted distinct ``verts`` found in one segment
+        (``groups``, ``ci``): vertex i's buffer starts at ``gba[start[i]]``, ``fill[i]``
+        entries are written already (in place, each list in order). The first-edge gather
+        of Prealloc-Combine; the NumPy reference of the GPU's ``gather_lists`` kernels."""
+        st, en = self.pcsr_lookup(groups, verts)
+        cnt = en - st
+        nb = ci[pcsr.ragged_indices(st, cnt, np)]
+        keep = self.test_bits(cbits, nb)
+        own = self.repeat_index(cnt)[keep]
+        if own.size == 0:
+            return
+        gba[start[own] + fill[own] + rank_in_runs(np, self, own)] = nb[keep]
+        fill += np.bincount(own, minlength=fill.size)
+
     def intersect_lists(self, lists, bitcap):
         """S(t) of each tuple from a step's gathered lists: the entries of its first link's
         list found in every other gathered list. Returns (entry tuples, entry values, entries

@@ -43,9 +43,9 @@ import numpy as np
 
 from . import membership
 from ..partition import pcsr
-from .backend import distinct_index, rank_in_runs, runs
+from .backend import distinct_index, runs
 from .plan import QueryPlan, Step, refine_cost
-from .stream import degree_index, neighbour_lists
+from .stream import degree_index, neighbour_lists, segments_of
 
 #: Work (buffer entries plus rows) after which a query on unrefined candidate
 #: sets is planned again with refinement: at least this much, this many times
@@ -377,13 +377,8 @@ class Engine:
         F[1:] = xp.cumsum(deg)
         gba = xp.empty(int(F[-1]), dtype=xp.int32)
         fill = xp.zeros(nd, dtype=xp.int64)             # candidates written per vertex
-        for lo, hi, nb, owner in neighbour_lists(store, backend, store.partition(link.label_id, link.direction), verts):
-            keep = backend.test_bits(cbits, nb)
-            own = owner[keep] + lo
-            if own.size == 0:
-                continue
-            gba[F[own] + fill[own] + rank_in_runs(xp, backend, own)] = nb[keep]
-            fill += backend.bincount(own, nd)
+        for lo, hi, groups, ci in segments_of(store, backend, store.partition(link.label_id, link.direction), verts):
+            backend.gather_segment(groups, ci, verts[lo:hi], cbits, F[lo:hi], fill[lo:hi], gba)
         return _Lists(of_tuple, F[:-1], fill, gba, int(F[-1]))
 
     def _finish(self, row_tuple, tuples, lists, step: Step, lim: Limits):

@@ -27,6 +27,8 @@ from ..partition import pcsr
 from . import balance, kernels
 
 _BLOCK = 256
+#: Longest list of a vertex in one segment that gather_lists gives one warp; longer ones get a block.
+_GATHER_WARP_MAX = 1024
 
 def _grid(n_threads):
     return (max(1, (int(n_threads) + _BLOCK - 1) // _BLOCK),)
@@ -356,6 +358,22 @@ class GpuBackend:
                                           (groups, np.int64(groups.shape[0]), np.int32(groups.shape[1]),
                                            v.astype(cp.int32, copy=False), np.int64(n), start, end))
         return start, end
+
+    def gather_segment(self, groups, ci, verts, cbits, start, fill, gba):
+        """First-edge gather of one segment (reference: CpuBackend.gather_segment): the PCSR
+        lookup, then one warp per vertex, one block per vertex whose list in the segment is
+        longer than ``_GATHER_WARP_MAX``; ``start`` and ``fill`` are int64, ``fill`` is written
+        in place."""
+        n = int(verts.size)
+        st, en = self.pcsr_lookup(groups, verts)
+        if n == 0 or ci.size == 0:
+            return
+        kernels.kernel("gather_lists")(_grid(n * 32), (_BLOCK,),
+                                       (st, en, np.int64(n), ci, cbits, np.int64(_GATHER_WARP_MAX), start, fill, gba))
+        hubs = cp.flatnonzero(en - st > _GATHER_WARP_MAX)
+        if hubs.size:
+            kernels.kernel("gather_lists_block")((int(hubs.size),), (_BLOCK,),
+                                                 (hubs, np.int64(hubs.size), st, en, ci, cbits, start, fill, gba))
 
     def signature_filter(self, mask, columns, qwords, labels, label):
         n = int(mask.size)

@@ -128,6 +128,68 @@ extern "C" __global__ void test_bits(const unsigned int* __restrict__ bits, cons
     if (i < n) out[i] = test_bit(bits, v[i]);
 }
 
+// First-edge gather of one segment into the Prealloc-Combine GBA (reference:
+// CpuBackend.gather_segment). Vertex i's list in the segment is ci[st[i] : en[i]]
+// (pcsr_lookup); its entries in C(u) (the bitset) are appended, in order, to its
+// buffer from gba[F[i] + fill[i]], and fill[i] grows by their number. One warp per
+// vertex: a ballot compacts 32 entries and they are written as one batch. Lists
+// longer than ``big`` are left to gather_lists_block.
+extern "C" __global__ void gather_lists(const long long* __restrict__ st, const long long* __restrict__ en,
+                                        long long n, const int* __restrict__ ci,
+                                        const unsigned int* __restrict__ cbits, long long big,
+                                        const long long* __restrict__ F, long long* __restrict__ fill,
+                                        int* __restrict__ gba) {
+    long long warp = ((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    int lane = threadIdx.x & 31;
+    if (warp >= n) return;
+    long long s = st[warp], c = en[warp] - s;
+    if (c == 0 || c > big) return;
+    long long out = F[warp] + fill[warp];
+    for (long long base = 0; base < c; base += 32) {
+        long long j = base + lane;
+        int x = 0;
+        bool ok = j < c;
+        if (ok) {
+            x = ci[s + j];
+            ok = test_bit(cbits, x);
+        }
+        unsigned int m = __ballot_sync(FULL, ok);
+        if (ok) gba[out + __popc(m & ((1u << lane) - 1u))] = x;
+        out += __popc(m);
+    }
+    if (lane == 0) fill[warp] = out - F[warp];
+}
+
+// gather_lists for the vertices ``hubs`` (lists longer than ``big``): one block per
+// vertex, warp ballots plus a scan of the warp counts in shared memory keep the order.
+extern "C" __global__ void gather_lists_block(const long long* __restrict__ hubs, long long n_hubs,
+                                              const long long* __restrict__ st, const long long* __restrict__ en,
+                                              const int* __restrict__ ci, const unsigned int* __restrict__ cbits,
+                                              const long long* __restrict__ F, long long* __restrict__ fill,
+                                              int* __restrict__ gba) {
+    __shared__ int warp_total[32];
+    if (blockIdx.x >= n_hubs) return;
+    int lane = threadIdx.x & 31;
+    long long i = hubs[blockIdx.x];
+    long long s = st[i], c = en[i] - s;
+    long long out = F[i] + fill[i];
+    for (long long base = 0; base < c; base += blockDim.x) {
+        long long j = base + threadIdx.x;
+        int x = 0;
+        bool ok = j < c;
+        if (ok) {
+            x = ci[s + j];
+            ok = test_bit(cbits, x);
+        }
+        unsigned int m = __ballot_sync(FULL, ok);
+        int2 sums = block_ballot_scan(m, warp_total);
+        if (ok) gba[out + sums.x + __popc(m & ((1u << lane) - 1u))] = x;
+        out += sums.y;
+        __syncthreads();                      // warp_total is rewritten next round
+    }
+    if (threadIdx.x == 0) fill[i] = out - F[i];
+}
+
 // Row expansion of a join step (reference: CpuBackend.expand_rows). Row i's
 // candidate list is flist[fstart[d] : fstart[d] + fcnt[d]] for d = run[i]; entries
 // equal to one of the row's vertices in the conflict columns are dropped

@@ -23,17 +23,25 @@ def neighbour_lists(store, backend, p, vertices):
     the next segment.
     """
     xp = backend.xp
+    for lo, hi, groups, ci in segments_of(store, backend, p, vertices):
+        st, en = backend.pcsr_lookup(groups, vertices[lo:hi])
+        cnt = en - st
+        nb = ci[pcsr.ragged_indices(st, cnt, xp)]
+        yield lo, hi, nb, backend.repeat_index(cnt)
+
+
+def segments_of(store, backend, p, vertices):
+    """The segments of partition ``p`` holding any of the sorted distinct ``vertices``, in
+    order, on the backend: yields ``(lo, hi, groups, ci)``, ``vertices[lo:hi]`` being the
+    ones the segment may hold (a vertex's list may continue in the next segment)."""
+    xp = backend.xp
     positions = segment_range(p, backend.to_host(vertices))
     bounds = backend.to_host(xp.searchsorted(vertices, backend.to_device(
         np.stack([p.first_src[positions], p.last_src[positions] + 1]).astype(np.int32))))
     for i, groups, ci in backend.segments(store, p.seg_ids[positions]):
         lo, hi = int(bounds[0, i]), int(bounds[1, i])
-        if lo == hi:
-            continue
-        st, en = backend.pcsr_lookup(groups, vertices[lo:hi])
-        cnt = en - st
-        nb = ci[pcsr.ragged_indices(st, cnt, xp)]
-        yield lo, hi, nb, backend.repeat_index(cnt)
+        if lo < hi:
+            yield lo, hi, groups, ci
 
 
 def segment_range(p, v_sorted):
