@@ -45,6 +45,24 @@ __device__ __forceinline__ int2 block_ballot_scan(unsigned int m, int* warp_tota
 _SOURCE = _PREAMBLE_HASH + _PREAMBLE_BITS + r"""
 #define FULL 0xffffffffu
 
+// Write batching of §5: the lanes' x where ok, appended in lane order from out[at] as one
+// batch (a warp ballot); returns how many. Every lane of the warp must call it.
+__device__ __forceinline__ int warp_append(bool ok, int x, int* out, long long at) {
+    unsigned int m = __ballot_sync(FULL, ok);
+    if (ok) out[at + __popc(m & ((1u << (threadIdx.x & 31)) - 1u))] = x;
+    return __popc(m);
+}
+
+// warp_append over a whole block, in thread order (warp ballots and a scan of the warp
+// counts in warp_total, 32 shared ints); returns how many. Every thread must call it.
+__device__ __forceinline__ int block_append(bool ok, int x, int* out, long long at, int* warp_total) {
+    unsigned int m = __ballot_sync(FULL, ok);
+    int2 sums = block_ballot_scan(m, warp_total);
+    if (ok) out[at + sums.x + __popc(m & ((1u << (threadIdx.x & 31)) - 1u))] = x;
+    __syncthreads();                          // warp_total is rewritten by the next call
+    return sums.y;
+}
+
 // PCSR lookup (reference: sgsi.partition.pcsr.lookup). One warp per query
 // vertex: lane l reads pair l of the group, so one group is one transaction;
 // the warp votes on a match and follows GID on a miss.
@@ -153,9 +171,7 @@ extern "C" __global__ void gather_lists(const long long* __restrict__ st, const 
             x = ci[s + j];
             ok = test_bit(cbits, x);
         }
-        unsigned int m = __ballot_sync(FULL, ok);
-        if (ok) gba[out + __popc(m & ((1u << lane) - 1u))] = x;
-        out += __popc(m);
+        out += warp_append(ok, x, gba, out);
     }
     if (lane == 0) fill[warp] = out - F[warp];
 }
@@ -169,7 +185,6 @@ extern "C" __global__ void gather_lists_block(const long long* __restrict__ hubs
                                               int* __restrict__ gba) {
     __shared__ int warp_total[32];
     if (blockIdx.x >= n_hubs) return;
-    int lane = threadIdx.x & 31;
     long long i = hubs[blockIdx.x];
     long long s = st[i], c = en[i] - s;
     long long out = F[i] + fill[i];
@@ -181,11 +196,7 @@ extern "C" __global__ void gather_lists_block(const long long* __restrict__ hubs
             x = ci[s + j];
             ok = test_bit(cbits, x);
         }
-        unsigned int m = __ballot_sync(FULL, ok);
-        int2 sums = block_ballot_scan(m, warp_total);
-        if (ok) gba[out + sums.x + __popc(m & ((1u << lane) - 1u))] = x;
-        out += sums.y;
-        __syncthreads();                      // warp_total is rewritten next round
+        out += block_append(ok, x, gba, out, warp_total);
     }
     if (threadIdx.x == 0) fill[i] = out - F[i];
 }
@@ -211,7 +222,6 @@ extern "C" __global__ void expand_rows_block(const long long* __restrict__ rows,
     __shared__ int warp_total[32];
     long long task = blockIdx.x;
     if (task >= n_rows) return;
-    int lane = threadIdx.x & 31;
     long long row = rows[task];
     long long d = run[task];
     long long s = fstart[d], c = fcnt[d];
@@ -224,11 +234,7 @@ extern "C" __global__ void expand_rows_block(const long long* __restrict__ rows,
             x = flist[s + j];
             for (int k = 0; k < n_conflicts; ++k) ok &= x != conflicts[(long long)k * table_rows + row];
         }
-        unsigned int m = __ballot_sync(FULL, ok);
-        int2 sums = block_ballot_scan(m, warp_total);
-        if (ok) gba[out + sums.x + __popc(m & ((1u << lane) - 1u))] = x;
-        out += sums.y;
-        __syncthreads();                      // warp_total is rewritten next round
+        out += block_append(ok, x, gba, out, warp_total);
     }
     if (threadIdx.x == 0) fill[row] = out - F[row];
 }
@@ -336,9 +342,7 @@ extern "C" __global__ void intersect_lists(long long n_tuples, int n_lists, cons
             long long next = __shfl_sync(FULL, a, last);
             if (j < INTERSECT_WINDOWS) window[j] = next;
         }
-        unsigned int m = __ballot_sync(FULL, ok);
-        if (ok) out[o + __popc(m & ((1u << lane) - 1u))] = x;
-        o += __popc(m);
+        o += warp_append(ok, x, out, o);
     }
     if (lane == 0) kept[t] = o - off[t];
 }
@@ -384,9 +388,7 @@ extern "C" __global__ void expand_rows(const long long* __restrict__ rows, const
             for (int k = 0; k < nc; ++k) ok &= x != mine[k];
             for (int k = nc; k < n_conflicts; ++k) ok &= x != conflicts[(long long)k * table_rows + row];
         }
-        unsigned int m = __ballot_sync(FULL, ok);
-        if (ok) gba[out + __popc(m & ((1u << lane) - 1u))] = x;
-        out += __popc(m);
+        out += warp_append(ok, x, gba, out);
     }
     if (lane == 0) fill[row] = out - F[row];
 }
