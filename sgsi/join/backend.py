@@ -66,9 +66,11 @@ class CpuBackend:
     def to_host(self, a):
         return np.asarray(a)
 
-    def store_array(self, key, array):
-        """A store array (labels, signature words, degree index) where the backend computes."""
-        return array
+    def store_arrays(self, keys, read):
+        """Store arrays (labels, signature words, degree index) where the backend computes:
+        ``read()`` gives them, one per key (the GPU keeps them between queries under the keys
+        and reads the store only when one is missing)."""
+        return list(read())
 
     def measuring_memory(self):
         """Context of one query whose device memory the backend measures (none on the CPU)."""

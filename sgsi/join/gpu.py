@@ -105,17 +105,22 @@ class GpuBackend:
     def to_host(self, a):
         return cp.asnumpy(a) if isinstance(a, cp.ndarray) else np.asarray(a)
 
-    def store_array(self, key, array):
-        """Device copy of a store array, kept in the device LRU cache between queries."""
-        hit = self._cache.get(key)
-        if hit is not None:
-            self._cache.move_to_end(key)
-            self.stats["cache_hits"] += 1
-            return hit[0]
-        dev = cp.asarray(array)
-        self.stats["h2d_bytes"] += dev.nbytes
-        self._remember(key, (dev, None, dev.nbytes))
-        return dev
+    def store_arrays(self, keys, read):
+        """Device copies of store arrays (``read()`` gives them, one per key), kept in the device
+        LRU cache between queries: the store is read only when one of them is missing."""
+        hits = [self._cache.get(key) for key in keys]
+        if all(hit is not None for hit in hits):
+            for key in keys:
+                self._cache.move_to_end(key)
+            self.stats["cache_hits"] += len(keys)
+            return [hit[0] for hit in hits]
+        out = []
+        for key, array in zip(keys, read()):
+            dev = cp.asarray(array)
+            self.stats["h2d_bytes"] += dev.nbytes
+            self._remember(key, (dev, None, dev.nbytes))
+            out.append(dev)
+        return out
 
     def _remember(self, key, entry):
         nbytes = entry[2]

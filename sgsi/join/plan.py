@@ -346,15 +346,15 @@ def _candidates(store, backend, u, vlabel, inc, injective, degree_masks):
     cols = store.bucket_columns
     mask = xp.ones(n, dtype=bool)
     for start, count, seg in store.vertex_segments():
-        labels = (backend.store_array((store.path, "labels", seg), store.vertex_labels(seg))
+        labels = (backend.store_arrays([(store.path, "labels", seg)], lambda: [store.vertex_labels(seg)])[0]
                   if vlabel[u] is not None else None)
         part = mask[start:start + count]
         for b in range(store.n_buckets):
             q = qsig[b * cols:(b + 1) * cols]
             if not q.any() and labels is None:
                 continue
-            words = ([backend.store_array((store.path, "sig", seg, b, c), col)
-                      for c, col in enumerate(store.signature_columns(seg, b))] if q.any() else [])
+            words = (backend.store_arrays([(store.path, "sig", seg, b, c) for c in range(cols)],
+                                          lambda: store.signature_columns(seg, b)) if q.any() else [])
             backend.signature_filter(part, words, q if q.any() else q[:0], labels, vlabel[u])
             labels = None           # the label test is done once per segment
         if labels is not None:

@@ -60,6 +60,7 @@ def segment_range(p, v_sorted):
 
 def degree_index(store, backend, bid):
     """(vertex, degree) arrays of degree-index batch ``bid``, where the backend computes."""
-    v, d = store.index_batch(bid)
-    return (backend.store_array((store.path, "index-v", int(bid)), v),
-            backend.store_array((store.path, "index-d", int(bid)), d))
+    bid = int(bid)
+    v, d = backend.store_arrays([(store.path, "index-v", bid), (store.path, "index-d", bid)],
+                                lambda: store.index_batch(bid))
+    return v, d
