@@ -185,19 +185,26 @@ def main(argv=None):
     finally:
         for w in workers:
             w.close(force=not ok)
+
+        def counted_rows(done, commit):
+            return [{"query": n, "family": _family(n), "vertices": len(patterns[n].vertices),
+                     "edges": len(patterns[n].edges), "expected": expected[n], "count": got[n],
+                     "ok": got[n] == expected[n], "best_s": round(min(times[n]), 5),
+                     "all_s": " ".join(f"{x:.4f}" for x in times[n]),
+                     "worker": ran_on[n][times[n].index(min(times[n]))], "commit": commit} for n in done]
+        tag = args.set + ("" if args.device == "cpu" else f"_{args.device}")
+        if not ok:      # stopped (a signal, an error): keep what was counted
+            partial = os.path.join(args.results, f"{tag}_suite.partial.csv")
+            C.write_csv(partial, counted_rows([n for n in names if times[n]], C.git_commit()))
+            C.say(f"stopped: the {sum(1 for n in names if times[n])} queries counted so far are in {partial}")
     names_done = [n for n in names if n not in timed_out]
 
     m = C.machine_at_end(m0)
-    rows = [{"query": n, "family": _family(n), "vertices": len(patterns[n].vertices),
-             "edges": len(patterns[n].edges), "expected": expected[n], "count": got[n],
-             "ok": got[n] == expected[n], "best_s": round(min(times[n]), 5),
-             "all_s": " ".join(f"{x:.4f}" for x in times[n]), "worker": ran_on[n][times[n].index(min(times[n]))],
-             "commit": m["commit"]} for n in names_done]
+    rows = counted_rows(names_done, m["commit"])
     rows += [{"query": n, "family": _family(n), "vertices": len(patterns[n].vertices),
               "edges": len(patterns[n].edges), "expected": expected[n], "count": None, "ok": None,
               "best_s": None, "all_s": f"timeout {timed_out[n]:g}", "worker": ran_on[n][-1],
               "commit": m["commit"]} for n in timed_out]
-    tag = args.set + ("" if args.device == "cpu" else f"_{args.device}")
     C.write_csv(os.path.join(args.results, f"{tag}_suite.csv"), rows)
 
     done = [r for r in rows if r["best_s"] is not None]
