@@ -169,11 +169,11 @@ class Engine:
                 continue
             k = len(stack) - 1
             lim = self._limits(sum(held))
-            if k == len(steps):
+            if k == len(steps) and count_only and self.plan.factored:
+                yield ("count", self._count_leaves(chunk, lim))      # the core joined: the rest per row
+            elif k == len(steps):
                 yield ("count", _n_rows(chunk)) if count_only else ("chunk", chunk)
-            elif count_only and self.plan.factored and k == len(steps) - self.plan.factored:
-                yield ("count", self._count_leaves(chunk, lim))
-            elif count_only and k == len(steps) - 1:
+            elif count_only and not self.plan.factored and k == len(steps) - 1:
                 yield ("count", sum(self._count(piece, step_sets, steps[k])
                                     for piece, step_sets in self._pieces_with_sets(chunk, steps[k], lim)))
             else:

@@ -55,12 +55,12 @@ class QueryPlan:
     pattern: Pattern
     empty: bool                      # a label is unknown: no match at all
     order: list[int]
-    steps: list[Step]
+    steps: list[Step]                # one per vertex of ``order`` after the first, but the factored ones
     candidates: list                 # bitset (uint32 words) per pattern vertex
     candidate_counts: list[int]
     injective: bool
     incident: list = field(default_factory=list)   # _incident() of the pattern, label ids resolved
-    factored: int = 0           # the last ``factored`` steps are vertices counted per row (count only)
+    factored: int = 0           # the last ``factored`` vertices of ``order`` are counted per row (count only)
     leaf_groups: list = field(default_factory=list)   # the factored vertices, as :class:`LeafGroup`
     subtrees: list = field(default_factory=list)      # factored vertices with leaves, as :class:`Subtree`
 
@@ -160,12 +160,10 @@ def make_plan(store, pattern: Pattern, backend, injective=True, refine_rounds=2,
     groups, trees = _factored_vertices(pattern, backend, bits, injective, order) if factor_leaves else ([], [])
     tail = [u for g in groups for u in g] + [u for root, kids in trees for u in [root] + [w for g in kids for w in g]]
     order = [u for u in order if u not in tail] + tail
-    steps = []
-    joined = [order[0]]
-    for u in order[1:]:
-        steps.append(_step(store, backend, inc, bits, u, [u], joined, injective))
-        joined.append(u)
     core = order[:len(order) - len(tail)]
+    steps = []                          # the core's: the factored vertices are counted, not joined
+    for i, u in enumerate(core[1:], 1):
+        steps.append(_step(store, backend, inc, bits, u, [u], core[:i], injective))
     leaf_groups = [_leaf_group(store, backend, inc, bits, g, core, injective) for g in groups]
     subtrees = [Subtree(root, _step(store, backend, inc, bits, root, [root], core, injective),
                         [_leaf_group(store, backend, inc, bits, g, core + [root], injective) for g in kids])
