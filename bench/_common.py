@@ -121,6 +121,17 @@ def ensure_importable():
             sys.path.insert(0, p)
 
 
+def expected_counts(set_dir):
+    """{query file name: expected count} from ``<set_dir>/expected.txt``."""
+    expected = {}
+    with open(os.path.join(set_dir, "expected.txt")) as f:
+        for line in f:
+            if line.strip():
+                name, count = line.split()
+                expected[name] = int(count)
+    return expected
+
+
 def warm_up_kernels(device, per_family=2):
     """Count a spread of yeast queries (the ``per_family`` with the fewest matches of each
     family, at the default budget and at 64KB) on a store of the bundled yeast graph built at 64KB in a
@@ -131,12 +142,7 @@ def warm_up_kernels(device, per_family=2):
 
     import sgsi
     yeast = os.path.join(REPO_DIR, "tests", "data", "benchmarks", "yeast")
-    expected = {}
-    with open(os.path.join(yeast, "expected.txt")) as f:
-        for line in f:
-            name, count = line.split()[:2]
-            if int(count) > 0:
-                expected[name] = int(count)
+    expected = {name: c for name, c in expected_counts(yeast).items() if c > 0}
     families = {}
     for name in sorted(expected, key=lambda n: (expected[n], n)):
         family = name.rsplit("_", 1)[0]

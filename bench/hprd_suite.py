@@ -87,12 +87,7 @@ def main(argv=None):
               "per-query times are not those of a query counted alone")
     m0 = C.machine()      # the commit of the code this run loads
     base = os.path.join(BENCH_DATA, args.set)
-    expected = {}
-    with open(os.path.join(base, "expected.txt")) as f:
-        for line in f:
-            if line.strip():
-                name, count = line.split()
-                expected[name] = int(count)
+    expected = C.expected_counts(base)
     names = sorted(expected, key=_natural)
     if args.max_count is not None:
         names = [n for n in names if expected[n] <= args.max_count]

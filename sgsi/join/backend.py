@@ -169,12 +169,7 @@ class CpuBackend:
         ok = np.ones(vals.size, dtype=bool)
         for col in conflict_cols:
             ok &= vals != col[rid]
-        rid, vals = rid[ok], vals[ok]
-        if vals.size == 0:
-            return
-        # Rank of each survivor within its row (rows come in runs).
-        gba[F[rid] + fill[rid] + rank_in_runs(np, self, rid)] = vals
-        fill += np.bincount(rid, minlength=fill.size)
+        self._append(gba, F, fill, rid[ok], vals[ok])
 
     def gather_segment(self, groups, ci, verts, cbits, start, fill, gba):
         """buf_v += N_x(v, l) ∩ C(u) for the sorted distinct ``verts`` found in one segment
@@ -185,11 +180,15 @@ class CpuBackend:
         cnt = en - st
         nb = ci[pcsr.ragged_indices(st, cnt, np)]
         keep = self.test_bits(cbits, nb)
-        own = self.repeat_index(cnt)[keep]
-        if own.size == 0:
+        self._append(gba, start, fill, self.repeat_index(cnt)[keep], nb[keep])
+
+    def _append(self, gba, start, fill, owner, vals):
+        """Prealloc-Combine: ``vals`` appended, in order, to their owners' buffers (owner i's
+        from ``gba[start[i] + fill[i]]``; owners come in runs), ``fill`` counting them."""
+        if owner.size == 0:
             return
-        gba[start[own] + fill[own] + rank_in_runs(np, self, own)] = nb[keep]
-        fill += np.bincount(own, minlength=fill.size)
+        gba[start[owner] + fill[owner] + rank_in_runs(np, self, owner)] = vals
+        fill += np.bincount(owner, minlength=fill.size)
 
     def intersect_lists(self, lists, bitcap):
         """S(t) of each tuple from a step's gathered lists: the entries of its first link's

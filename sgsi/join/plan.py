@@ -183,9 +183,14 @@ def _step(store, backend, inc, bits, vertex, joins, joined, injective):
     conflicts = []
     if injective:
         for w in joined:
-            if bool(backend.xp.any(bits[w] & bits[vertex])):
+            if _meet(backend, bits, [w], [vertex]):
                 conflicts.append(w)
     return Step(vertex, links, conflicts)
+
+
+def _meet(backend, bits, us, ws):
+    """Whether a candidate set of ``us`` and one of ``ws`` share a data vertex."""
+    return any(bool(backend.xp.any(bits[u] & bits[w])) for u in us for w in ws)
 
 
 def _leaf_group(store, backend, inc, bits, group, core, injective):
@@ -276,7 +281,7 @@ def _factored_vertices(pattern: Pattern, backend, bits, injective, order):
     def pick(u):
         """Add ``u`` to the groups (merging those its candidates meet); False if too large."""
         nonlocal groups
-        meet = [g for g in groups if injective and any(bool(backend.xp.any(bits[u] & bits[w])) for w in g)]
+        meet = [g for g in groups if injective and _meet(backend, bits, [u], g)]
         if sum(len(g) for g in meet) + 1 > MAX_LEAF_GROUP:
             return False
         groups = [g for g in groups if g not in meet] + [[w for g in meet for w in g] + [u]]
@@ -291,7 +296,7 @@ def _factored_vertices(pattern: Pattern, backend, bits, injective, order):
     in_trees = set()
 
     def meets_trees(us):
-        return injective and any(bool(backend.xp.any(bits[u] & bits[w])) for u in us for w in in_trees)
+        return injective and _meet(backend, bits, us, in_trees)
 
     core = [u for u in order if u not in picked]
     for u in reversed(core[1:]):        # the core keeps at least its first vertex
@@ -308,7 +313,7 @@ def _factored_vertices(pattern: Pattern, backend, bits, injective, order):
         others = [w for g in groups if g not in own for w in g]
         sub = [u] + sorted(kids)
         if any(not set(g) <= kids for g in own) or meets_trees(sub) or (
-                injective and any(bool(backend.xp.any(bits[a] & bits[b])) for a in sub for b in others)):
+                injective and _meet(backend, bits, sub, others)):
             break
         groups = [g for g in groups if g not in own]
         trees.append((u, own))
