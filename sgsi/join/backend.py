@@ -72,6 +72,11 @@ class CpuBackend:
         and reads the store only when one is missing)."""
         return list(read())
 
+    def derived(self, key, make):
+        """An array computed from the store alone (a degree mask): ``make()`` (the GPU keeps it
+        between queries under ``key``)."""
+        return make()
+
     def measuring_memory(self):
         """Context of one query whose device memory the backend measures (none on the CPU)."""
         return contextlib.nullcontext()

@@ -122,6 +122,18 @@ class GpuBackend:
             out.append(dev)
         return out
 
+    def derived(self, key, make):
+        """An array computed on the device from the store alone (a degree mask), kept in the device
+        LRU cache between queries under ``key``: ``make()`` runs only when it is missing."""
+        hit = self._cache.get(key)
+        if hit is not None:
+            self._cache.move_to_end(key)
+            self.stats["cache_hits"] += 1
+            return hit[0]
+        array = make()
+        self._remember(key, (array, None, array.nbytes))
+        return array
+
     def _remember(self, key, entry):
         nbytes = entry[2]
         if nbytes > self._cache_limit:

@@ -365,15 +365,21 @@ def _candidates(store, backend, u, vlabel, inc, injective, degree_masks):
     for (lab, direction), k in need.items():
         k = k if injective else 1
         has = degree_masks.get((lab, direction, k))
-        if has is None:     # vertices with at least k l-neighbours in this direction
-            p = store.partition(lab, direction)
-            has = xp.zeros(n, dtype=bool)
-            for bid in p.idx_batches:
-                v, d = degree_index(store, backend, bid)
-                has[v[d >= k]] = True
+        if has is None:
+            has = backend.derived((store.path, "degree-mask", lab, direction, k),
+                                  lambda: _degree_mask(store, backend, lab, direction, k))
             degree_masks[(lab, direction, k)] = has
         mask &= has
     return backend.pack_bits(mask), int(mask.sum())
+
+
+def _degree_mask(store, backend, lab, direction, k):
+    """The vertices with at least ``k`` neighbours through edges of ``lab`` in ``direction``."""
+    has = backend.xp.zeros(store.n_vertices, dtype=bool)
+    for bid in store.partition(lab, direction).idx_batches:
+        v, d = degree_index(store, backend, bid)
+        has[v[d >= k]] = True
+    return has
 
 
 def _refine(store, backend, bits, inc):
