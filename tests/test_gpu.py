@@ -110,11 +110,48 @@ def test_expand_rows_matches_reference(gpu, thresholds):
                     [cp.asarray(c) for c in conflicts], cp.asarray(F), fill1, gba, thresholds=thresholds)
     assert np.array_equal(fill0, cp.asnumpy(fill1))
     assert np.array_equal(gba_ref, cp.asnumpy(gba))
+    gpu.synchronize()
+    assert gpu.stats["expand_seconds"] > 0          # CUDA events around the expansion
     if thresholds == (1, 40):
         assert {"rows_warp", "rows_pool", "rows_block", "rows_own"} <= set(gpu.stats)
     if thresholds == (-1, 31):      # every row below 1024 entries in pools: several blocks, several rounds
         heavy = int((fcnt[run] >= 1024).sum())
         assert heavy >= 2 and gpu.stats["rows_pool"] == n_rows - heavy and gpu.stats["rows_own"] == heavy
+
+
+@pytest.mark.parametrize("heavy", [False, True], ids=["light", "heavy"])
+def test_expand_rows_given_the_heaviest_row(gpu, heavy):
+    """``heaviest`` given: the reference's output; with rows under 1024 entries every row on a
+    warp when balance.warps_suffice says so (the measured t_split outweighs any gain there),
+    with heavier ones the histogram sized by it."""
+    import cupy as cp
+    from sgsi.join import balance
+    rng = np.random.default_rng(4)
+    n_rows, n_dist = 500, 60
+    fcnt = rng.integers(0, 1024, n_dist)
+    if heavy:
+        fcnt[:2] = [3000, 70000]
+    flist = rng.integers(0, 300, int(fcnt.sum())).astype(np.int32)
+    fstart = np.cumsum(fcnt) - fcnt
+    run = np.sort(rng.integers(0, n_dist, n_rows))
+    rows = np.arange(n_rows)
+    conflicts = [rng.integers(0, 300, n_rows).astype(np.int32)]
+    F = np.r_[0, np.cumsum(fcnt[run])].astype(np.int64)
+    fill0 = np.zeros(n_rows, np.int64)
+    gba_ref = np.full(int(F[-1]), -7, np.int32)
+    CpuBackend().expand_rows(rows, run, flist, fstart, fcnt, conflicts, F, fill0, gba_ref)
+    fill1 = cp.zeros(n_rows, cp.int64)
+    gba = cp.full(int(F[-1]), -7, cp.int32)
+    gpu.stats.clear()
+    heaviest = int(fcnt[run].max())
+    gpu.expand_rows(cp.asarray(rows), cp.asarray(run), cp.asarray(flist), cp.asarray(fstart), cp.asarray(fcnt),
+                    [cp.asarray(c) for c in conflicts], cp.asarray(F), fill1, gba, heaviest=heaviest)
+    assert np.array_equal(fill0, cp.asnumpy(fill1)) and np.array_equal(gba_ref, cp.asnumpy(gba))
+    ways = {w: gpu.stats.get(f"rows_{w}", 0) for w in balance.WAYS}
+    assert sum(ways.values()) == n_rows
+    assert not (heavy and balance.warps_suffice(heaviest, gpu.costs()))
+    if balance.warps_suffice(heaviest, gpu.costs()):
+        assert ways["warp"] == n_rows
 
 
 def test_gather_segment_matches_reference(gpu):
@@ -210,7 +247,7 @@ def test_query_stays_inside_its_pool_limit(tmp_path):
 
 def test_cost_model_calibration(gpu):
     c = gpu.costs()
-    assert c.sms > 0 and c.t_kl > 0 and c.t_sn >= 0
+    assert c.sms > 0 and c.t_kl > 0 and c.t_sn >= 0 and c.t_split >= 0
 
 
 def _write_graph(tmp, edges, vlabels):

@@ -20,6 +20,15 @@ max(x3, 31)+1..x1 on blocks and the rest on launches of their own. The
 thresholds minimise the sum over bins; because the sum separates, prefix
 sums and suffix minima find them in O(b) rather than enumerating
 (b + 1)^2 pairs.
+
+Leaving the one-launch warp path has a fixed cost of its own in this
+implementation, which the paper's in-kernel dispatch does not pay: the host
+sorts the rows by way, gathers each way's rows and sets up the extra
+launches (t_split, measured at start-up like t_kl). A plan that sends any
+row another way pays it once. Rows below W2 gain at most 32 iterations per
+bin from another way (the ceilings of Equation 1), so when t_split exceeds
+those 32 x 32 iterations and no row reaches W2, warps are the best plan
+and the histogram need not be taken at all (:func:`warps_suffice`).
 """
 
 from __future__ import annotations
@@ -38,6 +47,7 @@ class DeviceCosts:
     sms: int        # streaming multiprocessors
     t_sn: float     # one __syncthreads, in iterations
     t_kl: float     # one kernel launch, in iterations
+    t_split: float = 0.0    # sending rows more than one way (sort, gathers, set-up), in iterations
 
 
 def bin_costs(hist: np.ndarray, c: DeviceCosts):
@@ -72,10 +82,24 @@ def ways_of_bins(n_bins: int, x3: int, x1: int) -> np.ndarray:
 
 
 def plan_cost(hist, c: DeviceCosts, x3: int, x1: int) -> float:
-    """Equation 1 for thresholds (x3, x1): the reference that :func:`choose_thresholds` minimises."""
+    """Equation 1 for thresholds (x3, x1), plus t_split when a row leaves the warps: the
+    reference that :func:`choose_thresholds` minimises."""
     hist = _padded(hist)
     costs = np.stack(bin_costs(hist, c))                  # way x bin
-    return float(costs[ways_of_bins(hist.size, x3, x1), np.arange(hist.size)].sum())
+    way = ways_of_bins(hist.size, x3, x1)
+    split = c.t_split if bool(((way != 0) & (hist > 0)).any()) else 0.0
+    return float(costs[way, np.arange(hist.size)].sum()) + split
+
+
+#: Most iterations Equation 1 can save over warps when every row is below W2 = 1024 elements:
+#: up to 32 per bin (a bin's warp cost exceeds any other way's by at most its workload w < 32).
+GAIN_BELOW_POOL_TOP = 32 * (POOL_TOP + 1)
+
+
+def warps_suffice(heaviest: int, c: DeviceCosts) -> bool:
+    """Whether one warp per row is the best plan for rows of at most ``heaviest`` elements,
+    whatever their histogram: below W2 no other way saves more than t_split costs."""
+    return heaviest < BIN * (POOL_TOP + 1) and c.t_split >= GAIN_BELOW_POOL_TOP
 
 
 def choose_thresholds(hist, c: DeviceCosts):
@@ -107,9 +131,14 @@ def choose_thresholds(hist, c: DeviceCosts):
     x1h = best_x1[x3h]
     high = W[x3h] + (tail[x1h] - B[x3h + 1]) + K[b + 1]
     if low.size and low.min() < high.min():
-        return int(np.argmin(low)), x1_low
-    i = int(np.argmin(high))
-    return int(x3h[i]), int(x1h[i])
+        best, cost = (int(np.argmin(low)), x1_low), float(low.min())
+    else:
+        i = int(np.argmin(high))
+        best, cost = (int(x3h[i]), int(x1h[i])), float(high.min())
+    # The Equation 1 optimum leaves the warps: worth its t_split only if it beats all warps.
+    if ((ways_of_bins(b + 1, *best) != 0) & (hist > 0)).any() and cost + c.t_split >= W[b]:
+        return b, b
+    return best
 
 
 def _suffix_argmin(a):

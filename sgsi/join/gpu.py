@@ -94,9 +94,10 @@ class GpuBackend:
         # last segment (summed over streams; nested streams overlap).
         self.stats = {"segments": 0, "segment_bytes": 0, "h2d_bytes": 0, "h2d_segment_bytes": 0,
                       "h2d_mapped_bytes": 0, "h2d_seconds": 0.0, "stage_seconds": 0.0, "stream_seconds": 0.0,
-                      "cache_hits": 0}
+                      "cache_hits": 0, "expand_seconds": 0.0}
         self._copies = []               # ((start,), end) events of segment copies not yet timed
         self._spans = []                # ((start, copy stream start), end) events of streams not yet timed
+        self._expands = []              # ((start,), end) events of row expansions not yet timed
 
     # -- moving data ---------------------------------------------------------------
     def to_device(self, a):
@@ -292,6 +293,7 @@ class GpuBackend:
         finished streams to ``stream_seconds``."""
         self._copies = self._time_finished(self._copies, "h2d_seconds")
         self._spans = self._time_finished(self._spans, "stream_seconds")
+        self._expands = self._time_finished(self._expands, "expand_seconds")
 
     def _time_finished(self, pending, stat):
         """Add to ``stats[stat]`` the durations of the finished ``(start events, end event)`` of
@@ -299,7 +301,8 @@ class GpuBackend:
         left = []
         for starts, end in pending:
             if end.done:
-                self.stats[stat] += max(cp.cuda.get_elapsed_time(s, end) for s in starts) / 1e3
+                self.stats[stat] = self.stats.get(stat, 0) + max(cp.cuda.get_elapsed_time(s, end)
+                                                                  for s in starts) / 1e3
             else:
                 left.append((starts, end))
         return left
@@ -411,9 +414,13 @@ class GpuBackend:
         m = int(row_tuple.size)
         RF = cp.zeros(m + 1, dtype=cp.int64)
         RF[1:] = cp.cumsum(per_row)
-        out_vals = cp.empty(int(RF[-1]), dtype=cp.int32)
+        # The output's size and the heaviest row's, in one read: the load balance needs no
+        # histogram when no row is heavy (balance.warps_suffice).
+        total, heaviest = (int(x) for x in cp.asnumpy(cp.stack([RF[-1], per_row.max()]))) if m else (0, 0)
+        out_vals = cp.empty(total, dtype=cp.int32)
         rfill = cp.zeros(m, dtype=cp.int64)
-        self.expand_rows(cp.arange(m), row_tuple, evals, sstart, scount, conflict_cols, RF, rfill, out_vals)
+        self.expand_rows(cp.arange(m), row_tuple, evals, sstart, scount, conflict_cols, RF, rfill, out_vals,
+                         heaviest=heaviest)
         erow = self.repeat_index(rfill)
         if erow.size == 0:
             return erow, out_vals[:0]
@@ -449,18 +456,28 @@ class GpuBackend:
         evals = out[pcsr.ragged_indices(off, kept, cp)]
         return etuple, evals, probes, untested
 
-    def expand_rows(self, rows, run, flist, fstart, fcnt, conflict_cols, F, fill, gba, thresholds=None):
+    def expand_rows(self, rows, run, flist, fstart, fcnt, conflict_cols, F, fill, gba, thresholds=None,
+                    heaviest=None):
         """Row expansion (reference: CpuBackend.expand_rows), load-balanced (§7).
 
         Each row's workload is its list length; the histogram and cost model
         of :mod:`sgsi.join.balance` send rows to a warp, a block's shared
         task pool, a block, or a launch of their own. ``thresholds`` (x3, x1)
-        overrides the model (tests);
+        overrides the model (tests); ``heaviest``, the most entries of one row when the caller
+        knows it, lets rows that are all light go to warps without the histogram's host sync.
         ``self.load_balance = False`` (or SGSI_LOAD_BALANCE=0) runs every row on one warp.
         """
-        n_rows = int(rows.size)
-        if n_rows == 0:
+        if int(rows.size) == 0:
             return
+        stream = cp.cuda.get_current_stream()
+        start = stream.record()
+        try:
+            self._expand_rows(rows, run, flist, fstart, fcnt, conflict_cols, F, fill, gba, thresholds, heaviest)
+        finally:
+            self._expands.append(((start,), stream.record()))
+
+    def _expand_rows(self, rows, run, flist, fstart, fcnt, conflict_cols, F, fill, gba, thresholds, heaviest):
+        n_rows = int(rows.size)
         rows = rows.astype(cp.int64, copy=False)
         run = run.astype(cp.int64, copy=False)
         fstart = fstart.astype(cp.int64, copy=False)
@@ -479,8 +496,15 @@ class GpuBackend:
         if not balanced:
             self._launch_warp(rows, run, args)
             return
+        if thresholds is None and heaviest is not None and balance.warps_suffice(heaviest, self.costs()):
+            self.stats["rows_warp"] = self.stats.get("rows_warp", 0) + n_rows
+            self._launch_warp(rows, run, args)
+            return
         bins = fcnt[run] // balance.BIN
-        hist = cp.asnumpy(cp.bincount(bins))          # the one host sync of a balanced step
+        # The histogram, read in the one host sync of a balanced step (cp.bincount would take a
+        # second one for its size; the heaviest row gives it).
+        hist = cp.asnumpy(cp.bincount(bins) if heaviest is None else
+                          self.bincount(bins, int(heaviest) // balance.BIN + 1))
         if thresholds is None:
             thresholds = balance.choose_thresholds(hist, self.costs())
         way_of_bin = balance.ways_of_bins(hist.size, *thresholds)
@@ -694,9 +718,9 @@ def _device_costs():
             known = json.load(f)
     except (OSError, ValueError):
         known = {}
-    if name in known:
+    if name in known and "t_split" in known[name]:
         k = known[name]
-        return balance.DeviceCosts(sms, k["t_sn"], k["t_kl"])
+        return balance.DeviceCosts(sms, k["t_sn"], k["t_kl"], k["t_split"])
     a = cp.arange(1 << 20, dtype=cp.int32)
     sink = cp.zeros(1, cp.int32)
     iters = 2048
@@ -715,14 +739,36 @@ def _device_costs():
     synced = timed(lambda: it((sms,), (1024,), (a, np.int64(a.size), np.int32(iters), np.int32(1), sink)))
     empty = kernels.kernel("calib_empty")
     launch = timed(lambda: [empty((1,), (32,), ()) for _ in range(100)]) / 100
+    split = timed(_split_rows_once) - timed(lambda: _split_rows_once(warps_only=True))
     t_iter = max(plain / iters, 1e-9)
     t_sn = max((synced - plain) / iters, 0.0) / t_iter
     t_kl = launch / t_iter
-    known[name] = {"t_sn": t_sn, "t_kl": t_kl, "t_iter_s": t_iter, "sms": sms}
+    t_split = max(split, 0.0) / t_iter
+    known[name] = {"t_sn": t_sn, "t_kl": t_kl, "t_split": t_split, "t_iter_s": t_iter, "sms": sms}
     try:
         os.makedirs(os.path.dirname(cache), exist_ok=True)
         with open(cache, "w") as f:
             json.dump(known, f, indent=1)
     except OSError:
         pass
-    return balance.DeviceCosts(sms, t_sn, t_kl)
+    return balance.DeviceCosts(sms, t_sn, t_kl, t_split)
+
+
+def _split_rows_once(warps_only=False, n_rows=4096):
+    """What :meth:`GpuBackend._expand_rows` does on the host to send rows two ways (a warp each
+    and task pools) beyond launching one warp per row: the sort by way, each way's gathers and
+    the pool's set-up (its launch excluded: an empty launch stands for each); for t_split."""
+    fcnt = cp.arange(n_rows, dtype=cp.int64) % 64
+    rows, run = cp.arange(n_rows, dtype=cp.int64), cp.arange(n_rows, dtype=cp.int64)
+    empty = kernels.kernel("calib_empty")
+    if warps_only:
+        empty((1,), (32,), ())
+        return
+    way_of_bin = np.array([0, 1], np.uint8)
+    order = cp.argsort(cp.asarray(way_of_bin)[fcnt[run] // balance.BIN])
+    half = n_rows // 2
+    for sel in (order[:half], order[half:]):
+        _r, d = rows[sel], run[sel]
+        empty((1,), (32,), ())
+    pstart = cp.concatenate([cp.zeros(1, cp.int64), cp.cumsum(fcnt[d])])
+    cp.searchsorted(pstart[:-1] // _POOL_ELEMENTS, cp.arange(2, dtype=cp.int64))
