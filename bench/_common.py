@@ -121,6 +121,18 @@ def ensure_importable():
             sys.path.insert(0, p)
 
 
+def build_store(gdir):
+    """Build ``<gdir>.sgsi`` from a generated graph's edges.parquet and vertices.parquet (replacing
+    any store there); returns the open graph and the build's seconds."""
+    import sgsi
+    t = time.perf_counter()
+    g = sgsi.build(gdir + ".sgsi", edges=os.path.join(gdir, "edges.parquet"),
+                   vertices=os.path.join(gdir, "vertices.parquet"), force=True)
+    build_s = time.perf_counter() - t
+    say(f"built {g} in {build_s:.1f}s")
+    return g, build_s
+
+
 def expected_counts(set_dir):
     """{query file name: expected count} from ``<set_dir>/expected.txt``."""
     expected = {}

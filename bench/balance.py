@@ -30,12 +30,11 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import DATA_DIR, ensure_importable, machine, machine_at_end, machine_md, say, write_csv, write_text  # noqa: E402
+from _common import DATA_DIR, build_store, ensure_importable, machine, machine_at_end, machine_md, say, write_csv, write_text  # noqa: E402
 
 ensure_importable()
 import gen  # noqa: E402
 
-import sgsi  # noqa: E402
 from sgsi.errors import Cancelled  # noqa: E402
 
 WAYS = ("rows_warp", "rows_pool", "rows_block", "rows_own")
@@ -97,12 +96,7 @@ def main(argv=None):
         gen.rmat(gdir, n_edges, edge_labels=args.edge_labels, vertex_labels=args.vertex_labels,
                  a=args.a, b=b, c=c, d=d, seed=11)
         say(f"generated {n_edges:,} edges in {time.perf_counter() - t:.1f}s")
-    store = gdir + ".sgsi"
-    t = time.perf_counter()
-    g = sgsi.build(store, edges=os.path.join(gdir, "edges.parquet"), vertices=os.path.join(gdir, "vertices.parquet"),
-                   force=True)
-    build_s = time.perf_counter() - t
-    say(f"built {g} in {build_s:.1f}s")
+    g, build_s = build_store(gdir)
     n_stored, n_vertices = g.store.n_edges, g.store.n_vertices
     queries = [(k, q.pattern) for k in args.sizes for q in gen.random_walk_queries(gdir, k, args.queries, seed=k)]
     rows = []

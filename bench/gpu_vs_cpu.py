@@ -18,16 +18,13 @@ import json
 import math
 import os
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import (DATA_DIR, CountWorker, ensure_importable, machine, machine_at_end, machine_md, say,  # noqa: E402
+from _common import (DATA_DIR, CountWorker, build_store, ensure_importable, machine, machine_at_end, machine_md, say,  # noqa: E402
                      write_csv, write_text)
 
 ensure_importable()
 import gen  # noqa: E402
-
-import sgsi  # noqa: E402
 
 
 def _gm(xs):
@@ -62,11 +59,7 @@ def main(argv=None):
         meta = json.load(f)
     labels = f"{meta['edge_labels']} edge, {meta['vertex_labels']} vertex labels"
     store = gdir + ".sgsi"
-    t = time.perf_counter()
-    g = sgsi.build(store, edges=os.path.join(gdir, "edges.parquet"), vertices=os.path.join(gdir, "vertices.parquet"),
-                   force=True)
-    build_s = time.perf_counter() - t
-    say(f"built {g} in {build_s:.1f}s")
+    g, build_s = build_store(gdir)
     n_stored, n_vertices = g.store.n_edges, g.store.n_vertices
     g.close()
     queries = []
