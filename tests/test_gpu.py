@@ -55,9 +55,36 @@ def test_bit_kernels_match_reference(gpu):
         assert np.array_equal(cpu.test_bits(ref, v), cp.asnumpy(gpu.test_bits(got, cp.asarray(v))))
         assert np.array_equal(cpu.bits_to_ids(ref, n), cp.asnumpy(gpu.bits_to_ids(got, n)))
         assert cpu.popcount(ref) == gpu.popcount(got) == int(mask.sum())
+        assert gpu.popcounts([got, cp.zeros_like(got), ~got]) == cpu.popcounts([ref, np.zeros_like(ref), ~ref])
     counts = rng.integers(0, 5, 1000)
     counts[:3] = 0
     assert np.array_equal(cpu.repeat_index(counts), cp.asnumpy(gpu.repeat_index(cp.asarray(counts))))
+
+
+@pytest.mark.parametrize("starts,counts", [
+    ([], []), ([0, 0, 0], [0, 0, 0]), ([3, 10, 2], [0, 0, 4]), ([3, 10, 2], [2, 0, 0]),
+    ([9, 1, 1, 7], [2, 3, 0, 1]), ([4, 4, 4], [2, 2, 2]), ([0], [1]), ([2**40], [3]),
+    ([5, 6, 7, 8, 9], [0, 3, 0, 0, 2]),
+])
+def test_row_scan_matches_reference(gpu, starts, counts):
+    """The row_marks kernel and its scan: repeat_index and ragged_indices as NumPy gives them
+    (empty rows first, last and in between, rows going backwards, past int32)."""
+    import cupy as cp
+    s, c = np.array(starts, np.int64), np.array(counts, np.int64)
+    assert cp.asnumpy(pcsr.ragged_indices(cp.asarray(s), cp.asarray(c), cp)).tolist() == \
+        pcsr.ragged_indices(s, c).tolist()
+    assert cp.asnumpy(gpu.repeat_index(cp.asarray(c))).tolist() == CpuBackend().repeat_index(c).tolist()
+
+
+def test_row_scan_random(gpu):
+    import cupy as cp
+    rng = np.random.default_rng(12)
+    for n in (1, 7, 1000, 100000):
+        c = rng.integers(0, 6, n) * (rng.random(n) < 0.6)
+        s = rng.integers(0, 10**6, n)
+        assert np.array_equal(cp.asnumpy(pcsr.ragged_indices(cp.asarray(s), cp.asarray(c), cp)),
+                              pcsr.ragged_indices(s, c))
+        assert np.array_equal(cp.asnumpy(gpu.repeat_index(cp.asarray(c))), CpuBackend().repeat_index(c))
 
 
 def test_signature_filter_kernel_matches_reference(gpu):

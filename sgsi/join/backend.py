@@ -208,6 +208,10 @@ class CpuBackend:
     def popcount(self, bits):
         return int(np.unpackbits(bits.view(np.uint8)).sum())
 
+    def popcounts(self, bitsets):
+        """The set bits of each bitset, as Python integers."""
+        return [self.popcount(b) for b in bitsets]
+
     def test_bits(self, bits, v):
         """Membership of vertex ids ``v`` in a bitset."""
         v = v.astype(np.int64, copy=False)

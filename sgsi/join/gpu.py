@@ -34,6 +34,34 @@ def _grid(n_threads):
     return (max(1, (int(n_threads) + _BLOCK - 1) // _BLOCK),)
 
 
+#: Set bits of uint32 words, summed (per row with ``axis=1``).
+_popcount_rows = cp.ReductionKernel("uint32 x", "int64 y", "__popc(x)", "a + b", "y = a", "0", "sgsi_popcount")
+
+
+def row_scan(counts, starts=None):
+    """Per slot of rows of ``counts`` slots laid end to end: its row (``starts`` None:
+    ``repeat_index``), or ``starts[row] + its place in the row`` (:func:`sgsi.partition.pcsr.
+    ragged_indices`). One host sync for the total, the ``row_marks`` kernel, one scan (int64)."""
+    counts = counts.astype(cp.int64, copy=False)
+    if counts.size == 0:
+        return cp.zeros(0, cp.int64)
+    ends = cp.cumsum(counts)
+    total = int(ends[-1])
+    if total == 0:
+        return cp.zeros(0, cp.int64)
+    ramp = starts is not None
+    if ramp:
+        mark = cp.ones(total, cp.int64)
+        off = cp.asarray(starts).astype(cp.int64, copy=False) - (ends - counts)   # start - first slot
+    else:
+        mark = cp.zeros(total, cp.int64)
+        off = ends                                                                  # unused
+    n = int(counts.size)
+    kernels.kernel("row_marks")(_grid(n), (_BLOCK,), (ends, counts, off, np.int32(ramp), np.int64(n),
+                                                       np.int64(total), mark))
+    return cp.cumsum(mark)
+
+
 def _pointers(arrays):
     """The device addresses of ``arrays``, as a device array a kernel takes as ``T* const*``
     (one null pointer when there are none)."""
@@ -331,17 +359,9 @@ class GpuBackend:
         return cp.lexsort(cp.stack(keys))
 
     def repeat_index(self, counts):
-        """For each output slot of ``repeat(x, counts)``, the index into x (scatter + scan)."""
-        counts = counts.astype(cp.int64, copy=False)
-        nz = cp.flatnonzero(counts)
-        if nz.size == 0:
-            return cp.zeros(0, cp.int64)
-        ends = cp.cumsum(counts)
-        total = int(ends[-1])
-        mark = cp.zeros(total, cp.int64)
-        mark[(ends - counts)[nz[1:]]] = nz[1:] - nz[:-1]
-        mark[0] = nz[0]
-        return cp.cumsum(mark)
+        """For each output slot of ``repeat(x, counts)``, the index into x (marks at the rows'
+        first slots, then a scan: :func:`row_scan`)."""
+        return row_scan(counts)
 
     def pack_bits(self, mask):
         n = int(mask.size)
@@ -366,7 +386,13 @@ class GpuBackend:
         return ids[ids < n].astype(cp.int32)
 
     def popcount(self, bits):
-        return int(cp.unpackbits(bits.view(cp.uint8)).sum())
+        return self.popcounts([bits])[0]
+
+    def popcounts(self, bitsets):
+        """The set bits of each bitset (equal sizes), as Python integers: one reduction, one read."""
+        if not bitsets:
+            return []
+        return [int(x) for x in cp.asnumpy(_popcount_rows(cp.stack(bitsets), axis=1))]
 
     # -- kernels for the hot steps ------------------------------------------------------
     def pcsr_lookup(self, groups, v):

@@ -132,6 +132,22 @@ extern "C" __global__ void signature_filter(const unsigned int* const* __restric
     if (keep && !ok) out[i] = false;
 }
 
+// Rows of counts[i] slots each, laid end to end (ends: inclusive prefix sum of counts). Adds
+// val(i) - val(i - 1) at each row's first slot (val(-1) = 0; val(i) = off[i] where ramp, else i;
+// empty rows too, at the slot where the next row starts), and -1 at slot 0 where ramp: a prefix
+// sum of mark (zeros, or ones where ramp) then holds at slot j val(row of j), plus j where ramp.
+// The row of j is the last row starting at or before j, so the empty rows' marks telescope away.
+extern "C" __global__ void row_marks(const long long* __restrict__ ends, const long long* __restrict__ counts,
+                                     const long long* __restrict__ off, int ramp, long long n, long long total,
+                                     long long* __restrict__ mark) {
+    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    long long begin = ends[i] - counts[i];
+    if (begin >= total) return;
+    long long d = ramp ? off[i] - (i ? off[i - 1] : 0) - (i ? 0 : 1) : (i ? 1 : 0);
+    if (d) atomicAdd((unsigned long long*)&mark[begin], (unsigned long long)d);
+}
+
 // Pack a bool array into uint32 words, bit v&31 of word v>>5 (reference: np.packbits little).
 extern "C" __global__ void pack_bits(const bool* __restrict__ mask, long long n, unsigned int* __restrict__ bits) {
     long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;

@@ -149,13 +149,12 @@ def make_plan(store, pattern: Pattern, backend, injective=True, refine_rounds=2,
 
     inc = list(_incident(pattern, edge_ids))
     degree_masks = {}
-    cand = [_candidates(store, backend, u, vlabel, inc, injective, degree_masks) for u in range(n)]
-    bits = [c[0] for c in cand]
+    bits = [_candidates(store, backend, u, vlabel, inc, injective, degree_masks) for u in range(n)]
     for _ in range(refine_rounds):
         bits, changed = _refine(store, backend, bits, inc)
         if not changed:
             break
-    counts = [int(backend.popcount(b)) for b in bits]
+    counts = backend.popcounts(bits)
     order = _order(store, pattern, inc, counts)
     groups, trees = _factored_vertices(pattern, backend, bits, injective, order) if factor_leaves else ([], [])
     tail = [u for g in groups for u in g] + [u for root, kids in trees for u in [root] + [w for g in kids for w in g]]
@@ -325,7 +324,7 @@ def _factored_vertices(pattern: Pattern, backend, bits, injective, order):
 
 
 def _candidates(store, backend, u, vlabel, inc, injective, degree_masks):
-    """C(u) as a bitset over all data vertices, and its size."""
+    """C(u) as a bitset over all data vertices."""
     xp = backend.xp
     n = store.n_vertices
     # Degree requirements per (label, direction): distinct pattern neighbours.
@@ -370,7 +369,7 @@ def _candidates(store, backend, u, vlabel, inc, injective, degree_masks):
                                   lambda: _degree_mask(store, backend, lab, direction, k))
             degree_masks[(lab, direction, k)] = has
         mask &= has
-    return backend.pack_bits(mask), int(mask.sum())
+    return backend.pack_bits(mask)
 
 
 def _degree_mask(store, backend, lab, direction, k):

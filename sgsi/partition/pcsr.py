@@ -201,31 +201,25 @@ def _gather_lists(dst, list_start, list_len, offsets):
 def ragged_indices(starts, counts, xp=np):
     """Concatenation of ``arange(s, s + c)`` for each (s, c), vectorized.
 
-    int32 where every index fits (half the memory traffic of int64), else int64.
+    NumPy: int32 where every index fits (half the memory traffic of int64),
+    else int64. CuPy: int64, from one kernel and one scan
+    (:func:`sgsi.join.gpu.row_scan`).
     """
-    counts = xp.asarray(counts, dtype=xp.int64)
+    if xp is not np:
+        from ..join.gpu import row_scan
+        return row_scan(xp.asarray(counts), starts)
+    counts = np.asarray(counts, dtype=np.int64)
     total = int(counts.sum())
     if total == 0:
-        return xp.zeros(0, xp.int64)
-    starts = xp.asarray(starts, dtype=xp.int64)
-    csum = xp.cumsum(counts)
-    row_start = csum - counts
-    if xp is np:
-        # Each row's offset (start - where the row begins in the output), repeated, plus a ramp.
-        small = total < 2 ** 31 and int((starts + counts).max()) < 2 ** 31
-        dt = np.int32 if small else np.int64
-        idx = np.repeat((starts - row_start).astype(dt), counts)
-        idx += np.arange(total, dtype=dt)
-        return idx
-    step = xp.ones(total, xp.int64)
-    nz = counts > 0
-    # At each row's first element, jump from the previous row's end to its start.
-    first_pos = row_start[nz]
-    starts = starts[nz]
-    prev_end = xp.concatenate([xp.zeros(1, xp.int64), (starts + counts[nz])[:-1]])
-    step[first_pos] = starts - prev_end + 1
-    step[0] = starts[0]
-    return xp.cumsum(step)
+        return np.zeros(0, np.int64)
+    starts = np.asarray(starts, dtype=np.int64)
+    row_start = np.cumsum(counts) - counts
+    # Each row's offset (start - where the row begins in the output), repeated, plus a ramp.
+    small = total < 2 ** 31 and int((starts + counts).max()) < 2 ** 31
+    dt = np.int32 if small else np.int64
+    idx = np.repeat((starts - row_start).astype(dt), counts)
+    idx += np.arange(total, dtype=dt)
+    return idx
 
 
 def lookup(groups, v, xp=np):
