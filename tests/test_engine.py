@@ -490,6 +490,39 @@ def test_benchmark_query_as_pattern_object_and_path(bench):
 # ---------------------------------------------------------------------------
 
 
+def _two_label_graph(tmp_path, n=300, m=3000, seed=5):
+    """A random graph of ``n`` vertices labeled X, Y, Z in turn and edges labeled a, b."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    src, dst = rng.integers(0, n, m), rng.integers(0, n, m)
+    ok = src != dst
+    edges = sorted({(int(s), int(d), "ab"[int(s + d) % 2]) for s, d in zip(src[ok], dst[ok])})
+    vl = {v: "XYZ"[v % 3] for v in range(n)}
+    pq.write_table(pa.table({"src": [e[0] for e in edges], "dst": [e[1] for e in edges],
+                             "label": [e[2] for e in edges]}), tmp_path / "e.parquet")
+    pq.write_table(pa.table({"id": list(vl), "label": list(vl.values())}), tmp_path / "v.parquet")
+    return sgsi.build(str(tmp_path / "g.sgsi"), edges=str(tmp_path / "e.parquet"),
+                      vertices=str(tmp_path / "v.parquet"))
+
+
+def _neighbours(store, label_id, direction):
+    """Dense vertex id -> set of its neighbours through one partition (from the PCSR segments)."""
+    import numpy as np
+
+    from sgsi.join.backend import CpuBackend
+
+    p = store.partition(label_id, direction)
+    out = {}
+    be = CpuBackend()
+    for _i, groups, ci in be.segments(store, p.seg_ids):
+        v = np.arange(store.n_vertices, dtype=np.int32)
+        st, en = be.pcsr_lookup(groups, v)
+        for x in np.flatnonzero(en > st).tolist():
+            out.setdefault(x, set()).update(ci[st[x]:en[x]].tolist())
+    return out
+
+
 def test_refine_cost_is_the_lists_refinement_reads(tmp_path):
     """refine_cost() = Σ over the partitions a pattern uses of the degrees of its users' candidates."""
     import numpy as np
@@ -498,16 +531,7 @@ def test_refine_cost_is_the_lists_refinement_reads(tmp_path):
     from sgsi.join.plan import make_plan, refine_cost
     from sgsi.pattern import load_pattern
 
-    rng = np.random.default_rng(5)
-    n, m = 300, 3000
-    src, dst = rng.integers(0, n, m), rng.integers(0, n, m)
-    ok = src != dst
-    edges = sorted({(int(s), int(d), "ab"[int(s + d) % 2]) for s, d in zip(src[ok], dst[ok])})
-    vl = {v: "XYZ"[v % 3] for v in range(n)}
-    pq.write_table(pa.table({"src": [e[0] for e in edges], "dst": [e[1] for e in edges],
-                             "label": [e[2] for e in edges]}), tmp_path / "e.parquet")
-    pq.write_table(pa.table({"id": list(vl), "label": list(vl.values())}), tmp_path / "v.parquet")
-    g = sgsi.build(str(tmp_path / "g.sgsi"), edges=str(tmp_path / "e.parquet"), vertices=str(tmp_path / "v.parquet"))
+    g = _two_label_graph(tmp_path)
     pattern = "(x:X)-[:a]->(y:Y), (y)-[:b]->(z), (z)<-[:a]-(x)"
     backend = CpuBackend()
     plan = make_plan(g.store, load_pattern(pattern), backend, refine_rounds=0)
@@ -531,6 +555,37 @@ def test_refine_cost_is_the_lists_refinement_reads(tmp_path):
         union = set().union(*(cand[u] for u in users))
         want += sum(d.get(v, 0) for v in union)
     assert refine_cost(g.store, backend, plan) == want > 0
+    g.close()
+
+
+@pytest.mark.parametrize("pattern, m", [
+    # Two users of one partition with other ends: x (y and z) and y (w) through a, out.
+    ("(x:X)-[:a]->(y:Y), (y)-[:b]->(z), (z)<-[:a]-(x), (y)-[:a]->(w:Z)", 6000),
+    # 34 ends through one partition: the hits take two words. Only the last end, l33, has
+    # edges of its own (the others take any a-neighbour), so c loses candidates by it alone.
+    (", ".join(f"(c:X)-[:a]->(l{i})" for i in range(34))
+     + ", (l33)-[:b]->(y:Y), (z:Z)-[:b]->(l33)", 1200),
+], ids=["two-users", "34-ends"])
+def test_refine_round_keeps_exactly_the_supported_candidates(tmp_path, pattern, m):
+    """One round of _refine == its definition, brute force: v stays in C(u) iff for every
+    pattern edge (u, u') it has a neighbour in C(u') through that edge's partition."""
+    from sgsi.join.backend import CpuBackend
+    from sgsi.join.plan import _refine, make_plan
+    from sgsi.pattern import load_pattern
+
+    g = _two_label_graph(tmp_path, n=400, m=m)
+    backend = CpuBackend()
+    plan = make_plan(g.store, load_pattern(pattern), backend, injective=False, refine_rounds=0)
+    n = g.store.n_vertices
+    cand = [set(backend.bits_to_ids(b, n).tolist()) for b in plan.candidates]
+    inc = plan.incident
+    nbrs = {(lab, d): _neighbours(g.store, lab, d) for (_a, _b, lab, d) in inc}
+    want = [{v for v in cand[u] if all(nbrs[lab, d].get(v, set()) & cand[b]
+                                        for (a, b, lab, d) in inc if a == u)} for u in range(len(cand))]
+    got, changed = _refine(g.store, backend, list(plan.candidates), inc)
+    assert [set(backend.bits_to_ids(b, n).tolist()) for b in got] == want
+    assert changed == (want != cand)
+    assert any(len(w) < len(c) for w, c in zip(want, cand))       # the round had work to do
     g.close()
 
 

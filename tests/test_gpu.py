@@ -214,6 +214,50 @@ def test_gather_segment_matches_reference(gpu):
         assert (fill_ref > before).sum() > 100 and fill_ref[np.searchsorted(verts, 51)] > 3000
 
 
+@pytest.mark.parametrize("n_far", [1, 5, 32])
+def test_list_hits_kernel_matches_reference(gpu, n_far):
+    """The refinement kernel sets the bits the NumPy reference sets, on top of the bits already
+    there (a list continued from an earlier segment), long lists included."""
+    import cupy as cp
+    rng = np.random.default_rng(n_far)
+    cpu = CpuBackend()
+    deg = rng.integers(0, 50, 400)
+    deg[[7, 8]] = [0, 5000]
+    src = np.repeat(np.arange(deg.size), deg)
+    dst = rng.integers(0, 30000, src.size)
+    e = np.unique(np.stack([src, dst], 1), axis=0)
+    groups, ci = pcsr.build(e[:, 0], e[:, 1], 8)
+    verts = np.arange(deg.size + 10, dtype=np.int32)
+    st, en = cpu.pcsr_lookup(groups, verts)
+    far = np.stack([cpu.pack_bits(rng.random(30016) < p) for p in rng.uniform(0.0005, 0.05, n_far)])
+    before = np.where(rng.random(verts.size) < 0.1, rng.integers(0, 2 ** 31, verts.size), 0).astype(np.uint32)
+    before &= np.uint32((1 << n_far) - 1 if n_far < 32 else 0xFFFFFFFF)
+    ref = before.copy()
+    cpu.list_hits(ci, st, en, far, ref)
+    got = cp.asarray(before)
+    gpu.list_hits(cp.asarray(ci), cp.asarray(st), cp.asarray(en), cp.asarray(far), got)
+    assert np.array_equal(ref, cp.asnumpy(got))
+    assert (ref != before).sum() > 50
+
+
+def test_refine_on_gpu_matches_cpu(tmp_path):
+    """Two rounds of refinement on the GPU leave the bitsets the CPU leaves."""
+    from sgsi.join.gpu import GpuBackend
+    from sgsi.join.plan import make_plan
+    from sgsi.pattern import load_pattern
+    from test_engine import _two_label_graph
+    g = _two_label_graph(tmp_path, n=2000, m=12000)
+    pattern = load_pattern("(x:X)-[:a]->(y:Y), (y)-[:b]->(z), (z)<-[:a]-(x), (y)-[:a]->(w:Z), (w)-[:b]->(x)")
+    plans = [make_plan(g.store, pattern, be, refine_rounds=2) for be in (CpuBackend(), GpuBackend("1GB"))]
+    import cupy as cp
+    for a, b in zip(plans[0].candidates, plans[1].candidates):
+        assert np.array_equal(a, cp.asnumpy(b))
+    assert plans[0].candidate_counts == plans[1].candidate_counts
+    unrefined = make_plan(g.store, pattern, CpuBackend(), refine_rounds=0)
+    assert sum(plans[0].candidate_counts) < sum(unrefined.candidate_counts)
+    g.close()
+
+
 @pytest.mark.parametrize("lengths,gathered", [
     ([40, 40], None),
     ([5, 300, 5000], None),                       # a long list searched, windows over many rounds

@@ -137,6 +137,21 @@ class CpuBackend:
     def pcsr_lookup(self, groups, v):
         return pcsr.lookup(groups, v, np)
 
+    def list_hits(self, ci, st, en, far, hit):
+        """hit[i] |= bit k for each bitset ``far[k]`` (at most 32) holding an entry of vertex
+        i's list ``ci[st[i]:en[i]]`` (in place; the GPU kernel ``list_hits``'s reference)."""
+        cnt = en - st
+        nb = ci[pcsr.ragged_indices(st, cnt, np)]
+        if nb.size == 0:
+            return
+        word, bit = nb >> 5, (nb & 31).astype(np.uint32)
+        m = np.zeros(nb.size, np.uint32)
+        for k in range(far.shape[0]):
+            m |= ((far[k, word] >> bit) & np.uint32(1)) << np.uint32(k)
+        rows = np.flatnonzero(cnt)
+        firsts = np.concatenate([[0], np.cumsum(cnt[rows])[:-1]])
+        hit[rows] |= np.bitwise_or.reduceat(m, firsts)
+
     def signature_filter(self, mask, columns, qwords, labels, label):
         """mask &= (label matches) & (signature covers the query's), for one segment."""
         if labels is not None:

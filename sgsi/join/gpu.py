@@ -405,6 +405,15 @@ class GpuBackend:
                                            v.astype(cp.int32, copy=False), np.int64(n), start, end))
         return start, end
 
+    def list_hits(self, ci, st, en, far, hit):
+        """Refinement hits of one segment's lists (reference: CpuBackend.list_hits): one warp
+        per vertex."""
+        n = int(st.size)
+        if n and far.shape[0]:
+            kernels.kernel("list_hits")(_grid(n * 32), (_BLOCK,),
+                                        (ci, st, en, np.int64(n), far, np.int32(far.shape[0]),
+                                         np.int64(far.shape[1]), hit))
+
     def gather_segment(self, groups, ci, verts, cbits, start, fill, gba):
         """First-edge gather of one segment (reference: CpuBackend.gather_segment): the PCSR
         lookup, then one warp per vertex, one block per vertex whose list in the segment is

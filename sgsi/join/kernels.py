@@ -162,6 +162,31 @@ extern "C" __global__ void test_bits(const unsigned int* __restrict__ bits, cons
     if (i < n) out[i] = test_bit(bits, v[i]);
 }
 
+// Refinement hits (reference: CpuBackend.list_hits): vertex i's list in the segment is
+// ci[st[i] : en[i]]; bit k of hit[i] is set when an entry is in bitset k of far (n_far
+// bitsets of `words` words, at most 32). One warp per vertex; it stops once every bit is
+// set. Lists continuing in the next segment add their bits at the next launch.
+extern "C" __global__ void list_hits(const int* __restrict__ ci, const long long* __restrict__ st,
+                                     const long long* __restrict__ en, long long n,
+                                     const unsigned int* __restrict__ far, int n_far, long long words,
+                                     unsigned int* __restrict__ hit) {
+    long long warp = ((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    int lane = threadIdx.x & 31;
+    if (warp >= n) return;
+    unsigned int all = n_far >= 32 ? FULL : (1u << n_far) - 1u;
+    unsigned int m = hit[warp];
+    long long e = en[warp];
+    for (long long base = st[warp]; base < e && m != all; base += 32) {
+        long long j = base + lane;
+        if (j < e) {
+            int w = ci[j];
+            for (int k = 0; k < n_far; ++k) m |= (unsigned int)test_bit(far + k * words, w) << k;
+        }
+        for (int o = 16; o; o >>= 1) m |= __shfl_xor_sync(FULL, m, o);
+    }
+    if (lane == 0) hit[warp] = m;
+}
+
 // First-edge gather of one segment into the Prealloc-Combine GBA (reference:
 // CpuBackend.gather_segment). Vertex i's list in the segment is ci[st[i] : en[i]]
 // (pcsr_lookup); its entries in C(u) (the bitset) are appended, in order, to its

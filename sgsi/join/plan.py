@@ -27,8 +27,7 @@ import numpy as np
 from ..partition import signatures
 from ..pattern import Pattern
 from ..storage.format import ANY_LABEL
-from .backend import runs, sums_over_runs
-from .stream import degree_index, neighbour_lists
+from .stream import degree_index, segments_of
 
 
 
@@ -386,51 +385,44 @@ def _refine(store, backend, bits, inc):
 
     v stays in C(u) only if, for every pattern edge (u, u') of label l, v has
     an l-neighbour (in that direction) in C(u'). For each partition used by
-    the pattern, the lists of every candidate of every pattern vertex are
-    read once, streamed segment by segment through the PCSR; all pattern
-    vertices are tested together (a vertex x edge matrix product decides
-    which candidates survive). Sound for isomorphism and homomorphism alike.
+    the pattern, the lists of the union of its users' candidates are read
+    once, streamed segment by segment through the PCSR; each vertex gets one
+    bit per other end u' (``list_hits``: a neighbour in C(u')), and a
+    candidate of u survives when it has the bits of all of u's ends. Sound
+    for isomorphism and homomorphism alike.
 
     Returns the new bitsets and whether any of them shrank.
     """
     xp = backend.xp
-    n_pat = len(bits)
-    words = int(bits[0].size)
+    n = store.n_vertices
     stacked = xp.stack(bits)                                     # (pattern vertices, words)
-    keep_bits = stacked.copy()
+    keep = stacked.copy()
     for (lab, direction), pairs in _by_partition(inc).items():
         users = sorted({a for a, _ in pairs})
-        owner_of, cand = _set_bits(xp, stacked[users])           # candidate pairs (row in users, vertex)
-        if cand.size == 0:
+        union = stacked[users[0]]
+        for a in users[1:]:
+            union = union | stacked[a]
+        ids = backend.bits_to_ids(union, n)                      # sorted
+        if ids.size == 0:
             continue
-        union, inverse = xp.unique(cand, return_inverse=True)
-        # has[i, j]: union[j] has a neighbour in C(ends[i]) in this partition.
         ends = sorted({b for _, b in pairs})
-        far = stacked[ends]
-        has = xp.zeros((len(ends), union.size), dtype=bool)
         p = store.partition(lab, direction)
-        for lo, hi, nb, owner in neighbour_lists(store, backend, p, union):
-            if nb.size == 0:
-                continue
-            hit = (far[:, nb >> 5] >> (nb & 31).astype(xp.uint32)) & xp.uint32(1)
-            # Any hit per owner: owners come in sorted runs, so a sum per run.
-            owners, _start, end = runs(xp, owner)
-            has[:, lo + owners] |= sums_over_runs(xp, hit, end, xp.int32) > 0
-        # A candidate v of a fails if some pattern neighbour b (through this partition) has no hit.
-        need = np.zeros((len(users), len(ends)), np.float32)
-        for a, b in pairs:
-            need[users.index(a), ends.index(b)] = 1
-        missing = backend.to_device(need) @ (~has).astype(xp.float32)  # (users, union)
-        ok = missing[owner_of, inverse.reshape(-1)] == 0
-        rows = xp.asarray(users)[owner_of[ok]]
-        v = cand[ok].astype(xp.int64)
-        w = backend.bincount_weights(rows * words + (v >> 5), (xp.uint32(1) << (v & 31).astype(xp.uint32)).astype(xp.float64),
-                                     n_pat * words).astype(xp.uint32).reshape(n_pat, words)
-        users_mask = xp.zeros(n_pat, dtype=bool)
-        users_mask[xp.asarray(users)] = True
-        keep_bits = xp.where(users_mask[:, None], keep_bits & w, keep_bits)
-    changed = bool((keep_bits != stacked).any())
-    return [keep_bits[i] for i in range(n_pat)], changed
+        for first in range(0, len(ends), 32):                    # 32 ends per hit word
+            chunk = ends[first:first + 32]
+            far = xp.ascontiguousarray(stacked[chunk])
+            hit = xp.zeros(ids.size, dtype=xp.uint32)            # bit k: a neighbour in C(chunk[k])
+            for lo, hi, groups, ci in segments_of(store, backend, p, ids):
+                st, en = backend.pcsr_lookup(groups, ids[lo:hi])
+                backend.list_hits(ci, st, en, far, hit[lo:hi])
+            for a in users:
+                need = sum(1 << k for k, b in enumerate(chunk) if (a, b) in pairs)
+                if need == 0:
+                    continue
+                ok = xp.zeros(n, dtype=bool)
+                ok[ids] = (hit & xp.uint32(need)) == xp.uint32(need)
+                keep[a] &= backend.pack_bits(ok)
+    changed = bool((keep != stacked).any())
+    return [keep[i] for i in range(len(bits))], changed
 
 
 def _by_partition(inc):
@@ -448,7 +440,7 @@ def refine_cost(store, backend, plan: QueryPlan) -> int:
     index) of the union of its users' candidates: what refinement streams.
     """
     xp = backend.xp
-    total = 0
+    total = xp.zeros((), dtype=xp.int64)             # summed where the backend computes, read once
     for (lab, direction), pairs in _by_partition(plan.incident).items():
         users = sorted({a for a, _b in pairs})
         union = plan.candidates[users[0]]
@@ -457,18 +449,8 @@ def refine_cost(store, backend, plan: QueryPlan) -> int:
         p = store.partition(lab, direction)
         for bid in p.idx_batches:
             v, d = degree_index(store, backend, bid)
-            total += int(d[backend.test_bits(union, v)].astype(xp.int64).sum())
-    return total
-
-
-def _set_bits(xp, bitsets):
-    """(row, vertex) of every set bit of a 2-D array of bitsets, row-major and sorted."""
-    r, w = xp.nonzero(bitsets)
-    vals = bitsets[r, w]
-    bit = xp.arange(32, dtype=xp.uint32)
-    hit = ((vals[:, None] >> bit[None, :]) & xp.uint32(1)).astype(bool)
-    rr, kk = xp.nonzero(hit)
-    return r[rr], (w[rr].astype(xp.int64) * 32 + kk).astype(xp.int32)
+            total = total + xp.where(backend.test_bits(union, v), d, 0).sum(dtype=xp.int64)
+    return int(total)
 
 
 def _order(store, pattern, inc, counts):
