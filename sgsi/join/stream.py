@@ -33,29 +33,19 @@ def neighbour_lists(store, backend, p, vertices):
 def segments_of(store, backend, p, vertices):
     """The segments of partition ``p`` holding any of the sorted distinct ``vertices``, in
     order, on the backend: yields ``(lo, hi, groups, ci)``, ``vertices[lo:hi]`` being the
-    ones the segment may hold (a vertex's list may continue in the next segment)."""
-    xp = backend.xp
-    positions = segment_range(p, backend.to_host(vertices))
-    bounds = backend.to_host(xp.searchsorted(vertices, backend.to_device(
-        np.stack([p.first_src[positions], p.last_src[positions] + 1]).astype(np.int32))))
+    ones the segment may hold (a vertex's list may continue in the next segment).
+
+    Each segment's source range [first_src, last_src] is searched in the vertices where
+    they are (the ranges are few, the vertices may be millions): one small read back.
+    """
+    if p.seg_ids.size == 0 or vertices.size == 0:
+        return
+    ranges = backend.derived((store.path, "segment-ranges", p.key),
+                             lambda: backend.to_device(np.stack([p.first_src, p.last_src + 1]).astype(np.int32)))
+    bounds = backend.to_host(backend.xp.searchsorted(vertices, ranges))       # (2, segments)
+    positions = np.flatnonzero(bounds[1] > bounds[0])
     for i, groups, ci in backend.segments(store, p.seg_ids[positions]):
-        lo, hi = int(bounds[0, i]), int(bounds[1, i])
-        if lo < hi:
-            yield lo, hi, groups, ci
-
-
-def segment_range(p, v_sorted):
-    """Positions (in partition ``p``) of the segments holding any of the sorted vertex ids."""
-    if len(v_sorted) == 0 or p.seg_ids.size == 0:
-        return np.zeros(0, np.int64)
-    first = np.searchsorted(p.last_src, v_sorted, "left")      # first segment whose last source >= v
-    last = np.searchsorted(p.first_src, v_sorted, "right") - 1  # last segment whose first source <= v
-    ok = first <= last
-    first, last = first[ok], last[ok]
-    mark = np.zeros(p.seg_ids.size + 1, np.int64)
-    np.add.at(mark, first, 1)
-    np.add.at(mark, last + 1, -1)
-    return np.flatnonzero(np.cumsum(mark[:-1]) > 0)
+        yield int(bounds[0, positions[i]]), int(bounds[1, positions[i]]), groups, ci
 
 
 def degree_index(store, backend, bid):
