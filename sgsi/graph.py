@@ -11,7 +11,7 @@ from . import budget as budget_mod
 from .errors import BudgetError, Cancelled, PatternError, SgsiError
 from .join.backend import get_backend
 from .join.engine import Engine
-from .join.plan import make_plan
+from .join.plan import REFINE_ROUNDS, make_plan
 from .pattern import load_pattern
 from .storage.ingest import build_store
 from .storage.store import Store
@@ -197,7 +197,7 @@ class Graph:
         # A count takes the pattern's leaves and last vertices as a product (make_plan's factor_leaves).
         plan = self._guard(backend.run, lambda: make_plan(self.store, pat, backend, injective=injective,
                                                           refine_rounds=0, factor_leaves=count))
-        refined = lambda: make_plan(self.store, pat, backend, injective=injective, refine_rounds=2,  # noqa: E731
+        refined = lambda: make_plan(self.store, pat, backend, injective=injective, refine_rounds=REFINE_ROUNDS,  # noqa: E731
                                     factor_leaves=count)
         return pat, Engine(self.store, plan, backend, budget, replan=refined)
 

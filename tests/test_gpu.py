@@ -54,6 +54,8 @@ def test_bit_kernels_match_reference(gpu):
         v = rng.integers(0, n, 500).astype(np.int32)
         assert np.array_equal(cpu.test_bits(ref, v), cp.asnumpy(gpu.test_bits(got, cp.asarray(v))))
         assert np.array_equal(cpu.bits_to_ids(ref, n), cp.asnumpy(gpu.bits_to_ids(got, n)))
+        for cut in (n, max(0, n - 40), n - n % 32):          # bits at and past n are not ids
+            assert np.array_equal(cpu.bits_to_ids(~ref, cut), cp.asnumpy(gpu.bits_to_ids(~got, cut)))
         assert cpu.popcount(ref) == gpu.popcount(got) == int(mask.sum())
         assert gpu.popcounts([got, cp.zeros_like(got), ~got]) == cpu.popcounts([ref, np.zeros_like(ref), ~ref])
     counts = rng.integers(0, 5, 1000)

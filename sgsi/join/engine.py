@@ -44,18 +44,20 @@ import numpy as np
 from . import membership
 from ..partition import pcsr
 from .backend import distinct_index, runs
-from .plan import QueryPlan, Step, refine_cost
+from .plan import REFINE_ROUNDS, QueryPlan, Step, refine_cost
 from .stream import degree_index, neighbour_lists, segments_of
 
 #: Work (buffer entries plus rows) after which a query on unrefined candidate
 #: sets is planned again with refinement: at least this much, this many times
-#: the total size of the candidate sets, and this many times the neighbour-list
-#: entries refinement would read (so that refining is worth it: on graphs
-#: where the join's work stays near the size of the lists, refinement only
-#: costs; where the join explodes, as on yeast, it wins by orders).
+#: the total size of the candidate sets, and as much as the neighbour-list
+#: entries refinement would read in its rounds. Work past that is a rent paid
+#: for not refining (the ski-rental rule: it costs at most about what the
+#: refinement would have): on graphs where the join's work stays near the size
+#: of the lists the first plan runs to its end and refinement costs nothing;
+#: where the join explodes (yeast, the 100M R-MAT walks) it is refined early.
 REPLAN_MIN_WORK = 1 << 16
 REPLAN_FACTOR = 8
-REPLAN_COST_FACTOR = 4
+REPLAN_COST_FACTOR = REFINE_ROUNDS
 
 
 #: Entries (from the first link's lists) under which a step does not gather its later

@@ -378,12 +378,18 @@ class GpuBackend:
         return out
 
     def bits_to_ids(self, bits, n):
-        words = cp.flatnonzero(bits)
-        vals = bits[words]
-        bit = cp.arange(32, dtype=cp.uint32)
-        hit = ((vals[:, None] >> bit[None, :]) & cp.uint32(1)).astype(cp.bool_)
-        ids = (words[:, None].astype(cp.int64) * 32 + bit[None, :].astype(cp.int64))[hit]
-        return ids[ids < n].astype(cp.int32)
+        """Sorted vertex ids (int32) whose bit is set (reference: CpuBackend.bits_to_ids): the set
+        bits counted per word, a scan, one read of the total, then each word writes its ids."""
+        words = int(bits.size)
+        if words == 0:
+            return cp.zeros(0, cp.int32)
+        counts = cp.empty(words, cp.int64)
+        kernels.kernel("word_counts")(_grid(words), (_BLOCK,), (bits, np.int64(words), np.int64(n), counts))
+        ends = cp.cumsum(counts)
+        ids = cp.empty(int(ends[-1]), cp.int32)
+        if ids.size:
+            kernels.kernel("word_ids")(_grid(words), (_BLOCK,), (bits, np.int64(words), np.int64(n), ends, counts, ids))
+        return ids
 
     def popcount(self, bits):
         return self.popcounts([bits])[0]

@@ -156,6 +156,35 @@ extern "C" __global__ void pack_bits(const bool* __restrict__ mask, long long n,
     if ((threadIdx.x & 31) == 0 && (i >> 5) < (n + 31) / 32) bits[i >> 5] = w;
 }
 
+// Bits of word w of a bitset that stand for vertices below n.
+__device__ __forceinline__ unsigned int word_below(const unsigned int* bits, long long w, long long n) {
+    unsigned int x = bits[w];
+    long long left = n - w * 32;
+    return left >= 32 ? x : (left <= 0 ? 0u : x & ((1u << left) - 1u));
+}
+
+// Set bits per word, below n (bits_to_ids' first pass).
+extern "C" __global__ void word_counts(const unsigned int* __restrict__ bits, long long words, long long n,
+                                       long long* __restrict__ counts) {
+    long long w = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (w < words) counts[w] = __popc(word_below(bits, w, n));
+}
+
+// The ids of the set bits below n, in order (reference: CpuBackend.bits_to_ids): word w writes
+// its ids from ends[w] - counts[w] (an inclusive scan of word_counts).
+extern "C" __global__ void word_ids(const unsigned int* __restrict__ bits, long long words, long long n,
+                                    const long long* __restrict__ ends, const long long* __restrict__ counts,
+                                    int* __restrict__ ids) {
+    long long w = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (w >= words) return;
+    unsigned int x = word_below(bits, w, n);
+    long long at = ends[w] - counts[w];
+    while (x) {
+        ids[at++] = (int)(w * 32 + __ffs(x) - 1);
+        x &= x - 1;
+    }
+}
+
 extern "C" __global__ void test_bits(const unsigned int* __restrict__ bits, const int* __restrict__ v, long long n,
                                      bool* __restrict__ out) {
     long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;

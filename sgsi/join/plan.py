@@ -117,7 +117,12 @@ def _incident(pattern: Pattern, edge_ids):
             yield e.dst, e.src, lab, "both"
 
 
-def make_plan(store, pattern: Pattern, backend, injective=True, refine_rounds=2, factor_leaves=False) -> QueryPlan:
+#: Rounds of candidate refinement a refined plan runs (each reads at most :func:`refine_cost` entries).
+REFINE_ROUNDS = 2
+
+
+def make_plan(store, pattern: Pattern, backend, injective=True, refine_rounds=REFINE_ROUNDS,
+              factor_leaves=False) -> QueryPlan:
     """Resolve, filter and order ``pattern`` on ``store``.
 
     ``factor_leaves`` (count only): the vertices that :func:`_factored_vertices`
