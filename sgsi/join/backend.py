@@ -239,9 +239,13 @@ def runs(xp, sorted_values):
     if n == 0:
         e = xp.zeros(0, xp.int64)
         return sorted_values, e, e
-    new = xp.concatenate([xp.ones(1, bool), sorted_values[1:] != sorted_values[:-1]])
+    new = xp.empty(n, dtype=bool)
+    new[0] = True
+    xp.not_equal(sorted_values[1:], sorted_values[:-1], out=new[1:])
     start = xp.flatnonzero(new)
-    end = xp.concatenate([start[1:], xp.asarray([n], dtype=start.dtype)])
+    end = xp.empty_like(start)
+    end[:-1] = start[1:]
+    end[-1] = n
     return sorted_values[start], start, end
 
 
@@ -259,13 +263,20 @@ def sums_over_runs(xp, values, end, dtype):
     return tot
 
 
+def host_ints(xp, *scalars):
+    """Python ints of scalars computed where the backend computes, read in one transfer."""
+    if xp is np:
+        return [int(s) for s in scalars]
+    return [int(s) for s in xp.asnumpy(xp.stack([s.astype(xp.int64) for s in scalars]))]
+
+
 def distinct_index(xp, values):
     """(sorted distinct values of a non-empty int array, index of each element among them).
 
     Vertex ids are dense: over a range not much wider than the input, a mark
     array and a prefix sum give both in linear passes; otherwise sort and search.
     """
-    lo, hi = int(values.min()), int(values.max())
+    lo, hi = host_ints(xp, values.min(), values.max())
     r = hi - lo + 1
     if r <= 16 * int(values.size):
         v = values - lo

@@ -43,7 +43,7 @@ import numpy as np
 
 from . import membership
 from ..partition import pcsr
-from .backend import distinct_index, runs
+from .backend import distinct_index, host_ints, runs
 from .plan import REFINE_ROUNDS, QueryPlan, Step, refine_cost
 from .stream import degree_index, neighbour_lists, segments_of
 
@@ -270,7 +270,7 @@ class Engine:
         deg = xp.zeros(v.shape, dtype=xp.int64)
         if v.size == 0 or p.idx_batches.size == 0:
             return deg
-        lo, hi = int(v.min()), int(v.max())
+        lo, hi = host_ints(xp, v.min(), v.max())
         b0 = int(np.searchsorted(p.idx_last, lo, "left"))
         b1 = int(np.searchsorted(p.idx_first, hi, "right"))
         for bi in range(b0, b1):      # index batches overlapping the rows' vertices
@@ -699,6 +699,9 @@ def _distinct_tuples(xp, backend, cols):
         key = cols[0] if len(cols) == 1 else (cols[0].astype(xp.int64) << 32) | cols[1].astype(xp.int64)
         if n < 2 or bool((key[1:] >= key[:-1]).all()):
             return _tuples_of_sorted(xp, cols, None, key)
+    if len(cols) == 1:
+        uniq, rank = distinct_index(xp, cols[0])
+        return rank, [uniq]
     ranked = [distinct_index(xp, c) for c in cols]
     space = 1
     for uniq, _rank in ranked:
