@@ -216,6 +216,28 @@ def test_gather_segment_matches_reference(gpu):
         assert (fill_ref > before).sum() > 100 and fill_ref[np.searchsorted(verts, 51)] > 3000
 
 
+@pytest.mark.parametrize("n_conflicts", [0, 1, 2])
+def test_extend_matches_reference(gpu, n_conflicts):
+    """The columnar extension gives the CPU's rows and values, in order, with and without the
+    rows' own vertices to leave out (packed buffers need no compaction)."""
+    import cupy as cp
+    rng = np.random.default_rng(10 + n_conflicts)
+    n_tuples, n_rows = 300, 2000
+    scount = rng.integers(0, 40, n_tuples)
+    scount[:5] = [0, 1, 1500, 0, 3000]                       # empty sets and heavy rows
+    sstart = np.r_[0, np.cumsum(scount)[:-1]]
+    evals = rng.integers(0, 500, int(scount.sum())).astype(np.int32)
+    row_tuple = rng.integers(0, n_tuples, n_rows)
+    per_row = scount[row_tuple]
+    conflict_cols = [rng.integers(0, 500, n_rows).astype(np.int32) for _ in range(n_conflicts)]
+    ref = CpuBackend().extend(row_tuple, per_row, evals, sstart, scount, conflict_cols)
+    got = gpu.extend(cp.asarray(row_tuple), cp.asarray(per_row), cp.asarray(evals), cp.asarray(sstart),
+                     cp.asarray(scount), [cp.asarray(c) for c in conflict_cols])
+    assert np.array_equal(ref[0], cp.asnumpy(got[0]))
+    assert np.array_equal(ref[1], cp.asnumpy(got[1]))
+    assert (ref[0].size < per_row.sum()) == (n_conflicts > 0)
+
+
 @pytest.mark.parametrize("n_far", [1, 5, 32])
 def test_list_hits_kernel_matches_reference(gpu, n_far):
     """The refinement kernel sets the bits the NumPy reference sets, on top of the bits already

@@ -134,15 +134,19 @@ class GpuBackend:
     def to_host(self, a):
         return cp.asnumpy(a) if isinstance(a, cp.ndarray) else np.asarray(a)
 
+    def _cached(self, key):
+        """The device cache's entry for ``key`` (now the most recently used), or None."""
+        hit = self._cache.get(key)
+        if hit is not None:
+            self._cache.move_to_end(key)
+            self.stats["cache_hits"] += 1
+        return hit
+
     def store_arrays(self, keys, read):
         """Device copies of store arrays (``read()`` gives them, one per key), kept in the device
         LRU cache between queries: the store is read only when one of them is missing."""
-        hits = [self._cache.get(key) for key in keys]
-        if all(hit is not None for hit in hits):
-            for key in keys:
-                self._cache.move_to_end(key)
-            self.stats["cache_hits"] += len(keys)
-            return [hit[0] for hit in hits]
+        if all(key in self._cache for key in keys):
+            return [self._cached(key)[0] for key in keys]
         out = []
         for key, array in zip(keys, read()):
             dev = cp.asarray(array)
@@ -154,10 +158,8 @@ class GpuBackend:
     def derived(self, key, make):
         """An array computed on the device from the store alone (a degree mask), kept in the device
         LRU cache between queries under ``key``: ``make()`` runs only when it is missing."""
-        hit = self._cache.get(key)
+        hit = self._cached(key)
         if hit is not None:
-            self._cache.move_to_end(key)
-            self.stats["cache_hits"] += 1
             return hit[0]
         array = make()
         self._remember(key, (array, None, array.nbytes))
@@ -211,11 +213,8 @@ class GpuBackend:
     def _stage(self, store, seg, slot):
         """Start the copy of one segment; returns (groups, ci, event)."""
         self._time_copies()
-        key = (store.path, "segment", seg)
-        hit = self._cache.get(key)
+        hit = self._cached((store.path, "segment", seg))
         if hit is not None:
-            self._cache.move_to_end(key)
-            self.stats["cache_hits"] += 1
             return hit[0], hit[1], None
         # Streams may nest (a hub's list is read while later steps read theirs): never
         # overwrite a pinned buffer whose copy to the device is still in flight.
@@ -246,15 +245,8 @@ class GpuBackend:
         dev = self._copy_target(g_bytes + c_bytes)
         start = self.copy_stream.record()
         dev.set(pinned[:g_bytes + c_bytes], stream=self.copy_stream)
-        event = self.copy_stream.record()
-        self._copies.append(((start,), event))
-        self._pinned_busy[slot] = event
-        d_groups = dev[:g_bytes].view(cp.int32).reshape(shape)
-        d_ci = dev[g_bytes:].view(cp.int32)
-        self.stats["h2d_bytes"] += g_bytes + c_bytes
-        self.stats["h2d_segment_bytes"] += g_bytes + c_bytes
-        self._remember(key, (d_groups, d_ci, g_bytes + c_bytes))
-        return d_groups, d_ci, event
+        self._pinned_busy[slot] = self.copy_stream.record()
+        return self._copied(store, seg, dev, start, g_bytes, shape)
 
     def _copy_target(self, nbytes):
         """Device memory for a segment the copy stream writes. The pool may hand out memory that
@@ -273,14 +265,19 @@ class GpuBackend:
         start = self.copy_stream.record()
         if not MAPPED.copy(store, store.segment_spans(seg), dev.data.ptr, self.copy_stream):
             return None
+        self.stats["h2d_mapped_bytes"] += g_bytes + c_bytes
+        return self._copied(store, seg, dev, start, g_bytes, store.segment_shape(seg))
+
+    def _copied(self, store, seg, dev, start, g_bytes, shape):
+        """A segment whose copy into ``dev`` (groups, then ci) the copy stream has queued since
+        event ``start``: timed, counted and cached; returns (groups, ci, the copy's end event)."""
         event = self.copy_stream.record()
         self._copies.append(((start,), event))
-        self.stats["h2d_bytes"] += g_bytes + c_bytes
-        self.stats["h2d_segment_bytes"] += g_bytes + c_bytes
-        self.stats["h2d_mapped_bytes"] += g_bytes + c_bytes
-        d_groups = dev[:g_bytes].view(cp.int32).reshape(store.segment_shape(seg))
+        self.stats["h2d_bytes"] += dev.nbytes
+        self.stats["h2d_segment_bytes"] += dev.nbytes
+        d_groups = dev[:g_bytes].view(cp.int32).reshape(shape)
         d_ci = dev[g_bytes:].view(cp.int32)
-        self._remember((store.path, "segment", seg), (d_groups, d_ci, g_bytes + c_bytes))
+        self._remember((store.path, "segment", seg), (d_groups, d_ci, dev.nbytes))
         return d_groups, d_ci, event
 
     def segments(self, store, seg_ids):
@@ -462,6 +459,8 @@ class GpuBackend:
         rfill = cp.zeros(m, dtype=cp.int64)
         self.expand_rows(cp.arange(m), row_tuple, evals, sstart, scount, conflict_cols, RF, rfill, out_vals,
                          heaviest=heaviest)
+        if not conflict_cols:           # every entry kept: the rows' buffers are already packed
+            return self.repeat_index(per_row), out_vals
         erow = self.repeat_index(rfill)
         if erow.size == 0:
             return erow, out_vals[:0]
