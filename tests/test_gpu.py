@@ -216,6 +216,24 @@ def test_gather_segment_matches_reference(gpu):
         assert (fill_ref > before).sum() > 100 and fill_ref[np.searchsorted(verts, 51)] > 3000
 
 
+@pytest.mark.parametrize("n", [1, 2, 31, 1023, 1024, 1025, 5000, 65536, 65537, 300000])
+def test_scan_and_flatnonzero_match_numpy(n):
+    """The one-block scan and nonzero (small arrays) and CuPy's (large ones) give NumPy's values
+    and dtypes, on int64, int32 and bool input, and on a strided view."""
+    import cupy as cp
+    from sgsi.join.gpu import flatnonzero, scan
+    rng = np.random.default_rng(n)
+    for x in (rng.integers(-5, 1 << 40, n), rng.integers(0, 7, n).astype(np.int32), rng.random(n) < 0.3):
+        got = scan(cp.asarray(x))
+        assert got.dtype == np.cumsum(x).dtype and np.array_equal(np.cumsum(x), cp.asnumpy(got))
+        assert np.array_equal(np.cumsum(x[::2]), cp.asnumpy(scan(cp.asarray(x)[::2])))
+    mask = rng.random(n) < 0.4
+    for m in (mask, np.zeros(n, bool), np.ones(n, bool)):
+        got = flatnonzero(cp.asarray(m))
+        assert got.dtype == np.int64 and np.array_equal(np.flatnonzero(m), cp.asnumpy(got))
+    assert np.array_equal(np.flatnonzero(mask[1::3]), cp.asnumpy(flatnonzero(cp.asarray(mask)[1::3])))
+
+
 @pytest.mark.parametrize("n_conflicts", [0, 1, 2])
 def test_extend_matches_reference(gpu, n_conflicts):
     """The columnar extension gives the CPU's rows and values, in order, with and without the
@@ -236,6 +254,11 @@ def test_extend_matches_reference(gpu, n_conflicts):
     assert np.array_equal(ref[0], cp.asnumpy(got[0]))
     assert np.array_equal(ref[1], cp.asnumpy(got[1]))
     assert (ref[0].size < per_row.sum()) == (n_conflicts > 0)
+    cum = cp.cumsum(cp.asarray(per_row))                     # sized by the caller: the same output
+    again = gpu.extend(cp.asarray(row_tuple), cp.asarray(per_row), cp.asarray(evals), cp.asarray(sstart),
+                       cp.asarray(scount), [cp.asarray(c) for c in conflict_cols],
+                       (cum, int(per_row.sum()), int(per_row.max())))
+    assert np.array_equal(ref[0], cp.asnumpy(again[0])) and np.array_equal(ref[1], cp.asnumpy(again[1]))
 
 
 @pytest.mark.parametrize("n_far", [1, 5, 32])

@@ -161,10 +161,12 @@ class CpuBackend:
             mask &= ok
         return mask
 
-    def extend(self, row_tuple, per_row, evals, sstart, scount, conflict_cols):
+    def extend(self, row_tuple, per_row, evals, sstart, scount, conflict_cols, sizes=None):
         """Columnar extension of one slice (Algorithm 6): row i takes the entries of its
         tuple's set S(t_i) (``per_row[i] = scount[t_i]`` of them from ``sstart[t_i]``) other than its own
-        vertices. Returns (row of each output, new column), rows in order.
+        vertices. Returns (row of each output, new column), rows in order. ``sizes``: (inclusive
+        prefix sum of per_row, its total, its largest entry) when the caller has them (the GPU's
+        sizing; unused here).
 
         On the CPU a gather does it: each row's entries are one slice of ``evals``.
         """
@@ -242,7 +244,7 @@ def runs(xp, sorted_values):
     new = xp.empty(n, dtype=bool)
     new[0] = True
     xp.not_equal(sorted_values[1:], sorted_values[:-1], out=new[1:])
-    start = xp.flatnonzero(new)
+    start = nonzero_index(xp, new)
     end = xp.empty_like(start)
     end[:-1] = start[1:]
     end[-1] = n
@@ -261,6 +263,22 @@ def sums_over_runs(xp, values, end, dtype):
     tot = xp.take(cs, end - 1, axis=-1)
     tot[..., 1:] -= xp.take(cs, end[:-1] - 1, axis=-1)
     return tot
+
+
+def prefix_sum(xp, a):
+    """``cumsum`` of a 1-D array where the backend computes (on the GPU, one launch for small ones)."""
+    if xp is np:
+        return np.cumsum(a)
+    from .gpu import scan
+    return scan(a)
+
+
+def nonzero_index(xp, a):
+    """``flatnonzero`` where the backend computes (on the GPU, one launch for small bool arrays)."""
+    if xp is np:
+        return np.flatnonzero(a)
+    from .gpu import flatnonzero
+    return flatnonzero(a)
 
 
 def host_ints(xp, *scalars):
@@ -282,9 +300,10 @@ def distinct_index(xp, values):
         v = values - lo
         mark = xp.zeros(r, dtype=bool)
         mark[v] = True
-        rank = xp.cumsum(mark, dtype=xp.int32 if r < 2 ** 31 else xp.int64)
+        rank = (np.cumsum(mark, dtype=np.int32 if r < 2 ** 31 else np.int64) if xp is np
+                else prefix_sum(xp, mark))
         rank -= 1
-        return (xp.flatnonzero(mark) + lo).astype(values.dtype), xp.take(rank, v).astype(xp.int64)
+        return (nonzero_index(xp, mark) + lo).astype(values.dtype), xp.take(rank, v).astype(xp.int64)
     u, _start, _end = runs(xp, xp.sort(values))
     return u, xp.searchsorted(u, values)
 

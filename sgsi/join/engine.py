@@ -43,7 +43,7 @@ import numpy as np
 
 from . import membership
 from ..partition import pcsr
-from .backend import distinct_index, host_ints, runs
+from .backend import distinct_index, host_ints, nonzero_index, prefix_sum, runs
 from .plan import REFINE_ROUNDS, QueryPlan, Step, refine_cost
 from .stream import degree_index, neighbour_lists, segments_of
 
@@ -235,8 +235,8 @@ class Engine:
         if int(deg.max()) <= cap and 2 * distinct >= total:
             # Rows share few first-link vertices: cut them in their own order (no gather);
             # rows whose buffers start in [k*cap, (k+1)*cap) form piece k.
-            cum = xp.cumsum(deg)
-            bounds = self.backend.to_host(xp.flatnonzero(xp.diff((cum - deg) // cap)) + 1)
+            cum = prefix_sum(xp, deg)
+            bounds = self.backend.to_host(nonzero_index(xp, xp.diff((cum - deg) // cap)) + 1)
             cuts = [0] + [int(b) for b in bounds] + [n]
             for a, b in zip(cuts[:-1], cuts[1:]):
                 yield {u: c[a:b] for u, c in chunk.items()}, deg[a:b], False
@@ -247,12 +247,12 @@ class Engine:
         deg = deg[order]
         _v, vstart, vend = runs(xp, chunk[e0.other])
         vdeg = deg[vstart]
-        cum = xp.cumsum(vdeg)
+        cum = prefix_sum(xp, vdeg)
         group = (cum - vdeg) // cap
         big = vdeg > cap
         cut = xp.zeros(vdeg.size, dtype=bool)
         cut[1:] = (group[1:] != group[:-1]) | big[1:] | big[:-1]
-        starts = self.backend.to_host(xp.flatnonzero(cut))
+        starts = self.backend.to_host(nonzero_index(xp, cut))
         vs = [0] + [int(s) for s in starts] + [int(vdeg.size)]
         vstart_h, vend_h = self.backend.to_host(vstart), self.backend.to_host(vend)
         big_h = self.backend.to_host(big)
@@ -284,7 +284,7 @@ class Engine:
                 if a == lo and b == hi:
                     deg = xp.take(dense, v - a)
                 else:
-                    sel = xp.flatnonzero((v >= a) & (v <= b))
+                    sel = nonzero_index(xp, (v >= a) & (v <= b))
                     deg[sel] = xp.take(dense, v[sel] - a)
                 continue
             pos = xp.searchsorted(verts, v)
@@ -376,7 +376,7 @@ class Engine:
         cbits = self.plan.candidates[step.vertex]
         nd = int(verts.size)
         F = xp.zeros(nd + 1, dtype=xp.int64)
-        F[1:] = xp.cumsum(deg)
+        F[1:] = prefix_sum(xp, deg)
         gba = xp.empty(int(F[-1]), dtype=xp.int32)
         fill = xp.zeros(nd, dtype=xp.int64)             # candidates written per vertex
         for lo, hi, groups, ci in segments_of(store, backend, store.partition(link.label_id, link.direction), verts):
@@ -420,10 +420,10 @@ class Engine:
                 if not bool(alive.any()):
                     break
                 alive &= self._member(step.links[j], tuples[j], etuple, evals, lim, tcnt, cbits)
-            keep = xp.flatnonzero(alive)
+            keep = nonzero_index(xp, alive)
             etuple, evals = xp.take(etuple, keep), xp.take(evals, keep)
         scount = backend.bincount(etuple, int(tuples[0].size))
-        return _Sets(row_tuple, etuple, evals, scount, xp.cumsum(scount) - scount)
+        return _Sets(row_tuple, etuple, evals, scount, prefix_sum(xp, scount) - scount)
 
     def _count(self, piece, s, step: Step) -> int:
         """Σ_rows |S(t_i)| minus the rows' own vertices found in their S(t_i) (count-only last step)."""
@@ -447,7 +447,7 @@ class Engine:
         counts = counts.copy()
         for c in step.conflicts:
             col = piece[c]
-            sel = xp.flatnonzero((col >= lr) & (col <= hr))
+            sel = nonzero_index(xp, (col >= lr) & (col <= hr))
             if sel.size == 0:
                 continue
             q = (s.row_tuple[sel].astype(xp.int64) << 32) | col[sel].astype(xp.int64)
@@ -545,19 +545,21 @@ class Engine:
         xp, backend = self.xp, self.backend
         per_row = s.scount[s.row_tuple]                   # outputs of each row, at most
         n = int(per_row.size)
-        cum = xp.cumsum(per_row)
-        total = int(cum[-1]) if n else 0
+        cum = prefix_sum(xp, per_row)
+        total, heaviest = host_ints(xp, cum[-1], per_row.max()) if n else (0, 0)
         if total == 0:
             return
         cap = lim.chunk_rows
         if total <= cap:
             cuts = [0, n]
         else:
-            bounds = xp.flatnonzero(xp.diff((cum - per_row) // cap)) + 1
+            bounds = nonzero_index(xp, xp.diff((cum - per_row) // cap)) + 1
             cuts = [0] + [int(b) for b in backend.to_host(bounds)] + [n]
         for a, b in zip(cuts[:-1], cuts[1:]):
             conflict_cols = [piece[c][a:b] for c in step.conflicts]
-            erow, vals = backend.extend(s.row_tuple[a:b], per_row[a:b], s.evals, s.sstart, s.scount, conflict_cols)
+            sizes = (cum, total, heaviest) if b - a == n else None        # one slice: sized already
+            erow, vals = backend.extend(s.row_tuple[a:b], per_row[a:b], s.evals, s.sstart, s.scount, conflict_cols,
+                                        sizes)
             if erow.size == 0:
                 continue
             out = {u: xp.take(col[a:b], erow) for u, col in piece.items()}
@@ -656,7 +658,7 @@ def _rows_kept(xp, rows, sizes, keep):
     """``rows`` and the per-row ``sizes`` cut to the rows where ``keep``, when that drops a
     quarter of them or more (a cut copies every column); the row numbers start again at 0."""
     n = int(keep.size)
-    idx = xp.flatnonzero(keep)
+    idx = nonzero_index(xp, keep)
     if int(idx.size) > 3 * n // 4:
         return rows, sizes
     rows = {u: xp.take(col, idx) for u, col in rows.items() if u != _ROW}
@@ -744,7 +746,7 @@ def _tuples_of_sorted(xp, srt, order, skey):
         new[1:] = False
         for c in srt:
             new[1:] |= c[1:] != c[:-1]
-    tid_sorted = xp.cumsum(new) - 1
+    tid_sorted = prefix_sum(xp, new) - 1
     if order is None:
         row_tuple = tid_sorted
     else:

@@ -38,6 +38,35 @@ def _grid(n_threads):
 _popcount_rows = cp.ReductionKernel("uint32 x", "int64 y", "__popc(x)", "a + b", "y = a", "0", "sgsi_popcount")
 
 
+#: Arrays up to this long are scanned (``scan``, ``flatnonzero``) by one block in one launch;
+#: longer ones by CuPy's multi-pass scan. CuPy's costs some 40-100 us of launches and host work
+#: whatever the size, which adds up over the dozens of small scans of a light query's steps.
+_SMALL_SCAN = 1 << 16
+_SCAN_KERNELS = {np.dtype(np.int64): "scan_small_i64", np.dtype(np.int32): "scan_small_i32",
+                 np.dtype(np.bool_): "scan_small_bool"}
+
+
+def scan(a):
+    """Inclusive prefix sum of a 1-D array as ``numpy.cumsum`` gives it (int64 for bool, int32 and int64)."""
+    name = _SCAN_KERNELS.get(a.dtype)
+    n = int(a.size)
+    if name is None or n == 0 or n > _SMALL_SCAN or a.ndim != 1 or not a.flags.c_contiguous:
+        return cp.cumsum(a, dtype=cp.int64) if name is not None else cp.cumsum(a)
+    out = cp.empty(n, cp.int64)
+    kernels.kernel(name)((1,), (1024,), (a, np.int64(n), out))
+    return out
+
+
+def flatnonzero(a):
+    """``cp.flatnonzero``: the indices (int64) of the true entries, one host read for their number."""
+    n = int(a.size)
+    if a.dtype != np.bool_ or n == 0 or n > _SMALL_SCAN or a.ndim != 1 or not a.flags.c_contiguous:
+        return cp.flatnonzero(a)
+    out = cp.empty(n + 1, cp.int64)             # the count goes in the last slot
+    kernels.kernel("nonzero_small")((1,), (1024,), (a, np.int64(n), out, out[n:]))
+    return out[:int(out[n])]
+
+
 def row_scan(counts, starts=None):
     """Per slot of rows of ``counts`` slots laid end to end: its row (``starts`` None:
     ``repeat_index``), or ``starts[row] + its place in the row`` (:func:`sgsi.partition.pcsr.
@@ -45,7 +74,7 @@ def row_scan(counts, starts=None):
     counts = counts.astype(cp.int64, copy=False)
     if counts.size == 0:
         return cp.zeros(0, cp.int64)
-    ends = cp.cumsum(counts)
+    ends = scan(counts)
     total = int(ends[-1])
     if total == 0:
         return cp.zeros(0, cp.int64)
@@ -59,7 +88,7 @@ def row_scan(counts, starts=None):
     n = int(counts.size)
     kernels.kernel("row_marks")(_grid(n), (_BLOCK,), (ends, counts, off, np.int32(ramp), np.int64(n),
                                                        np.int64(total), mark))
-    return cp.cumsum(mark)
+    return scan(mark)
 
 
 def _pointers(arrays):
@@ -382,7 +411,7 @@ class GpuBackend:
             return cp.zeros(0, cp.int32)
         counts = cp.empty(words, cp.int64)
         kernels.kernel("word_counts")(_grid(words), (_BLOCK,), (bits, np.int64(words), np.int64(n), counts))
-        ends = cp.cumsum(counts)
+        ends = scan(counts)
         ids = cp.empty(int(ends[-1]), cp.int32)
         if ids.size:
             kernels.kernel("word_ids")(_grid(words), (_BLOCK,), (bits, np.int64(words), np.int64(n), ends, counts, ids))
@@ -428,7 +457,7 @@ class GpuBackend:
             return
         kernels.kernel("gather_lists")(_grid(n * 32), (_BLOCK,),
                                        (st, en, np.int64(n), ci, cbits, np.int64(_GATHER_WARP_MAX), start, fill, gba))
-        hubs = cp.flatnonzero(en - st > _GATHER_WARP_MAX)
+        hubs = flatnonzero(en - st > _GATHER_WARP_MAX)
         if hubs.size:
             kernels.kernel("gather_lists_block")((int(hubs.size),), (_BLOCK,),
                                                  (hubs, np.int64(hubs.size), st, en, ci, cbits, start, fill, gba))
@@ -445,26 +474,30 @@ class GpuBackend:
                                             np.int32(has_label), np.int32(label if has_label else -1), mask))
         return mask
 
-    def extend(self, row_tuple, per_row, evals, sstart, scount, conflict_cols):
+    def extend(self, row_tuple, per_row, evals, sstart, scount, conflict_cols, sizes=None):
         """Columnar extension of one slice (reference: CpuBackend.extend), Prealloc-Combine:
         the rows' outputs are sized by a prefix sum of |S(t_i)|, written by the load-balanced
-        expansion kernels, then compacted past the rows' own vertices."""
+        expansion kernels, then compacted past the rows' own vertices. ``sizes``: (the prefix
+        sum, its total, the largest |S(t_i)|) when the caller has read them already."""
         m = int(row_tuple.size)
-        RF = cp.zeros(m + 1, dtype=cp.int64)
-        RF[1:] = cp.cumsum(per_row)
-        # The output's size and the heaviest row's, in one read: the load balance needs no
-        # histogram when no row is heavy (balance.warps_suffice).
-        total, heaviest = (int(x) for x in cp.asnumpy(cp.stack([RF[-1], per_row.max()]))) if m else (0, 0)
+        if sizes is None:
+            cum = scan(per_row)
+            # The output's size and the heaviest row's, in one read: the load balance needs no
+            # histogram when no row is heavy (balance.warps_suffice).
+            total, heaviest = (int(x) for x in cp.asnumpy(cp.stack([cum[-1], per_row.max()]))) if m else (0, 0)
+        else:
+            cum, total, heaviest = sizes
+        F = cum - per_row                       # where each row's output starts
         out_vals = cp.empty(total, dtype=cp.int32)
         rfill = cp.zeros(m, dtype=cp.int64)
-        self.expand_rows(cp.arange(m), row_tuple, evals, sstart, scount, conflict_cols, RF, rfill, out_vals,
+        self.expand_rows(cp.arange(m), row_tuple, evals, sstart, scount, conflict_cols, F, rfill, out_vals,
                          heaviest=heaviest)
         if not conflict_cols:           # every entry kept: the rows' buffers are already packed
             return self.repeat_index(per_row), out_vals
         erow = self.repeat_index(rfill)
         if erow.size == 0:
             return erow, out_vals[:0]
-        epos = RF[:-1][erow] + (cp.arange(erow.size) - (cp.cumsum(rfill) - rfill)[erow])
+        epos = F[erow] + (cp.arange(erow.size) - (scan(rfill) - rfill)[erow])
         return erow, out_vals[epos]
 
     def intersect_lists(self, lists, bitcap=None):
@@ -483,7 +516,7 @@ class GpuBackend:
         lcount = cp.stack([L.count[L.of_tuple] for L in got]).astype(cp.int64, copy=False)
         lstart = cp.stack([L.start[L.of_tuple] for L in got]).astype(cp.int64, copy=False)
         tcnt = lcount.min(axis=0)
-        off = cp.cumsum(tcnt) - tcnt
+        off = scan(tcnt) - tcnt
         probes = int(tcnt.sum())
         out = cp.empty(probes, cp.int32)
         kept = cp.zeros(n, cp.int64)
@@ -579,7 +612,7 @@ class GpuBackend:
         """Rows that share task pools: the rows starting in each run of _POOL_ELEMENTS entries go to
         one block. ``n_blocks`` is at least the blocks needed (known on the host without a sync); the
         extra ones find no rows and return."""
-        pstart = cp.concatenate([cp.zeros(1, cp.int64), cp.cumsum(fcnt[run])])
+        pstart = cp.concatenate([cp.zeros(1, cp.int64), scan(fcnt[run])])
         block_of = pstart[:-1] // _POOL_ELEMENTS               # the block a row starts in
         bstart = cp.searchsorted(block_of, cp.arange(n_blocks + 1, dtype=cp.int64)).astype(cp.int64)
         kernels.kernel("expand_rows_pool")((n_blocks,), (_BLOCK_ROW,), (rows, run, pstart, bstart) + args)
@@ -599,8 +632,8 @@ class GpuBackend:
         ok = cp.ones(vals.size, dtype=cp.bool_)
         for col in conflict_cols:
             ok &= vals != col[rid]
-        cs = cp.cumsum(ok)
-        first = cp.cumsum(cnt) - cnt                              # each row's first entry
+        cs = scan(ok)
+        first = scan(cnt) - cnt                              # each row's first entry
         before = cp.where(first > 0, cs[cp.maximum(first - 1, 0)], 0)
         rank = cs - 1 - before[local]
         gba[(F[rid] + fill[rid] + rank)[ok]] = vals[ok]
@@ -810,5 +843,5 @@ def _split_rows_once(warps_only=False, n_rows=4096):
     for sel in (order[:half], order[half:]):
         _r, d = rows[sel], run[sel]
         empty((1,), (32,), ())
-    pstart = cp.concatenate([cp.zeros(1, cp.int64), cp.cumsum(fcnt[d])])
+    pstart = cp.concatenate([cp.zeros(1, cp.int64), scan(fcnt[d])])
     cp.searchsorted(pstart[:-1] // _POOL_ELEMENTS, cp.arange(2, dtype=cp.int64))

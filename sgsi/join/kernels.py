@@ -191,6 +191,66 @@ extern "C" __global__ void test_bits(const unsigned int* __restrict__ bits, cons
     if (i < n) out[i] = test_bit(bits, v[i]);
 }
 
+// Exclusive prefix of v over the threads of one block (at most 1024), and the block's total.
+// Every thread of the block must call it.
+__device__ __forceinline__ long long block_exclusive_scan(long long v, long long* total) {
+    __shared__ long long warp_sums[32];
+    int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, n_warps = (blockDim.x + 31) >> 5;
+    long long incl = v;
+    for (int o = 1; o < 32; o <<= 1) {
+        long long t = __shfl_up_sync(FULL, incl, o);
+        if (lane >= o) incl += t;
+    }
+    if (lane == 31) warp_sums[wid] = incl;
+    __syncthreads();
+    if (wid == 0) {                           // inclusive scan of the warp totals
+        long long s = lane < n_warps ? warp_sums[lane] : 0;
+        for (int o = 1; o < 32; o <<= 1) {
+            long long t = __shfl_up_sync(FULL, s, o);
+            if (lane >= o) s += t;
+        }
+        if (lane < n_warps) warp_sums[lane] = s;
+    }
+    __syncthreads();
+    *total = warp_sums[n_warps - 1];
+    return (wid ? warp_sums[wid - 1] : 0) + incl - v;
+}
+
+// Inclusive prefix sum of a small array in one block (gpu.scan's one-launch path; reference:
+// numpy.cumsum): each thread sums a run of consecutive values, the block scans the runs' sums,
+// then each thread writes its run.
+template <typename T>
+__device__ __forceinline__ void scan_small(const T* __restrict__ x, long long n, long long* __restrict__ out) {
+    long long per = (n + blockDim.x - 1) / blockDim.x;
+    long long a = threadIdx.x * per, b = a + per < n ? a + per : n;
+    long long s = 0;
+    for (long long i = a; i < b; ++i) s += (long long)x[i];
+    long long total;
+    long long run = block_exclusive_scan(s, &total);
+    for (long long i = a; i < b; ++i) {
+        run += (long long)x[i];
+        out[i] = run;
+    }
+}
+extern "C" __global__ void scan_small_i64(const long long* x, long long n, long long* out) { scan_small(x, n, out); }
+extern "C" __global__ void scan_small_i32(const int* x, long long n, long long* out) { scan_small(x, n, out); }
+extern "C" __global__ void scan_small_bool(const bool* x, long long n, long long* out) { scan_small(x, n, out); }
+
+// Indices of the true entries of a small bool array, in order, and how many (gpu.flatnonzero's
+// one-launch path; reference: numpy.flatnonzero). One block, runs of consecutive entries.
+extern "C" __global__ void nonzero_small(const bool* __restrict__ x, long long n, long long* __restrict__ out,
+                                         long long* __restrict__ count) {
+    long long per = (n + blockDim.x - 1) / blockDim.x;
+    long long a = threadIdx.x * per, b = a + per < n ? a + per : n;
+    long long s = 0;
+    for (long long i = a; i < b; ++i) s += x[i];
+    long long total;
+    long long at = block_exclusive_scan(s, &total);
+    for (long long i = a; i < b; ++i)
+        if (x[i]) out[at++] = i;
+    if (threadIdx.x == 0) count[0] = total;
+}
+
 // Refinement hits (reference: CpuBackend.list_hits): vertex i's list in the segment is
 // ci[st[i] : en[i]]; bit k of hit[i] is set when an entry is in bitset k of far (n_far
 // bitsets of `words` words, at most 32). One warp per vertex; it stops once every bit is

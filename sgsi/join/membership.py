@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..partition import pcsr
-from .backend import distinct_index, runs, sums_over_runs
+from .backend import distinct_index, nonzero_index, prefix_sum, runs, sums_over_runs
 from .stream import neighbour_lists
 
 
@@ -63,7 +63,7 @@ def member(xp, backend, store, link, vcol, erow, evals, cap, ecount=None, cbits=
     cnt = xp.diff(tstart)[ot]
     perm = pcsr.ragged_indices(tstart[:-1][ot], cnt, xp)            # entries, block-major
     ecum = xp.zeros(cnt.size + 1, dtype=xp.int64)
-    ecum[1:] = xp.cumsum(cnt)
+    ecum[1:] = prefix_sum(xp, cnt)
     nblocks = (nd + per_block - 1) // per_block
     ecut = backend.to_host(ecum[xp.searchsorted(block_t[ot], xp.arange(nblocks + 1))])
     for b in range(nblocks):                     # a loop over blocks of the bitset
@@ -93,9 +93,9 @@ def _test(xp, bits, idx, evals):
 def _ranked(xp, ranks, nb, owner):
     """Neighbours ``nb`` (of ``owner``) that are members of the ranked set, as their ranks."""
     base, incand, rank = ranks
-    inside = xp.flatnonzero((nb >= base) & (nb < base + incand.size))
+    inside = nonzero_index(xp, (nb >= base) & (nb < base + incand.size))
     off, owner = xp.take(nb, inside) - base, xp.take(owner, inside)
-    keep = xp.flatnonzero(xp.take(incand, off))
+    keep = nonzero_index(xp, xp.take(incand, off))
     return xp.take(rank, xp.take(off, keep)), xp.take(owner, keep)
 
 
@@ -155,7 +155,7 @@ def _member_search(xp, backend, store, p, uniq, k_t, erow, evals, ranks=None):
         if nb.size == 0:
             continue
         skeys = ((owner + lo).astype(xp.int64) << 32) | nb.astype(xp.int64)      # sorted
-        sel = xp.flatnonzero((kq >= lo) & (kq < hi))
+        sel = nonzero_index(xp, (kq >= lo) & (kq < hi))
         q = keys[sel]
         pos = xp.minimum(xp.searchsorted(skeys, q), skeys.size - 1)
         found[sel] |= skeys[pos] == q
@@ -196,7 +196,7 @@ def intersect_ranked(xp, backend, lists, bitcap):
     for L, v, ok in zip(lists, packed, fits):
         n = 0 if v is None else int(v.size)
         if ok:
-            start = xp.cumsum(L.count) - L.count + at          # in ``rank``
+            start = prefix_sum(xp, L.count) - L.count + at          # in ``rank``
             bits, w = lists_bitset(xp, backend, L.count, rank[at:at + n], nbits)
             have.append((L.count[L.of_tuple], start[L.of_tuple], bits, L.of_tuple * w))
         at += n
@@ -214,7 +214,7 @@ def intersect_ranked(xp, backend, lists, bitcap):
     for k, (_count, _st, bits, rowbase) in enumerate(have):
         if bool((which != k).any()):            # the bit of a tuple's own probe list is set
             alive &= in_rows(xp, bits, rowbase, etuple, evals, tcnt)
-    keep = xp.flatnonzero(alive)
+    keep = nonzero_index(xp, alive)
     etuple, evals = xp.take(etuple, keep), xp.take(ids, xp.take(evals, keep))
     untested = [j for j, ok in enumerate(fits) if not ok]
     return etuple, evals, probes, untested
