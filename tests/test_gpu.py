@@ -287,6 +287,26 @@ def test_list_hits_kernel_matches_reference(gpu, n_far):
     assert (ref != before).sum() > 50
 
 
+def test_dense_degrees_match_the_degree_index(tmp_path):
+    """The device's per-vertex degrees of a partition are its degree index's, zero elsewhere."""
+    import cupy as cp
+    from sgsi.join.gpu import GpuBackend
+    from test_engine import _two_label_graph
+    g = _two_label_graph(tmp_path, n=3000, m=20000)
+    gpu = GpuBackend("1GB")
+    for lab in (g.store.edge_label_id("a"), g.store.edge_label_id("b")):
+        for direction in ("out", "in"):
+            p = g.store.partition(lab, direction)
+            want = np.zeros(g.store.n_vertices, np.int64)
+            for bid in p.idx_batches:
+                v, d = g.store.index_batch(bid)
+                want[np.asarray(v)] = np.asarray(d)
+            got = cp.asnumpy(gpu.dense_degrees(g.store, p))
+            assert np.array_equal(want, got) and want.sum() == p.edges
+            assert gpu.dense_degrees(g.store, p) is gpu.dense_degrees(g.store, p)     # kept
+    g.close()
+
+
 def test_refine_on_gpu_matches_cpu(tmp_path):
     """Two rounds of refinement on the GPU leave the bitsets the CPU leaves."""
     from sgsi.join.gpu import GpuBackend

@@ -77,6 +77,11 @@ class CpuBackend:
         between queries under ``key``)."""
         return make()
 
+    def dense_degrees(self, store, p):
+        """|N(v, l)| of every vertex in partition ``p`` as one array, where the backend keeps
+        one between queries (the GPU); None here: the degree index batches are searched."""
+        return None
+
     def measuring_memory(self):
         """Context of one query whose device memory the backend measures (none on the CPU)."""
         return contextlib.nullcontext()

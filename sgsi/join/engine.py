@@ -270,6 +270,9 @@ class Engine:
         deg = xp.zeros(v.shape, dtype=xp.int64)
         if v.size == 0 or p.idx_batches.size == 0:
             return deg
+        dense = backend.dense_degrees(store, p)
+        if dense is not None:                   # kept on the device: one gather
+            return xp.take(dense, v).astype(xp.int64)
         lo, hi = host_ints(xp, v.min(), v.max())
         b0 = int(np.searchsorted(p.idx_last, lo, "left"))
         b1 = int(np.searchsorted(p.idx_first, hi, "right"))
@@ -579,6 +582,10 @@ class _TuplesOf:
 
     def __init__(self, xp, backend, piece, step):
         self.row_tuple, self.tuples = _distinct_tuples(xp, backend, [piece[k.other] for k in step.links])
+        if len(self.tuples) == 1:             # one link: the tuples are the distinct vertices
+            self.d0 = self.tuples[0]
+            self.tuple_d = xp.arange(int(self.d0.size))
+            return
         self.d0, dstart, dend = runs(xp, self.tuples[0])          # sorted
         self.tuple_d = backend.repeat_index(dend - dstart)         # tuple -> distinct t0
 

@@ -25,6 +25,7 @@ import numpy as np
 
 from ..partition import pcsr
 from . import balance, kernels
+from .stream import degree_index
 
 _BLOCK = 256
 #: Longest list of a vertex in one segment that gather_lists gives one warp; longer ones get a block.
@@ -193,6 +194,17 @@ class GpuBackend:
         array = make()
         self._remember(key, (array, None, array.nbytes))
         return array
+
+    def dense_degrees(self, store, p):
+        """|N(v, l)| of every vertex in partition ``p`` (int32, zero off the partition), built from
+        its degree index batches and kept in the device cache between queries (4 bytes a vertex)."""
+        def make():
+            dense = cp.zeros(store.n_vertices, cp.int32)
+            for bid in p.idx_batches:
+                v, d = degree_index(store, self, bid)
+                dense[v] = d
+            return dense
+        return self.derived((store.path, "dense-degrees", p.key), make)
 
     def _remember(self, key, entry):
         nbytes = entry[2]
