@@ -197,7 +197,11 @@ class GpuBackend:
 
     def dense_degrees(self, store, p):
         """|N(v, l)| of every vertex in partition ``p`` (int32, zero off the partition), built from
-        its degree index batches and kept in the device cache between queries (4 bytes a vertex)."""
+        its degree index batches and kept in the device cache between queries (4 bytes a vertex);
+        None when it would not fit the cache (the memory budget): the batches are searched then."""
+        if 4 * store.n_vertices > self._cache_limit:
+            return None
+
         def make():
             dense = cp.zeros(store.n_vertices, cp.int32)
             for bid in p.idx_batches:
