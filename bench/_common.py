@@ -133,6 +133,40 @@ def build_store(gdir):
     return g, build_s
 
 
+def add_walk_options(ap, edges, queries):
+    """The options of a bench over one generated R-MAT graph and random-walk queries drawn from it
+    (read back by :func:`walk_graph`, :func:`walk_queries` and :func:`walk_options`)."""
+    ap.add_argument("--edges", type=float, default=edges)
+    ap.add_argument("--shape", default="watdiv")
+    ap.add_argument("--edge-labels", type=int, default=None, help="edge label count (default: the shape's)")
+    ap.add_argument("--vertex-labels", type=int, default=None, help="vertex label count (default: the shape's)")
+    ap.add_argument("--sizes", type=int, nargs="+", default=[4, 6, 8])
+    ap.add_argument("--queries", type=int, default=queries, help="queries per size")
+
+
+def walk_graph(args):
+    """The directory of the R-MAT graph the walk options of ``args`` name (generated when missing)."""
+    import gen
+    return gen.cached_rmat(args.data, int(args.edges), args.shape, say=say, edge_labels=args.edge_labels,
+                           vertex_labels=args.vertex_labels)
+
+
+def walk_queries(gdir, args):
+    """(vertices, pattern) of the random walks of ``args.sizes`` drawn from graph ``gdir``, seeded by
+    their size: every bench given the same options draws the same queries."""
+    import gen
+    return [(k, q.pattern if hasattr(q, "pattern") else str(q))
+            for k in args.sizes for q in gen.random_walk_queries(gdir, k, args.queries, seed=k)]
+
+
+def walk_options(args):
+    """The walk options of ``args`` as they go on a command line."""
+    return (f"--edges {args.edges:g} --shape {args.shape}"
+            + (f" --edge-labels {args.edge_labels}" if args.edge_labels else "")
+            + (f" --vertex-labels {args.vertex_labels}" if args.vertex_labels else "")
+            + f" --sizes {' '.join(map(str, args.sizes))} --queries {args.queries}")
+
+
 def expected_counts(set_dir):
     """{query file name: expected count} from ``<set_dir>/expected.txt``."""
     expected = {}

@@ -20,11 +20,10 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import (DATA_DIR, CountWorker, build_store, ensure_importable, machine, machine_at_end, machine_md, say,  # noqa: E402
-                     write_csv, write_text)
+from _common import (DATA_DIR, CountWorker, add_walk_options, build_store, ensure_importable, machine,  # noqa: E402
+                     machine_at_end, machine_md, say, walk_graph, walk_options, walk_queries, write_csv, write_text)
 
 ensure_importable()
-import gen  # noqa: E402
 
 
 def _best(worker, runs, pattern, timeout=None, **kw):
@@ -46,12 +45,7 @@ def _gm(xs):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--edges", type=float, default=1e7)
-    ap.add_argument("--shape", default="watdiv")
-    ap.add_argument("--edge-labels", type=int, default=None, help="edge label count (default: the shape's)")
-    ap.add_argument("--vertex-labels", type=int, default=None, help="vertex label count (default: the shape's)")
-    ap.add_argument("--sizes", type=int, nargs="+", default=[4, 6, 8])
-    ap.add_argument("--queries", type=int, default=5, help="queries per size")
+    add_walk_options(ap, edges=1e7, queries=5)
     ap.add_argument("--cpu-limit", type=float, default=None,
                     help="skip the CPU run of a query whose GPU count exceeds this (default: 1e9, none with --cpu-timeout)")
     ap.add_argument("--cpu-timeout", type=float, default=0,
@@ -67,8 +61,7 @@ def main(argv=None):
         args.cpu_limit = math.inf if args.cpu_timeout else 1e9
     n_edges = int(args.edges)
     m0 = machine()
-    gdir = gen.cached_rmat(args.data, n_edges, args.shape, say=say, edge_labels=args.edge_labels,
-                           vertex_labels=args.vertex_labels)
+    gdir = walk_graph(args)
     with open(os.path.join(gdir, "meta.json")) as f:
         meta = json.load(f)
     labels = f"{meta['edge_labels']} edge, {meta['vertex_labels']} vertex labels"
@@ -76,10 +69,7 @@ def main(argv=None):
     g, build_s = build_store(gdir)
     n_stored, n_vertices = g.store.n_edges, g.store.n_vertices
     g.close()
-    queries = []
-    for k in args.sizes:
-        for q in gen.random_walk_queries(gdir, k, args.queries, seed=k):
-            queries.append((k, q.pattern if hasattr(q, "pattern") else str(q)))
+    queries = walk_queries(gdir, args)
     # Each backend counts in a worker process of its own that opened the store once (and warmed
     # up), so that a count past its timeout can be stopped.
     gpu, cpu = CountWorker(store, args.gpu_device), CountWorker(store, "cpu")
@@ -126,10 +116,7 @@ def main(argv=None):
               fields=["k", "matches", "gpu_s", "gpu_warp_only_s", "cpu_s", "cpu_timeout", "ratio", "balance_gain",
                       "rows_warp", "rows_pool", "rows_block", "rows_own", "h2d_bytes", "segments", "steps", "chunks",
                       "gpu_timeout", "pattern"])
-    cmd = (f"python bench/gpu_vs_cpu.py --edges {args.edges:g} --shape {args.shape}"
-           + (f" --edge-labels {args.edge_labels}" if args.edge_labels else "")
-           + (f" --vertex-labels {args.vertex_labels}" if args.vertex_labels else "")
-           + f" --sizes {' '.join(map(str, args.sizes))} --queries {args.queries} --cpu-limit {args.cpu_limit:g}"
+    cmd = (f"python bench/gpu_vs_cpu.py {walk_options(args)} --cpu-limit {args.cpu_limit:g}"
            + (f" --cpu-timeout {args.cpu_timeout:g}" if args.cpu_timeout else "")
            + (f" --gpu-timeout {args.gpu_timeout:g}" if args.gpu_timeout else "")
            + (f" --runs {args.runs}" if args.runs > 1 else ""))

@@ -23,11 +23,10 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import DATA_DIR, build_store, ensure_importable, machine, machine_at_end, machine_md, say, write_csv, write_text  # noqa: E402
+from _common import (DATA_DIR, add_walk_options, build_store, ensure_importable, machine, machine_at_end,  # noqa: E402
+                     machine_md, say, walk_graph, walk_options, walk_queries, write_csv, write_text)
 
 ensure_importable()
-import gen  # noqa: E402
-
 import sgsi.graph as graph_mod  # noqa: E402
 from sgsi.errors import Cancelled  # noqa: E402
 from sgsi.join import engine as engine_mod  # noqa: E402
@@ -100,12 +99,7 @@ def sizes(g, pattern, device):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--edges", type=float, default=1e6)
-    ap.add_argument("--shape", default="watdiv")
-    ap.add_argument("--edge-labels", type=int, default=None, help="edge label count (default: the shape's)")
-    ap.add_argument("--vertex-labels", type=int, default=None, help="vertex label count (default: the shape's)")
-    ap.add_argument("--sizes", type=int, nargs="+", default=[4, 6, 8])
-    ap.add_argument("--queries", type=int, default=3, help="queries per size")
+    add_walk_options(ap, edges=1e6, queries=3)
     ap.add_argument("--device", default="auto")
     ap.add_argument("--runs", type=int, default=3, help="timed counts per query and way (after one untimed)")
     ap.add_argument("--limit", type=float, default=30, help="seconds before a count is stopped")
@@ -113,11 +107,9 @@ def main(argv=None):
     ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"))
     args = ap.parse_args(argv)
     m0 = machine()
-    gdir = gen.cached_rmat(args.data, int(args.edges), args.shape, say=say, edge_labels=args.edge_labels,
-                           vertex_labels=args.vertex_labels)
+    gdir = walk_graph(args)
     g, _build_s = build_store(gdir)
-    queries = [(k, q.pattern if hasattr(q, "pattern") else str(q))
-               for k in args.sizes for q in gen.random_walk_queries(gdir, k, args.queries, seed=k)]
+    queries = walk_queries(gdir, args)
     rows = []
     for k, pattern in queries:
         c0, c2, cost = sizes(g, pattern, args.device)
@@ -145,11 +137,7 @@ def main(argv=None):
     fields = ["k", "matches", "candidates", "candidates_refined", "refine_cost", "work_at_replan", "default_work",
               "up_front_work", "never_work", "default_s", "up_front_s", "never_s", "pattern"]
     write_csv(os.path.join(args.out, "replan.csv"), rows, fields)
-    cmd = (f"python bench/replan.py --edges {args.edges:g} --shape {args.shape}"
-           + (f" --edge-labels {args.edge_labels}" if args.edge_labels else "")
-           + (f" --vertex-labels {args.vertex_labels}" if args.vertex_labels else "")
-           + f" --sizes {' '.join(map(str, args.sizes))} --queries {args.queries} --device {args.device}"
-           + f" --runs {args.runs} --limit {args.limit:g}")
+    cmd = f"python bench/replan.py {walk_options(args)} --device {args.device} --runs {args.runs} --limit {args.limit:g}"
     fmt = lambda x, unit="": "stopped" if x is None else (f"{x:,}" if isinstance(x, int) else f"{x}{unit}")  # noqa: E731
     lines = ["# Refinement and the replan rule: default, refined up front, never refined", "", machine_md(m),
              f"- command: `{cmd}`",
