@@ -404,10 +404,7 @@ def _refine(store, backend, bits, inc):
     keep = stacked.copy()
     for (lab, direction), pairs in _by_partition(inc).items():
         users = sorted({a for a, _ in pairs})
-        union = stacked[users[0]]
-        for a in users[1:]:
-            union = union | stacked[a]
-        ids = backend.bits_to_ids(union, n)                      # sorted
+        ids = backend.bits_to_ids(_union(stacked, users), n)    # sorted
         if ids.size == 0:
             continue
         ends = sorted({b for _, b in pairs})
@@ -430,6 +427,14 @@ def _refine(store, backend, bits, inc):
     return [keep[i] for i in range(len(bits))], changed
 
 
+def _union(bits, users):
+    """The union of the candidate bitsets ``bits[u]`` of the pattern vertices ``users``."""
+    union = bits[users[0]]
+    for u in users[1:]:
+        union = union | bits[u]
+    return union
+
+
 def _by_partition(inc):
     """(label, direction) -> the (vertex, other end) pairs of the incident edges read through it."""
     by_partition = {}
@@ -447,10 +452,7 @@ def refine_cost(store, backend, plan: QueryPlan) -> int:
     xp = backend.xp
     total = xp.zeros((), dtype=xp.int64)             # summed where the backend computes, read once
     for (lab, direction), pairs in _by_partition(plan.incident).items():
-        users = sorted({a for a, _b in pairs})
-        union = plan.candidates[users[0]]
-        for a in users[1:]:
-            union = union | plan.candidates[a]
+        union = _union(plan.candidates, sorted({a for a, _b in pairs}))
         p = store.partition(lab, direction)
         for bid in p.idx_batches:
             v, d = degree_index(store, backend, bid)
