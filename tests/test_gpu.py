@@ -63,6 +63,80 @@ def test_bit_kernels_match_reference(gpu):
     assert np.array_equal(cpu.repeat_index(counts), cp.asnumpy(gpu.repeat_index(cp.asarray(counts))))
 
 
+def test_overlaps_kernel_matches_reference(gpu):
+    """GpuOverlaps (one launch per batch of new bitsets) against Overlaps (pair by pair), with
+    bitsets appended between questions, as the planner's blocks of leaves are."""
+    import cupy as cp
+    from sgsi.join.backend import Overlaps
+    rng = np.random.default_rng(11)
+    for words in (1, 3, 2049, 70001):
+        def bitset():
+            b = np.zeros(words, np.uint32)
+            hot = rng.integers(0, words, rng.integers(0, 4))          # a few set bits, maybe none
+            b[hot] = np.uint32(1) << rng.integers(0, 32, hot.size).astype(np.uint32)
+            return b
+        host = [bitset() for _ in range(7)]
+        dev = [cp.asarray(b) for b in host]
+        ref, got = Overlaps(np, host), gpu.overlaps(dev)
+        answers = 0
+        for more in (0, 3, 1):
+            for _ in range(more):
+                b = bitset()
+                host.append(b)
+                dev.append(cp.asarray(b))
+            for u in range(len(host)):
+                for w in range(len(host)):
+                    assert got(u, w) == ref(u, w) == bool((host[u] & host[w]).any())
+                    answers += ref(u, w)
+        assert answers > 0
+
+
+def _hub_ids(rng, n, high):
+    """n ids below ``high``: runs of one hub, a few other hubs spread out, and rare ids."""
+    ids = rng.integers(0, high, n)
+    ids[rng.random(n) < 0.4] = high // 2                          # one hub, spread out
+    ids[n // 3: n // 3 + min(n // 4, 5000)] = high - 1            # a long run
+    ids[rng.random(n) < 0.1] = rng.integers(0, 3)                 # a few small hubs
+    return ids
+
+
+@pytest.mark.parametrize("n", [1, 31, 32, 33, 1000, 100_003])
+def test_warp_aggregated_writes_match_numpy(gpu, n):
+    """mark_ids, scatter_equal and bincount (count_ids), whose warps write once per distinct
+    index, against NumPy's scatter and bincount on ids with hubs and runs."""
+    import cupy as cp
+    from sgsi.join.backend import distinct_index, scatter_equal
+    from sgsi.join.gpu import mark_ids
+    rng = np.random.default_rng(n)
+    high = max(4, n // 3)
+    ids = _hub_ids(rng, n, high)
+    lo = int(ids.min())
+    mark = cp.zeros(high, dtype=bool)
+    mark_ids(mark, cp.asarray(ids.astype(np.int32)), lo)
+    ref = np.zeros(high, dtype=bool)
+    ref[ids - lo] = True
+    assert np.array_equal(cp.asnumpy(mark), ref)
+    for dtype in (np.int32, np.int64):
+        got = distinct_index(cp, cp.asarray(ids.astype(dtype)))
+        want = distinct_index(np, ids.astype(dtype))
+        assert all(np.array_equal(cp.asnumpy(a), b) for a, b in zip(got, want))
+    weight = rng.integers(0, 1 << 40, high)                       # equal values at equal indices
+    out = cp.full(high, -7, cp.int64)
+    scatter_equal(cp, out, cp.asarray(ids.astype(np.int64)), cp.asarray(weight[ids]))
+    ref = np.full(high, -7, np.int64)
+    ref[ids] = weight[ids]
+    assert np.array_equal(cp.asnumpy(out), ref)
+    for dtype in (np.int32, np.int64):
+        got = gpu.bincount(cp.asarray(ids.astype(dtype)), high)
+        assert np.array_equal(cp.asnumpy(got), np.bincount(ids, minlength=high))
+    w = rng.integers(-(1 << 40), 1 << 40, n)
+    total = cp.asarray(np.arange(high, dtype=np.int64))
+    gpu.add_at(total, cp.asarray(ids), cp.asarray(w))
+    ref = np.arange(high, dtype=np.int64)
+    np.add.at(ref, ids, w)
+    assert np.array_equal(cp.asnumpy(total), ref)
+
+
 @pytest.mark.parametrize("starts,counts", [
     ([], []), ([0, 0, 0], [0, 0, 0]), ([3, 10, 2], [0, 0, 4]), ([3, 10, 2], [2, 0, 0]),
     ([9, 1, 1, 7], [2, 3, 0, 1]), ([4, 4, 4], [2, 2, 2]), ([0], [1]), ([2**40], [3]),

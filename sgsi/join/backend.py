@@ -227,6 +227,10 @@ class CpuBackend:
         from .membership import intersect_ranked
         return intersect_ranked(np, self, lists, bitcap)
 
+    def overlaps(self, bits):
+        """:class:`Overlaps` of the candidate bitsets ``bits`` (a list that may grow)."""
+        return Overlaps(np, bits)
+
     def popcount(self, bits):
         return int(np.unpackbits(bits.view(np.uint8)).sum())
 
@@ -238,6 +242,26 @@ class CpuBackend:
         """Membership of vertex ids ``v`` in a bitset."""
         v = v.astype(np.int64, copy=False)
         return ((bits[v >> 5] >> (v & 31).astype(np.uint32)) & np.uint32(1)).astype(bool)
+
+
+class Overlaps:
+    """``overlaps(u, w)``: whether bitsets ``bits[u]`` and ``bits[w]`` share a set bit (a data
+    vertex both candidate sets hold). ``bits`` is the caller's list and may grow; answers are
+    kept. Here each pair is computed when it is asked about; the GPU's computes every pair of
+    the bitsets it has not seen yet in one launch and one read (:class:`sgsi.join.gpu.GpuOverlaps`)."""
+
+    def __init__(self, xp, bits):
+        self.xp, self.bits, self.known = xp, bits, {}
+
+    def __call__(self, u, w):
+        key = (min(u, w), max(u, w))
+        if key not in self.known:
+            self._learn(key)
+        return self.known[key]
+
+    def _learn(self, key):
+        a, b = key
+        self.known[key] = bool(self.xp.any(self.bits[a] & self.bits[b]))
 
 
 def runs(xp, sorted_values):
@@ -286,6 +310,16 @@ def nonzero_index(xp, a):
     return flatnonzero(a)
 
 
+def scatter_equal(xp, out, idx, values):
+    """``out[idx] = values`` where equal indices carry equal values (rows of one vertex and
+    their degree): on the GPU an element writes only where ``out`` does not hold its value yet."""
+    if xp is np:
+        out[idx] = values
+        return
+    from .gpu import scatter_equal as gpu_scatter_equal
+    gpu_scatter_equal(out, idx, values)
+
+
 def host_ints(xp, *scalars):
     """Python ints of scalars computed where the backend computes, read in one transfer."""
     if xp is np:
@@ -302,9 +336,13 @@ def distinct_index(xp, values):
     lo, hi = host_ints(xp, values.min(), values.max())
     r = hi - lo + 1
     if r <= 16 * int(values.size):
-        v = values - lo
         mark = xp.zeros(r, dtype=bool)
-        mark[v] = True
+        if xp is np:
+            mark[values - lo] = True
+        else:
+            from .gpu import mark_ids
+            mark_ids(mark, values, lo)
+        v = values - lo
         rank = (np.cumsum(mark, dtype=np.int32 if r < 2 ** 31 else np.int64) if xp is np
                 else prefix_sum(xp, mark))
         rank -= 1

@@ -43,7 +43,7 @@ import numpy as np
 
 from . import membership
 from ..partition import pcsr
-from .backend import distinct_index, host_ints, nonzero_index, prefix_sum, runs
+from .backend import distinct_index, host_ints, nonzero_index, prefix_sum, runs, scatter_equal
 from .plan import REFINE_ROUNDS, QueryPlan, Step, refine_cost
 from .stream import degree_index, neighbour_lists, segments_of
 
@@ -349,7 +349,7 @@ class Engine:
         xp, backend = self.xp, self.backend
         t = _TuplesOf(xp, backend, piece, step)
         d0deg = xp.zeros(int(t.d0.size), dtype=xp.int64)
-        d0deg[t.tuple_d[t.row_tuple]] = deg              # rows carry |N(v'_i, l0)| already
+        scatter_equal(xp, d0deg, t.tuple_d[t.row_tuple], deg)      # rows carry |N(v'_i, l0)| already
         first = self._gather(step.links[0], t.d0, t.tuple_d, d0deg, step)
         lists = [first]
         if len(step.links) > 1:
@@ -685,7 +685,7 @@ def _distinct_sum(xp, col, deg):
     """Σ deg over the distinct values of ``col`` (rows with equal values have equal deg)."""
     uniq, k = distinct_index(xp, col)
     by_vertex = xp.zeros(uniq.size, dtype=xp.int64)
-    by_vertex[k] = deg
+    scatter_equal(xp, by_vertex, k, deg)
     return int(by_vertex.sum())
 
 

@@ -25,6 +25,7 @@ import numpy as np
 
 from ..partition import pcsr
 from . import balance, kernels
+from .backend import Overlaps
 from .stream import degree_index
 
 _BLOCK = 256
@@ -66,6 +67,27 @@ def flatnonzero(a):
     out = cp.empty(n + 1, cp.int64)             # the count goes in the last slot
     kernels.kernel("nonzero_small")((1,), (1024,), (a, np.int64(n), out, out[n:]))
     return out[:int(out[n])]
+
+
+def mark_ids(mark, values, lo):
+    """``mark[values - lo] = True`` (int32 ``values``; others by CuPy's scatter), each element
+    writing only where its mark is not set yet: a plain scatter serialises on a hub's repeats."""
+    n = int(values.size)
+    if values.dtype != np.int32 or n == 0:
+        mark[values - lo] = True
+        return
+    kernels.kernel("mark_ids")(_grid(n), (_BLOCK,), (cp.ascontiguousarray(values), np.int64(n), np.int32(lo), mark))
+
+
+def scatter_equal(out, idx, values):
+    """``out[idx] = values`` (int64) where equal indices carry equal values, each element
+    writing only where ``out`` does not hold its value yet (see :func:`mark_ids`)."""
+    n = int(idx.size)
+    if idx.dtype != np.int64 or values.dtype != np.int64 or out.dtype != np.int64 or n == 0:
+        out[idx] = values
+        return
+    kernels.kernel("scatter_equal")(_grid(n), (_BLOCK,), (cp.ascontiguousarray(idx), cp.ascontiguousarray(values),
+                                                         np.int64(n), out))
 
 
 def row_scan(counts, starts=None):
@@ -122,6 +144,33 @@ class _PeakMemory(cp.cuda.MemoryHook):
 
     def free_postprocess(self, device_id, mem_size, mem_ptr, pmem_id):
         self.now -= mem_size
+
+
+class GpuOverlaps(Overlaps):
+    """:class:`~sgsi.join.backend.Overlaps` with one launch and one host read per question
+    that finds bitsets not seen yet: those bitsets against every bitset of the list
+    (``bitset_overlaps``), where asking pair by pair cost two launches and a host sync each."""
+
+    def __init__(self, bits):
+        super().__init__(cp, bits)
+        self.seen = 0                   # bits[:seen] are known against each other
+
+    def _learn(self, key):
+        new, every = self.bits[self.seen:], self.bits
+        words = int(every[0].size)
+        per_pair = max(1, min(64, (words + 8 * _BLOCK - 1) // (8 * _BLOCK)))
+        pairs = len(new) * len(every)
+        out = cp.zeros(pairs, cp.int32)
+        if words:
+            kernels.kernel("bitset_overlaps")((pairs * per_pair,), (_BLOCK,),
+                                              (_pointers(new), _pointers(every), np.int32(len(every)),
+                                               np.int64(words), np.int32(per_pair), out))
+        hits = cp.asnumpy(out).reshape(len(new), len(every))
+        for i in range(len(new)):
+            for w in range(len(every)):
+                u = self.seen + i
+                self.known[(min(u, w), max(u, w))] = bool(hits[i, w])
+        self.seen = len(every)
 
 
 class GpuBackend:
@@ -379,14 +428,25 @@ class GpuBackend:
 
     # -- small array helpers (the CPU backend has NumPy twins) -----------------------
     def bincount(self, x, n):
+        """``numpy.bincount(x, minlength=n)`` for ids below n: one atomic per distinct id of a
+        warp (``count_ids``), where ``add.at`` serialised on the repeats of a hub's id."""
         out = cp.zeros(n, cp.int64)
         if x.size:
-            cp.add.at(out, x, 1)
+            x = cp.ascontiguousarray(x.astype(cp.int64, copy=False))
+            kernels.kernel("count_ids")(_grid(x.size), (_BLOCK,), (x, np.int64(x.size), out))
         return out
 
     def add_at(self, out, idx, values):
-        if idx.size:
-            cp.add.at(out, idx, values)
+        """``numpy.add.at(out, idx, values)``; int64 in one atomic per distinct index of a warp
+        (``add_ids``), where ``add.at`` serialised on the repeats of one row's index."""
+        if not idx.size:
+            return
+        if out.dtype == cp.int64 and getattr(values, "shape", None) == idx.shape and values.dtype == cp.int64:
+            kernels.kernel("add_ids")(_grid(idx.size), (_BLOCK,),
+                                      (cp.ascontiguousarray(idx.astype(cp.int64, copy=False)),
+                                       cp.ascontiguousarray(values), np.int64(idx.size), out))
+            return
+        cp.add.at(out, idx, values)
 
     def bincount_weights(self, x, w, n):
         out = cp.zeros(n, cp.float64)
@@ -432,6 +492,10 @@ class GpuBackend:
         if ids.size:
             kernels.kernel("word_ids")(_grid(words), (_BLOCK,), (bits, np.int64(words), np.int64(n), ends, counts, ids))
         return ids
+
+    def overlaps(self, bits):
+        """:class:`GpuOverlaps` of the candidate bitsets ``bits`` (a list that may grow)."""
+        return GpuOverlaps(bits)
 
     def popcount(self, bits):
         return self.popcounts([bits])[0]

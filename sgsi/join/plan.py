@@ -160,24 +160,26 @@ def make_plan(store, pattern: Pattern, backend, injective=True, refine_rounds=RE
             break
     counts = backend.popcounts(bits)
     order = _order(store, pattern, inc, counts)
-    groups, trees = _factored_vertices(pattern, backend, bits, injective, order) if factor_leaves else ([], [])
+    meets = backend.overlaps(bits)
+    groups, trees = _factored_vertices(pattern, meets, injective, order) if factor_leaves else ([], [])
     tail = [u for g in groups for u in g] + [u for root, kids in trees for u in [root] + [w for g in kids for w in g]]
     order = [u for u in order if u not in tail] + tail
     core = order[:len(order) - len(tail)]
     steps = []                          # the core's: the factored vertices are counted, not joined
     for i, u in enumerate(core[1:], 1):
-        steps.append(_step(store, backend, inc, bits, u, [u], core[:i], injective))
-    leaf_groups = [_leaf_group(store, backend, inc, bits, g, core, injective) for g in groups]
-    subtrees = [Subtree(root, _step(store, backend, inc, bits, root, [root], core, injective),
-                        [_leaf_group(store, backend, inc, bits, g, core + [root], injective) for g in kids])
+        steps.append(_step(store, inc, meets, u, [u], core[:i], injective))
+    leaf_groups = [_leaf_group(store, backend, inc, bits, meets, g, core, injective) for g in groups]
+    subtrees = [Subtree(root, _step(store, inc, meets, root, [root], core, injective),
+                        [_leaf_group(store, backend, inc, bits, meets, g, core + [root], injective) for g in kids])
                 for root, kids in trees]
     return QueryPlan(pattern, False, order, steps, bits, counts, injective, inc, len(tail), leaf_groups, subtrees)
 
 
-def _step(store, backend, inc, bits, vertex, joins, joined, injective):
+def _step(store, inc, meets, vertex, joins, joined, injective):
     """The join step that matches ``vertex`` after the vertices ``joined``: its linking edges
     are those of the pattern vertices ``joins`` to ``joined`` (one vertex; several for a
-    block of leaves, whose candidates ``bits[vertex]`` are then the leaves' shared ones)."""
+    block of leaves, whose candidates are then the leaves' shared ones). ``meets``: the
+    :class:`~sgsi.join.backend.Overlaps` of the candidate bitsets."""
     links = {}
     for (a, b, lab, direction) in inc:
         if b in joins and a in joined:
@@ -186,17 +188,17 @@ def _step(store, backend, inc, bits, vertex, joins, joined, injective):
     conflicts = []
     if injective:
         for w in joined:
-            if _meet(backend, bits, [w], [vertex]):
+            if meets(w, vertex):
                 conflicts.append(w)
     return Step(vertex, links, conflicts)
 
 
-def _meet(backend, bits, us, ws):
+def _meet(meets, us, ws):
     """Whether a candidate set of ``us`` and one of ``ws`` share a data vertex."""
-    return any(bool(backend.xp.any(bits[u] & bits[w])) for u in us for w in ws)
+    return any(meets(u, w) for u in us for w in ws)
 
 
-def _leaf_group(store, backend, inc, bits, group, core, injective):
+def _leaf_group(store, backend, inc, bits, meets, group, core, injective):
     """The :class:`LeafGroup` of factored vertices ``group``: a step per block of them that may
     share a vertex (its candidates, the AND of theirs, appended to ``bits``), and the terms."""
     xp = backend.xp
@@ -215,7 +217,7 @@ def _leaf_group(store, backend, inc, bits, group, core, injective):
             vertex = len(bits)
             bits.append(shared)
         block_of[mask] = len(blocks)
-        blocks.append(_step(store, backend, inc, bits, vertex, members, core, injective))
+        blocks.append(_step(store, inc, meets, vertex, members, core, injective))
     terms = []
     for partition in _set_partitions((1 << len(group)) - 1):
         if all(b in block_of for b in partition):
@@ -243,7 +245,7 @@ def _set_partitions(mask):
         sub = (sub - 1) & rest
 
 
-def _factored_vertices(pattern: Pattern, backend, bits, injective, order):
+def _factored_vertices(pattern: Pattern, meets, injective, order):
     """Pattern vertices whose matches a count takes per row of the rest, without enumerating them.
 
     A vertex u none of whose neighbours is factored has, given a row m of the
@@ -284,7 +286,7 @@ def _factored_vertices(pattern: Pattern, backend, bits, injective, order):
     def pick(u):
         """Add ``u`` to the groups (merging those its candidates meet); False if too large."""
         nonlocal groups
-        meet = [g for g in groups if injective and _meet(backend, bits, [u], g)]
+        meet = [g for g in groups if injective and _meet(meets, [u], g)]
         if sum(len(g) for g in meet) + 1 > MAX_LEAF_GROUP:
             return False
         groups = [g for g in groups if g not in meet] + [[w for g in meet for w in g] + [u]]
@@ -299,7 +301,7 @@ def _factored_vertices(pattern: Pattern, backend, bits, injective, order):
     in_trees = set()
 
     def meets_trees(us):
-        return injective and _meet(backend, bits, us, in_trees)
+        return injective and _meet(meets, us, in_trees)
 
     core = [u for u in order if u not in picked]
     for u in reversed(core[1:]):        # the core keeps at least its first vertex
@@ -316,7 +318,7 @@ def _factored_vertices(pattern: Pattern, backend, bits, injective, order):
         others = [w for g in groups if g not in own for w in g]
         sub = [u] + sorted(kids)
         if any(not set(g) <= kids for g in own) or meets_trees(sub) or (
-                injective and _meet(backend, bits, sub, others)):
+                injective and _meet(meets, sub, others)):
             break
         groups = [g for g in groups if g not in own]
         trees.append((u, own))
