@@ -23,7 +23,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import DATA_DIR, add_walk_options, ensure_importable, say, walk_graph, walk_queries  # noqa: E402
+from _common import DATA_DIR, add_walk_options, ensure_importable, walk_graph, walk_queries  # noqa: E402
 
 
 def _worker(args):
@@ -47,6 +47,11 @@ def _worker(args):
             times.append(time.perf_counter() - t)
         out.append({"count": n, "times": times[-args.keep:]})
     print("RESULT " + json.dumps(out), flush=True)
+
+
+def report(line):
+    """A line of the report, on standard output."""
+    print(line, flush=True)
 
 
 def main(argv=None):
@@ -88,10 +93,10 @@ def main(argv=None):
                 raise SystemExit(f"tree {tree} failed:\n{got.stdout}\n{got.stderr}")
             results[r, tree] = json.loads(line[-1][len("RESULT "):])
     a, b = args.trees
-    say(f"A = {a}, B = {b}; ms min / median of the last {args.keep} of {args.reps} counts")
+    report(f"A = {a}, B = {b}; ms min / median of the last {args.keep} of {args.reps} counts")
     head = " | ".join(f"round {r + 1} {x}" for r in range(args.rounds) for x in "AB")
-    say(f"| query | matches | {head} | B/A (minima) |")
-    say("|---|---:|" + "---:|" * (2 * args.rounds) + "---:|")
+    report(f"| query | matches | {head} | B/A (minima) |")
+    report("|---|---:|" + "---:|" * (2 * args.rounds) + "---:|")
     for qi, (k, _pat) in enumerate(queries):
         counts = {results[key][qi]["count"] for key in results}
         if len(counts) != 1:
@@ -103,7 +108,7 @@ def main(argv=None):
                 mins[tree].append(min(ts))
                 cells.append(f"{min(ts) * 1e3:.1f} / {statistics.median(ts) * 1e3:.1f}")
         ratio = statistics.median(mins[b]) / statistics.median(mins[a])
-        say(f"| {qi}: {k} vertices | {counts.pop():,} | " + " | ".join(cells) + f" | {ratio:.2f} |")
+        report(f"| {qi}: {k} vertices | {counts.pop():,} | " + " | ".join(cells) + f" | {ratio:.2f} |")
 
 
 if __name__ == "__main__":

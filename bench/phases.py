@@ -22,7 +22,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import DATA_DIR, add_walk_options, ensure_importable, say, walk_graph, walk_queries  # noqa: E402
+from _common import DATA_DIR, add_walk_options, ensure_importable, walk_graph, walk_queries  # noqa: E402
 
 ensure_importable()
 
@@ -134,6 +134,11 @@ def kernel_profile(count):
     return k_us / 1e3, k_n, c_us / 1e3, c_n, by_name
 
 
+def report(line):
+    """A line of the report, on standard output."""
+    print(line, flush=True)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     add_walk_options(ap, edges=1e7, queries=3)
@@ -171,18 +176,18 @@ def main(argv=None):
             wrapped = time.perf_counter() - t
         finally:
             PhaseClock.uninstall(saved)
-        say(f"\n## query {qi}: {k} vertices, {n:,} matches; best plain {best * 1e3:.1f} ms, "
+        report(f"\n## query {qi}: {k} vertices, {n:,} matches; best plain {best * 1e3:.1f} ms, "
             f"wrapped {wrapped * 1e3:.1f} ms; stats {g.last_stats}")
-        say(f"   {pat}")
+        report(f"   {pat}")
         kp = kernel_profile(count) if args.device == "gpu" else None
         if kp is not None:
-            say(f"   kernels {kp[0]:.2f} ms in {kp[1]} launches; copies/memsets {kp[2]:.2f} ms in {kp[3]}")
+            report(f"   kernels {kp[0]:.2f} ms in {kp[1]} launches; copies/memsets {kp[2]:.2f} ms in {kp[3]}")
             for name, (ms, calls) in sorted(kp[4].items(), key=lambda kv: -kv[1][0])[:args.kernels]:
-                say(f"     {name:<60} {calls:>5} {ms:>8.2f} ms")
-        say(f"   {'phase':<28} {'calls':>6} {'incl ms':>9} {'excl ms':>9}")
+                report(f"     {name:<60} {calls:>5} {ms:>8.2f} ms")
+        report(f"   {'phase':<28} {'calls':>6} {'incl ms':>9} {'excl ms':>9}")
         rows = sorted(clock.table.items(), key=lambda kv: -kv[1][2])
         for name, (calls, incl, excl) in rows[:args.top]:
-            say(f"   {name:<28} {calls:>6} {incl * 1e3:>9.2f} {excl * 1e3:>9.2f}")
+            report(f"   {name:<28} {calls:>6} {incl * 1e3:>9.2f} {excl * 1e3:>9.2f}")
     g.close()
 
 

@@ -1,0 +1,36 @@
+"""bench/phases.py and bench/ab.py run end to end on the CPU: the phase table of each query (the planner
+and the engine left unwrapped afterwards), and two trees alternated with their counts compared."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parents[1] / "bench"
+sys.path.insert(0, str(BENCH))
+import phases  # noqa: E402
+
+
+def test_phases_times_each_phase_and_restores_them(tmp_path, capsys):
+    import sgsi.graph as graph_mod
+    from sgsi.join import engine as engine_mod
+    from sgsi.join import plan as plan_mod
+    before = (graph_mod.make_plan, plan_mod.make_plan, plan_mod._candidates, engine_mod.Engine._extension,
+              engine_mod.refine_cost)
+    phases.main(["--edges", "3e4", "--sizes", "4", "--queries", "2", "--runs", "1", "--device", "cpu",
+                 "--data", str(tmp_path / "data")])
+    assert (graph_mod.make_plan, plan_mod.make_plan, plan_mod._candidates, engine_mod.Engine._extension,
+            engine_mod.refine_cost) == before
+    out = capsys.readouterr().out
+    assert out.count("## query") == 2
+    assert "plan.make_plan" in out and "plan._candidates" in out and "Engine._gather" in out
+
+
+def test_ab_runs_both_trees_and_compares_counts(tmp_path):
+    tree = str(Path(__file__).resolve().parents[1])
+    got = subprocess.run([sys.executable, str(BENCH / "ab.py"), "--trees", tree, tree, "--edges", "3e4",
+                          "--sizes", "4", "--queries", "2", "--device", "cpu", "--rounds", "2", "--reps", "2",
+                          "--keep", "1", "--data", str(tmp_path / "data")],
+                         capture_output=True, text=True, check=True)
+    rows = [line for line in got.stdout.splitlines() if line.startswith("| 0:") or line.startswith("| 1:")]
+    assert len(rows) == 2
+    assert all(row.count("|") == 8 for row in rows)      # 7 cells: query, matches, 2 rounds x 2 trees, ratio
