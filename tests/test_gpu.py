@@ -102,24 +102,22 @@ def _hub_ids(rng, n, high):
 
 @pytest.mark.parametrize("n", [1, 31, 32, 33, 1000, 100_003])
 def test_warp_aggregated_writes_match_numpy(gpu, n):
-    """mark_ids, scatter_equal and bincount (count_ids), whose warps write once per distinct
-    index, against NumPy's scatter and bincount on ids with hubs and runs."""
+    """distinct_index (mark_ids, distinct_of_marks), scatter_equal, bincount (count_ids) and
+    add_at (add_ids) against NumPy on ids with hubs and runs."""
     import cupy as cp
     from sgsi.join.backend import distinct_index, scatter_equal
-    from sgsi.join.gpu import mark_ids
     rng = np.random.default_rng(n)
     high = max(4, n // 3)
     ids = _hub_ids(rng, n, high)
-    lo = int(ids.min())
-    mark = cp.zeros(high, dtype=bool)
-    mark_ids(mark, cp.asarray(ids.astype(np.int32)), lo)
-    ref = np.zeros(high, dtype=bool)
-    ref[ids - lo] = True
-    assert np.array_equal(cp.asnumpy(mark), ref)
-    for dtype in (np.int32, np.int64):
-        got = distinct_index(cp, cp.asarray(ids.astype(dtype)))
-        want = distinct_index(np, ids.astype(dtype))
-        assert all(np.array_equal(cp.asnumpy(a), b) for a, b in zip(got, want))
+    for dtype in (np.int32, np.int64):            # int32: mark_ids and distinct_of_marks
+        for shift in (0, 1000):                    # lo at 0 and past it
+            got = distinct_index(cp, cp.asarray((ids + shift).astype(dtype)))
+            want = distinct_index(np, (ids + shift).astype(dtype))
+            for a, b in zip(got, want):
+                assert a.dtype == b.dtype and np.array_equal(cp.asnumpy(a), b)
+    sparse = np.array([5, 1 << 30, 5, 7], dtype=np.int32)       # a range too wide: sort and search
+    for a, b in zip(distinct_index(cp, cp.asarray(sparse)), distinct_index(np, sparse)):
+        assert np.array_equal(cp.asnumpy(a), b)
     weight = rng.integers(0, 1 << 40, high)                       # equal values at equal indices
     out = cp.full(high, -7, cp.int64)
     scatter_equal(cp, out, cp.asarray(ids.astype(np.int64)), cp.asarray(weight[ids]))

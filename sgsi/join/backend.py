@@ -335,14 +335,13 @@ def distinct_index(xp, values):
     """
     lo, hi = host_ints(xp, values.min(), values.max())
     r = hi - lo + 1
+    if r <= 16 * int(values.size) and xp is not np and values.dtype == np.int32:
+        from .gpu import distinct_dense          # the same in three kernels and one host read
+        return distinct_dense(values, lo, r)
     if r <= 16 * int(values.size):
-        mark = xp.zeros(r, dtype=bool)
-        if xp is np:
-            mark[values - lo] = True
-        else:
-            from .gpu import mark_ids
-            mark_ids(mark, values, lo)
         v = values - lo
+        mark = xp.zeros(r, dtype=bool)
+        mark[v] = True
         rank = (np.cumsum(mark, dtype=np.int32 if r < 2 ** 31 else np.int64) if xp is np
                 else prefix_sum(xp, mark))
         rank -= 1

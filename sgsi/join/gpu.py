@@ -69,19 +69,26 @@ def flatnonzero(a):
     return out[:int(out[n])]
 
 
-def mark_ids(mark, values, lo):
-    """``mark[values - lo] = True`` (int32 ``values``; others by CuPy's scatter), each element
-    writing only where its mark is not set yet: a plain scatter serialises on a hub's repeats."""
+def distinct_dense(values, lo, r):
+    """``distinct_index`` of int32 ``values`` within [lo, lo + r): the marks of the values
+    (``mark_ids``: each element writes only where its mark is not set yet, where a plain scatter
+    serialises on a hub's repeats), one scan, one host read of their number, and one kernel
+    writing the distinct values and each element's index among them (``distinct_of_marks``)."""
+    values = cp.ascontiguousarray(values)
     n = int(values.size)
-    if values.dtype != np.int32 or n == 0:
-        mark[values - lo] = True
-        return
-    kernels.kernel("mark_ids")(_grid(n), (_BLOCK,), (cp.ascontiguousarray(values), np.int64(n), np.int32(lo), mark))
+    mark = cp.zeros(r, dtype=bool)
+    kernels.kernel("mark_ids")(_grid(n), (_BLOCK,), (values, np.int64(n), np.int32(lo), mark))
+    rank = scan(mark)
+    uniq = cp.empty(int(rank[-1]), cp.int32)
+    idx = cp.empty(n, cp.int64)
+    kernels.kernel("distinct_of_marks")(_grid(max(n, r)), (_BLOCK,), (mark, rank, np.int64(r), np.int32(lo), values,
+                                                                       np.int64(n), uniq, idx))
+    return uniq, idx
 
 
 def scatter_equal(out, idx, values):
     """``out[idx] = values`` (int64) where equal indices carry equal values, each element
-    writing only where ``out`` does not hold its value yet (see :func:`mark_ids`)."""
+    writing only where ``out`` does not hold its value yet (see :func:`distinct_dense`)."""
     n = int(idx.size)
     if idx.dtype != np.int64 or values.dtype != np.int64 or out.dtype != np.int64 or n == 0:
         out[idx] = values

@@ -493,6 +493,18 @@ extern "C" __global__ void mark_ids(const int* __restrict__ v, long long n, int 
     if ((i == 0 || v[i - 1] != k) && !mark[k - lo]) mark[k - lo] = true;
 }
 
+// The distinct values of v and each element's index among them, from the marks of the values
+// over [lo, lo + r) (mark_ids) and their inclusive prefix sum rank (reference: the CPU's
+// sgsi.join.backend.distinct_index): thread j < r writes j + lo to uniq[rank[j] - 1] where j
+// is marked; thread i < n writes rank[v[i] - lo] - 1 to idx[i].
+extern "C" __global__ void distinct_of_marks(const bool* __restrict__ mark, const long long* __restrict__ rank,
+                                             long long r, int lo, const int* __restrict__ v, long long n,
+                                             int* __restrict__ uniq, long long* __restrict__ idx) {
+    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < r && mark[i]) uniq[rank[i] - 1] = (int)(i + lo);
+    if (i < n) idx[i] = rank[v[i] - lo] - 1;
+}
+
 // out[idx[i]] = val[i] where equal indices carry equal values (reference:
 // sgsi.join.backend.scatter_equal).
 extern "C" __global__ void scatter_equal(const long long* __restrict__ idx, const long long* __restrict__ val,
