@@ -23,7 +23,8 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import DATA_DIR, add_walk_options, ensure_importable, walk_graph, walk_queries  # noqa: E402
+from _common import (DATA_DIR, add_walk_options, device_sync, ensure_importable, open_or_build, report,  # noqa: E402
+                     walk_graph, walk_queries)
 
 
 def _worker(args):
@@ -31,10 +32,7 @@ def _worker(args):
     sys.path.insert(0, os.path.abspath(args.worker))
     import sgsi
     assert os.path.dirname(os.path.dirname(os.path.abspath(sgsi.__file__))) == os.path.abspath(args.worker)
-    sync = lambda: None                                         # noqa: E731
-    if args.device == "gpu":
-        import cupy
-        sync = cupy.cuda.Device().synchronize
+    sync = device_sync(args.device)
     g = sgsi.open(args.store)
     out = []
     for pat in json.loads(args.patterns):
@@ -47,11 +45,6 @@ def _worker(args):
             times.append(time.perf_counter() - t)
         out.append({"count": n, "times": times[-args.keep:]})
     print("RESULT " + json.dumps(out), flush=True)
-
-
-def report(line):
-    """A line of the report, on standard output."""
-    print(line, flush=True)
 
 
 def main(argv=None):
@@ -73,10 +66,7 @@ def main(argv=None):
     ensure_importable()
     gdir = walk_graph(args)
     store = gdir + ".sgsi"
-    if not os.path.exists(store):
-        import sgsi
-        sgsi.build(store, edges=os.path.join(gdir, "edges.parquet"),
-                   vertices=os.path.join(gdir, "vertices.parquet")).close()
+    open_or_build(gdir).close()
     queries = walk_queries(gdir, args)
     if args.only is not None:
         queries = [queries[i] for i in args.only]

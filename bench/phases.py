@@ -22,7 +22,8 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import DATA_DIR, add_walk_options, ensure_importable, walk_graph, walk_queries  # noqa: E402
+from _common import (DATA_DIR, add_walk_options, device_sync, ensure_importable, open_or_build, report,  # noqa: E402
+                     walk_graph, walk_queries)
 
 ensure_importable()
 
@@ -134,11 +135,6 @@ def kernel_profile(count):
     return k_us / 1e3, k_n, c_us / 1e3, c_n, by_name
 
 
-def report(line):
-    """A line of the report, on standard output."""
-    print(line, flush=True)
-
-
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     add_walk_options(ap, edges=1e7, queries=3)
@@ -149,20 +145,12 @@ def main(argv=None):
     ap.add_argument("--only", type=int, nargs="*", default=None, help="indices of the queries to run")
     ap.add_argument("--data", default=DATA_DIR)
     args = ap.parse_args(argv)
-    import sgsi
     gdir = walk_graph(args)
-    store = gdir + ".sgsi"
-    g = sgsi.open(store) if os.path.exists(store) else sgsi.build(
-        store, edges=os.path.join(gdir, "edges.parquet"), vertices=os.path.join(gdir, "vertices.parquet"))
+    g = open_or_build(gdir)
     queries = walk_queries(gdir, args)
     if args.only is not None:
         queries = [queries[i] for i in args.only]
-    if args.device == "gpu":
-        import cupy
-        sync = cupy.cuda.Device().synchronize
-    else:
-        def sync():
-            return None
+    sync = device_sync(args.device)
     for qi, (k, pat) in enumerate(queries):
         count = functools.partial(g.count, pat, device=args.device)
         n = count()                                       # untimed: segments read, kernels compiled

@@ -15,12 +15,10 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import DATA_DIR, ensure_importable  # noqa: E402
+from _common import DATA_DIR, ensure_importable, open_or_build  # noqa: E402
 
 ensure_importable()
 import gen  # noqa: E402
-
-import sgsi  # noqa: E402
 
 
 def main(argv=None):
@@ -34,9 +32,7 @@ def main(argv=None):
     args = ap.parse_args(argv)
     n = int(args.edges)
     gdir = gen.cached_rmat(DATA_DIR, n, args.shape)
-    store = gdir + ".sgsi"
-    g = sgsi.open(store) if os.path.exists(store) else sgsi.build(
-        store, edges=os.path.join(gdir, "edges.parquet"), vertices=os.path.join(gdir, "vertices.parquet"))
+    g = open_or_build(gdir)
     pats = [q.pattern for q in gen.random_walk_queries(gdir, args.k, args.queries, seed=args.k)]
     for p in pats:                      # warm-up: compilation and caches
         g.count(p, device=args.device)
