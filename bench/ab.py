@@ -1,15 +1,18 @@
-"""A/B of two source trees of sgsi on the same graph, queries and device, alternated.
+"""A/B of two source trees of sgsi on the same graph, queries and device, interleaved count by count.
 
     git archive HEAD sgsi | tar -x -C /tmp/base
     python bench/ab.py --trees /tmp/base . --edges 1e8 --sizes 8 12 --queries 3 --device gpu
 
-Each round runs every tree in a process of its own (``sgsi`` imported from
-that tree), which opens the store once and counts each query ``--reps``
-times, keeping the last ``--keep`` (the first ones read segments and compile
-kernels). Rounds alternate the trees (A, B, A, B, ...), so that a drift of a
-shared machine shows up as a difference between rounds, not between trees.
-Prints min / median ms per query, tree and round, and the ratio of the
-medians of the minima; every count must be equal across trees.
+Each tree serves counts in a process of its own (``sgsi`` imported from that
+tree) that opens the store once; both run side by side, and the parent sends
+each query to them in turn, A B B A A B ..., so that the drift of a shared
+machine falls on both trees alike instead of on whichever ran later. Per
+query, ``--warm`` untimed counts on each tree come first (segments read,
+kernels compiled), then ``--reps`` timed counts each. Both processes get the
+same memory budget (``--budget``; on the GPU 16GB unless given, since the
+default, half the free memory, would differ between them). Prints min /
+median ms per tree, the ratio of the minima and the median of the paired
+ratios B/A; every count must be equal across trees.
 """
 
 from __future__ import annotations
@@ -27,24 +30,52 @@ from _common import (DATA_DIR, add_walk_options, device_sync, ensure_importable,
                      walk_graph, walk_queries)
 
 
-def _worker(args):
-    """In the tree's process: the counts and times of every query, as one JSON line."""
+def _serve(args):
+    """In a tree's process: count each pattern read from standard input, answering with one JSON
+    line (count, seconds) per pattern."""
     sys.path.insert(0, os.path.abspath(args.worker))
     import sgsi
     assert os.path.dirname(os.path.dirname(os.path.abspath(sgsi.__file__))) == os.path.abspath(args.worker)
     sync = device_sync(args.device)
     g = sgsi.open(args.store)
-    out = []
-    for pat in json.loads(args.patterns):
-        times, n = [], None
-        for _ in range(args.reps):
-            sync()
-            t = time.perf_counter()
-            n = g.count(pat, device=args.device)
-            sync()
-            times.append(time.perf_counter() - t)
-        out.append({"count": n, "times": times[-args.keep:]})
-    print("RESULT " + json.dumps(out), flush=True)
+    print("READY", flush=True)
+    for line in sys.stdin:
+        pat = json.loads(line)
+        sync()
+        t = time.perf_counter()
+        n = g.count(pat, device=args.device, memory_budget=args.budget)
+        sync()
+        print(json.dumps({"count": n, "s": time.perf_counter() - t}), flush=True)
+    g.close()
+
+
+class _Tree:
+    """A tree's serving process."""
+
+    def __init__(self, tree, store, args):
+        self.tree = tree
+        cmd = [sys.executable, os.path.abspath(__file__), "--worker", tree, "--store", store, "--device", args.device]
+        if args.budget:
+            cmd += ["--budget", args.budget]
+        env = dict(os.environ, PYTHONPATH=os.path.abspath(tree) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+        self._expect("READY")
+
+    def _expect(self, what):
+        line = self.proc.stdout.readline()
+        if not line.startswith(what):
+            raise SystemExit(f"tree {self.tree} failed (its stderr is above); it said {line!r}")
+        return line
+
+    def count(self, pattern):
+        self.proc.stdin.write(json.dumps(pattern) + "\n")
+        self.proc.stdin.flush()
+        got = json.loads(self._expect("{"))
+        return got["count"], got["s"]
+
+    def close(self):
+        self.proc.stdin.close()
+        self.proc.wait()
 
 
 def main(argv=None):
@@ -52,17 +83,18 @@ def main(argv=None):
     add_walk_options(ap, edges=1e7, queries=3)
     ap.add_argument("--trees", nargs=2, metavar=("A", "B"), help="directories holding an sgsi package")
     ap.add_argument("--device", default="gpu")
-    ap.add_argument("--rounds", type=int, default=2)
-    ap.add_argument("--reps", type=int, default=8)
-    ap.add_argument("--keep", type=int, default=5)
+    ap.add_argument("--budget", default=None, help="memory budget of both trees' counts (GPU default: 16GB)")
+    ap.add_argument("--warm", type=int, default=2, help="untimed counts per query and tree, first")
+    ap.add_argument("--reps", type=int, default=8, help="timed counts per query and tree, interleaved")
     ap.add_argument("--only", type=int, nargs="*", default=None, help="indices of the queries to run")
     ap.add_argument("--data", default=DATA_DIR)
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     ap.add_argument("--store", help=argparse.SUPPRESS)
-    ap.add_argument("--patterns", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.budget is None and args.device == "gpu":
+        args.budget = "16GB"
     if args.worker:
-        return _worker(args)
+        return _serve(args)
     ensure_importable()
     gdir = walk_graph(args)
     store = gdir + ".sgsi"
@@ -70,35 +102,33 @@ def main(argv=None):
     queries = walk_queries(gdir, args)
     if args.only is not None:
         queries = [queries[i] for i in args.only]
-    pats = json.dumps([p for _k, p in queries])
-    results = {}                                          # (round, tree) -> per query dicts
-    for r in range(args.rounds):
-        for tree in args.trees:
-            cmd = [sys.executable, os.path.abspath(__file__), "--worker", tree, "--store", store, "--patterns", pats,
-                   "--device", args.device, "--reps", str(args.reps), "--keep", str(args.keep)]
-            env = dict(os.environ, PYTHONPATH=os.path.abspath(tree) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-            got = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
-            line = [x for x in got.stdout.splitlines() if x.startswith("RESULT ")]
-            if got.returncode or not line:
-                raise SystemExit(f"tree {tree} failed:\n{got.stdout}\n{got.stderr}")
-            results[r, tree] = json.loads(line[-1][len("RESULT "):])
-    a, b = args.trees
-    report(f"A = {a}, B = {b}; ms min / median of the last {args.keep} of {args.reps} counts")
-    head = " | ".join(f"round {r + 1} {x}" for r in range(args.rounds) for x in "AB")
-    report(f"| query | matches | {head} | B/A (minima) |")
-    report("|---|---:|" + "---:|" * (2 * args.rounds) + "---:|")
-    for qi, (k, _pat) in enumerate(queries):
-        counts = {results[key][qi]["count"] for key in results}
-        if len(counts) != 1:
-            raise SystemExit(f"COUNT MISMATCH on query {qi}: {counts}")
-        cells, mins = [], {a: [], b: []}
-        for r in range(args.rounds):
-            for tree in (a, b):
-                ts = results[r, tree][qi]["times"]
-                mins[tree].append(min(ts))
-                cells.append(f"{min(ts) * 1e3:.1f} / {statistics.median(ts) * 1e3:.1f}")
-        ratio = statistics.median(mins[b]) / statistics.median(mins[a])
-        report(f"| {qi}: {k} vertices | {counts.pop():,} | " + " | ".join(cells) + f" | {ratio:.2f} |")
+    trees = [_Tree(t, store, args) for t in args.trees]
+    a, b = trees
+    report(f"A = {a.tree}, B = {b.tree}; {args.reps} timed counts per tree, interleaved A B B A ..., "
+           f"after {args.warm} untimed; budget {args.budget or 'default'}; ms")
+    report("| query | matches | A min / median | B min / median | B/A of the minima | B/A paired (median) |")
+    report("|---|---:|---:|---:|---:|---:|")
+    try:
+        for qi, (k, pat) in enumerate(queries):
+            counts = set()
+            for tree in trees:
+                for _ in range(args.warm):
+                    counts.add(tree.count(pat)[0])
+            times = {a: [], b: []}
+            for i in range(args.reps):
+                for tree in ((a, b) if i % 2 == 0 else (b, a)):
+                    n, s = tree.count(pat)
+                    counts.add(n)
+                    times[tree].append(s)
+            if len(counts) != 1:
+                raise SystemExit(f"COUNT MISMATCH on query {qi}: {counts}")
+            ta, tb = times[a], times[b]
+            paired = statistics.median(y / x for x, y in zip(ta, tb))
+            report(f"| {qi}: {k} vertices | {counts.pop():,} | {min(ta) * 1e3:.1f} / {statistics.median(ta) * 1e3:.1f} | "
+                   f"{min(tb) * 1e3:.1f} / {statistics.median(tb) * 1e3:.1f} | {min(tb) / min(ta):.2f} | {paired:.2f} |")
+    finally:
+        for tree in trees:
+            tree.close()
 
 
 if __name__ == "__main__":

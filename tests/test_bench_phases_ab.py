@@ -1,5 +1,5 @@
 """bench/phases.py and bench/ab.py run end to end on the CPU: the phase table of each query (the planner
-and the engine left unwrapped afterwards), and two trees alternated with their counts compared."""
+and the engine left unwrapped afterwards), and two trees interleaved with their counts compared."""
 
 import subprocess
 import sys
@@ -25,12 +25,16 @@ def test_phases_times_each_phase_and_restores_them(tmp_path, capsys):
     assert "plan.make_plan" in out and "plan._candidates" in out and "Engine._gather" in out
 
 
-def test_ab_runs_both_trees_and_compares_counts(tmp_path):
+def test_ab_interleaves_both_trees_and_compares_counts(tmp_path):
     tree = str(Path(__file__).resolve().parents[1])
     got = subprocess.run([sys.executable, str(BENCH / "ab.py"), "--trees", tree, tree, "--edges", "3e4",
-                          "--sizes", "4", "--queries", "2", "--device", "cpu", "--rounds", "2", "--reps", "2",
-                          "--keep", "1", "--data", str(tmp_path / "data")],
+                          "--sizes", "4", "--queries", "2", "--device", "cpu", "--warm", "1", "--reps", "3",
+                          "--data", str(tmp_path / "data")],
                          capture_output=True, text=True, check=True)
     rows = [line for line in got.stdout.splitlines() if line.startswith("| 0:") or line.startswith("| 1:")]
     assert len(rows) == 2
-    assert all(row.count("|") == 8 for row in rows)      # 7 cells: query, matches, 2 rounds x 2 trees, ratio
+    for row in rows:
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        assert len(cells) == 6                   # query, matches, A, B, ratio of the minima, paired ratio
+        assert int(cells[1].replace(",", "")) > 0
+        assert float(cells[4]) > 0 and float(cells[5]) > 0
