@@ -229,6 +229,31 @@ def test_bigger_patterns_small_budget(cases, injective):
     assert chunked > 1          # the out-of-core path split the work
 
 
+def test_count_carries_only_the_columns_later_steps_read(cases, monkeypatch):
+    """A count's extensions drop the columns no later step reads (a path's older vertices, except
+    those whose candidates meet a later one's), and the counts stay the oracle's; a match keeps
+    every column."""
+    from sgsi.join import engine as engine_mod
+    widths = []                             # (columns out, columns in + the new one) per slice
+    extension = engine_mod.Engine._extension
+
+    def recording(self, piece, *a, **k):
+        for out in extension(self, piece, *a, **k):
+            widths.append((len(out), len(piece) + 1))
+            yield out
+    monkeypatch.setattr(engine_mod.Engine, "_extension", recording)
+    case = cases["int"]
+    g = case.graphs["16KB"]
+    path = "(a:0)-->(b:1)-->(c:2)-->(d:0)-->(e:1)-->(f:2)"
+    assert g.count(path, device=CPU, memory_budget="16KB") == len(case.oracle(path)) > 0
+    assert any(out < full for out, full in widths)
+    widths.clear()
+    assert sum(match_rows(g, path, "16KB").values()) == len(case.oracle(path))
+    assert widths and all(out == full for out, full in widths)
+    for p in random_patterns(91, 12, max_k=6):
+        assert g.count(p, device=CPU, memory_budget="16KB") == len(case.oracle(p)), p
+
+
 def test_budgets_agree(cases):
     case = cases["str"]
     for p in random_patterns(77, 10):

@@ -161,6 +161,8 @@ class Engine:
         under light levels get nearly all of it.
         """
         steps = self.plan.steps
+        # A count carries past step k only the columns that the later steps read.
+        keep = [_columns_read(steps[k + 1:], self.plan) if count_only else None for k in range(len(steps))]
         held = [0]
         stack = [self._roots(self._limits(0), held)]
         while stack:
@@ -180,7 +182,7 @@ class Engine:
                                     for piece, step_sets in self._pieces_with_sets(chunk, steps[k], lim)))
             else:
                 held.append(0)
-                stack.append(self._step(chunk, steps[k], lim, held, k + 1))
+                stack.append(self._step(chunk, steps[k], lim, held, k + 1, keep[k]))
 
     def _limits(self, used):
         """Limits of a step when the levels above it hold ``used`` bytes."""
@@ -195,10 +197,11 @@ class Engine:
         for a in range(0, int(ids_all.size), rows):
             yield {first: ids_all[a:a + rows]}
 
-    def _step(self, chunk, step: Step, lim, held, level):
-        """One join step over ``chunk``: its output in slices of about ``chunk_rows`` rows."""
+    def _step(self, chunk, step: Step, lim, held, level, keep=None):
+        """One join step over ``chunk``: its output in slices of about ``chunk_rows`` rows, with
+        the columns of the vertices ``keep`` and the new one (None: every column)."""
         for piece, sets in self._pieces_with_sets(chunk, step, lim):
-            for out in self._extension(piece, sets, step, lim):
+            for out in self._extension(piece, sets, step, lim, keep):
                 held[level] = _nbytes(chunk) + sets.nbytes + _nbytes(out)
                 yield out
 
@@ -519,7 +522,8 @@ class Engine:
         total = xp.zeros(n, dtype=xp.int64)
         exact = None                        # Python integers, once a sum may pass int64
         for piece, sets in self._pieces_with_sets(rows, tree.step, half):
-            for out in self._extension(piece, sets, tree.step, half):
+            for out in self._extension(piece, sets, tree.step, half, _columns_read(
+                    [b for g in tree.groups for b in g.blocks]) | {_ROW}):
                 at = out[_ROW]
                 out = dict(out)
                 out[_ROW] = xp.arange(int(at.size), dtype=xp.int64)
@@ -542,9 +546,11 @@ class Engine:
             per_row[piece[_ROW]] += self._row_counts(piece, sets, step)
         return per_row
 
-    def _extension(self, piece, s, step: Step, lim: Limits):
+    def _extension(self, piece, s, step: Step, lim: Limits, keep=None):
         """Columnar extension (Algorithm 6), row i taking S(t_i) \\ m_i: yields the new
-        table in slices of about ``chunk_rows`` rows."""
+        table in slices of about ``chunk_rows`` rows. Only the columns of the vertices ``keep``
+        (None: all) are carried over, with the new vertex's: a count needs no column that no
+        later step reads."""
         xp, backend = self.xp, self.backend
         per_row = s.scount[s.row_tuple]                   # outputs of each row, at most
         n = int(per_row.size)
@@ -565,7 +571,7 @@ class Engine:
                                         sizes)
             if erow.size == 0:
                 continue
-            out = {u: xp.take(col[a:b], erow) for u, col in piece.items()}
+            out = {u: xp.take(col[a:b], erow) for u, col in piece.items() if keep is None or u in keep}
             out[step.vertex] = vals
             yield out
 
@@ -620,6 +626,15 @@ class _Sets:
 _ROW = -1
 #: Products and sums of counts at or past this bound are taken as exact Python integers.
 _INT64_SAFE = 1 << 62
+
+
+def _columns_read(steps, plan=None):
+    """The vertices whose columns ``steps`` read (their links' other ends and their conflicts), and
+    with ``plan`` those read by its factored vertices' steps (leaf groups, subtrees) too."""
+    if plan is not None:
+        steps = list(steps) + [b for g in plan.leaf_groups for b in g.blocks] + [t.step for t in plan.subtrees] + [
+            b for t in plan.subtrees for g in t.groups for b in g.blocks]
+    return {k.other for st in steps for k in st.links} | {c for st in steps for c in st.conflicts}
 
 
 def _max(a) -> int:
