@@ -335,10 +335,10 @@ def distinct_index(xp, values):
     """
     lo, hi = host_ints(xp, values.min(), values.max())
     r = hi - lo + 1
-    if r <= 16 * int(values.size) and xp is not np and values.dtype == np.int32:
-        from .gpu import distinct_dense          # the same in three kernels and one host read
-        return distinct_dense(values, lo, r)
     if r <= 16 * int(values.size):
+        if xp is not np and values.dtype == np.int32:
+            from .gpu import distinct_dense      # the same in three kernels and one host read
+            return distinct_dense(values, lo, r)
         v = values - lo
         mark = xp.zeros(r, dtype=bool)
         mark[v] = True

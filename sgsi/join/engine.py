@@ -521,9 +521,9 @@ class Engine:
         half = Limits(max(16, lim.gba_entries // 2), max(4, lim.chunk_rows // 2))
         total = xp.zeros(n, dtype=xp.int64)
         exact = None                        # Python integers, once a sum may pass int64
+        keep = _columns_read([b for g in tree.groups for b in g.blocks]) | {_ROW}
         for piece, sets in self._pieces_with_sets(rows, tree.step, half):
-            for out in self._extension(piece, sets, tree.step, half, _columns_read(
-                    [b for g in tree.groups for b in g.blocks]) | {_ROW}):
+            for out in self._extension(piece, sets, tree.step, half, keep):
                 at = out[_ROW]
                 out = dict(out)
                 out[_ROW] = xp.arange(int(at.size), dtype=xp.int64)

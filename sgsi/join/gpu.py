@@ -174,8 +174,8 @@ class GpuOverlaps(Overlaps):
                                                np.int64(words), np.int32(per_pair), out))
         hits = cp.asnumpy(out).reshape(len(new), len(every))
         for i in range(len(new)):
+            u = self.seen + i
             for w in range(len(every)):
-                u = self.seen + i
                 self.known[(min(u, w), max(u, w))] = bool(hits[i, w])
         self.seen = len(every)
 
