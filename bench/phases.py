@@ -33,8 +33,8 @@ from sgsi.join import plan as plan_mod  # noqa: E402
 #: (module or class, attribute) of the phases timed.
 PHASES = [(plan_mod, n) for n in ("make_plan", "_candidates", "_refine", "refine_cost", "_order",
                                   "_factored_vertices", "_step", "_leaf_group")] + \
-         [(engine_mod.Engine, n) for n in ("_roots", "_pieces", "_sets", "_sets_whole", "_gather", "_other_lists",
-                                           "_finish", "_extension", "_count_leaves", "_block_sizes",
+         [(engine_mod.Engine, n) for n in ("_roots", "_pieces", "_sets", "_sets_whole", "_row_sets", "_gather",
+                                           "_other_lists", "_finish", "_extension", "_count_leaves", "_block_sizes",
                                            "_subtree_counts", "_row_counts", "_degrees", "_member", "_count")] + \
          [(engine_mod._TuplesOf, "__init__"), (engine_mod, "refine_cost")]
 

@@ -324,8 +324,9 @@ class _Watched:
     Every join step and every refinement round reads its neighbour lists
     through ``backend.segments()``, the filter runs one signature segment
     per ``signature_filter()`` call, and the columnar extension one output
-    slice per ``extend()`` call: a check at each stops a query within
-    the work of one segment or slice. Everything else is the backend's own.
+    slice per ``extend()`` call (a light piece's, one ``pack_rows()`` call): a
+    check at each stops a query within the work of one segment or slice.
+    Everything else is the backend's own.
     """
 
     def __init__(self, backend, check):
@@ -351,3 +352,7 @@ class _Watched:
     def extend(self, *args, **kwargs):
         self._check()
         return self._backend.extend(*args, **kwargs)
+
+    def pack_rows(self, *args, **kwargs):
+        self._check()
+        return self._backend.pack_rows(*args, **kwargs)

@@ -22,7 +22,8 @@ def test_phases_times_each_phase_and_restores_them(tmp_path, capsys):
             engine_mod.refine_cost) == before
     out = capsys.readouterr().out
     assert out.count("## query") == 2
-    assert "plan.make_plan" in out and "plan._candidates" in out and "Engine._gather" in out
+    assert "plan.make_plan" in out and "plan._candidates" in out
+    assert "Engine._gather" in out or "Engine._row_sets" in out           # a step's sets, either way
 
 
 def test_ab_interleaves_both_trees_and_compares_counts(tmp_path):

@@ -18,6 +18,7 @@ import pytest
 import sgsi
 from oracle import oracle_matches, random_graph, random_pattern
 from sgsi.errors import SgsiError
+from sgsi.join.backend import CpuBackend
 from sgsi.pattern import parse_pattern, parse_query_text
 
 BENCH = Path(__file__).parent / "data" / "benchmarks"
@@ -56,6 +57,15 @@ def _build_case(base, name, case, budgets, edge_labels=True):
         case.graphs[b] = sgsi.build(str(d / f"g-{b or 'default'}.sgsi"), edges=str(d / "e.parquet"),
                                     vertices=str(d / "v.parquet"), undirected=case.undirected, memory_budget=b)
     return case
+
+
+@pytest.fixture(autouse=True, params=["light", "tuples"])
+def join_way(request, monkeypatch):
+    """Every test runs twice: with the CPU's light pieces joined row by row (the small graphs
+    here make most pieces light), and with every piece joined by its distinct tuples."""
+    if request.param == "tuples":
+        monkeypatch.setattr(CpuBackend, "light_entries", 0)
+    return request.param
 
 
 @pytest.fixture(scope="module")
@@ -124,18 +134,20 @@ def match_rows(g, pattern, budget, injective=True, limit=None):
 @pytest.mark.parametrize("injective", [True, False], ids=["iso", "hom"])
 @pytest.mark.parametrize("budget", BUDGETS, ids=["default", "64KB", "16KB"])
 @pytest.mark.parametrize("ids", ["int", "str"])
-def test_count_and_match_vs_oracle(cases, ids, budget, injective):
+def test_count_and_match_vs_oracle(cases, ids, budget, injective, join_way):
     case = cases[ids]
     g = case.graphs[budget]
     seed = {"int": 1, "str": 2}[ids] * 100 + injective
-    nonzero = 0
+    nonzero = light = 0
     for p in random_patterns(seed, 30):
         matches = case.oracle(p, injective)
         assert g.count(p, device=CPU, memory_budget=budget, injective=injective) == len(matches), p
+        light += g.last_stats.get("light_steps", 0)
         if parse_pattern(p).output_names:
             assert match_rows(g, p, budget, injective) == project(matches, p), p
         nonzero += bool(matches)
     assert nonzero >= 10        # the patterns are not all trivially empty
+    assert (light > 0) == (join_way == "light")     # the way asked for is the way taken
 
 
 @pytest.mark.parametrize("budget", [None, "16KB"], ids=["default", "16KB"])

@@ -58,6 +58,10 @@ def test_bit_kernels_match_reference(gpu):
             assert np.array_equal(cpu.bits_to_ids(~ref, cut), cp.asnumpy(gpu.bits_to_ids(~got, cut)))
         assert cpu.popcount(ref) == gpu.popcount(got) == int(mask.sum())
         assert gpu.popcounts([got, cp.zeros_like(got), ~got]) == cpu.popcounts([ref, np.zeros_like(ref), ~ref])
+        ands = [rng.random(n) < 0.7, rng.random(n) < 0.8]            # pack_bits_and
+        ref_and = cpu.pack_bits(mask, ands)
+        assert np.array_equal(ref_and, cpu.pack_bits(mask & ands[0] & ands[1]))
+        assert np.array_equal(ref_and, cp.asnumpy(gpu.pack_bits(cp.asarray(mask), [cp.asarray(a) for a in ands])))
     counts = rng.integers(0, 5, 1000)
     counts[:3] = 0
     assert np.array_equal(cpu.repeat_index(counts), cp.asnumpy(gpu.repeat_index(cp.asarray(counts))))
@@ -288,6 +292,78 @@ def test_gather_segment_matches_reference(gpu):
         assert (fill_ref > before).sum() > 100 and fill_ref[np.searchsorted(verts, 51)] > 3000
 
 
+@pytest.mark.parametrize("n", [1, 33, 300_001])
+def test_bits_weight_matches_reference(gpu, n):
+    import cupy as cp
+    rng = np.random.default_rng(n)
+    cpu = CpuBackend()
+    bits = cpu.pack_bits(rng.random(1 << 20) < 0.3)
+    v = rng.integers(0, 1 << 20, n).astype(np.int32)
+    d = rng.integers(0, 10**6, n).astype(np.int32)
+    want, got = np.full(1, 5, np.int64), cp.full(1, 5, cp.int64)        # added to what is there
+    cpu.add_bits_weight(want, bits, v, d)
+    gpu.add_bits_weight(got, cp.asarray(bits), cp.asarray(v), cp.asarray(d))
+    assert int(got[0]) == int(want[0]) and (n == 1 or want[0] > 5)
+
+
+@pytest.mark.parametrize("n", [1, 31, 33, 1000, 300_001])
+def test_piece_summary_matches_reference(gpu, n):
+    import cupy as cp
+    rng = np.random.default_rng(n)
+    deg = rng.integers(0, 10**9, n).astype(np.int64)
+    col = rng.integers(0, 2**31 - 1, n).astype(np.int32)
+    got = {}
+    for order, c in (("as drawn", col), ("sorted", np.sort(col))):
+        want = CpuBackend().piece_summary(deg, c)
+        assert list(gpu.piece_summary(cp.asarray(deg), cp.asarray(c))) == list(want)
+        got[order] = want
+    assert got["sorted"][4] == 0 and (n == 1 or got["as drawn"][4] > 0)       # descents
+    assert got["sorted"][0] >= got["sorted"][1] >= 0
+
+
+@pytest.mark.parametrize("n_conflicts", [0, 1, 2, 17])
+def test_row_lists_and_pack_rows_match_reference(gpu, n_conflicts):
+    """The light pieces' kernels: ``row_lists`` appends to each row's buffer (rows unsorted, with
+    repeated and absent vertices) what the NumPy reference appends, after the entries already
+    there, without the row's own vertices; ``pack_rows`` packs the buffers as the reference does.
+    17 conflict columns pass the kernel's 16 kept in registers."""
+    import cupy as cp
+    rng = np.random.default_rng(11)
+    cpu = CpuBackend()
+    for theta in (4, 16):
+        deg = rng.integers(0, 40, 300)
+        deg[[3, 50]] = [700, 2000]                              # lists of many warp rounds
+        src = np.repeat(np.arange(deg.size), deg)
+        dst = rng.integers(0, 3000, src.size)
+        e = np.unique(np.stack([src, dst], 1), axis=0)
+        groups, ci = pcsr.build(e[:, 0], e[:, 1], theta)
+        v = rng.integers(-1, deg.size + 40, 2000).astype(np.int32)      # unsorted, repeats, absent, -1
+        v[:5] = 50
+        n = v.size
+        conflicts = [np.where(rng.random(n) < 0.5, ci[rng.integers(0, ci.size, n)], 5000).astype(np.int32)
+                     for _ in range(n_conflicts)]
+        cbits = cpu.pack_bits(rng.random(3008) < 0.6)
+        before = rng.integers(0, 5, n).astype(np.int64)             # entries from earlier segments
+        room = np.bincount(e[:, 0], minlength=deg.size + 40)[np.maximum(v, 0)] * (v >= 0) + before
+        F = np.r_[0, np.cumsum(room)[:-1]].astype(np.int64)
+        fill_ref, gba_ref = before.copy(), np.full(int(room.sum()), -7, np.int32)
+        cpu.row_lists(groups, ci, v, cbits, conflicts, F, fill_ref, gba_ref)
+        fill, gba = cp.asarray(before), cp.full(int(room.sum()), -7, cp.int32)
+        gpu.row_lists(cp.asarray(groups), cp.asarray(ci), cp.asarray(v), cp.asarray(cbits),
+                      [cp.asarray(c) for c in conflicts], cp.asarray(F), fill, gba)
+        assert np.array_equal(fill_ref, cp.asnumpy(fill))
+        assert np.array_equal(gba_ref, cp.asnumpy(gba))
+        assert (fill_ref > before).sum() > 500 and fill_ref[0] > 500
+        if n_conflicts:           # the conflicts dropped entries
+            free = before.copy()
+            cpu.row_lists(groups, ci, v, cbits, [], F, free, np.full(int(room.sum()), -7, np.int32))
+            assert (free > fill_ref).any()
+        erow_ref, vals_ref = cpu.pack_rows(gba_ref, F, fill_ref)
+        erow, vals = gpu.pack_rows(gba, cp.asarray(F), fill)
+        assert np.array_equal(erow_ref, cp.asnumpy(erow)) and np.array_equal(vals_ref, cp.asnumpy(vals))
+        assert erow.dtype == cp.int64 and vals.dtype == cp.int32
+
+
 @pytest.mark.parametrize("n", [1, 2, 31, 1023, 1024, 1025, 5000, 65536, 65537, 300000])
 def test_scan_and_flatnonzero_match_numpy(n):
     """The one-block scan and nonzero (small arrays) and CuPy's (large ones) give NumPy's values
@@ -469,8 +545,19 @@ def _write_graph(tmp, edges, vlabels):
     return e, v
 
 
+@pytest.fixture(params=["light", "tuples"])
+def join_way(request, monkeypatch):
+    """Light pieces joined row by row (most pieces of the small graphs here), or every piece
+    by its distinct tuples."""
+    if request.param == "tuples":
+        from sgsi.join.gpu import GpuBackend
+        monkeypatch.setattr(GpuBackend, "light_entries", 0)
+        monkeypatch.setattr(CpuBackend, "light_entries", 0)
+    return request.param
+
+
 @pytest.mark.parametrize("budget", [None, "64KB"])
-def test_engine_on_gpu_matches_oracle(tmp_path, budget):
+def test_engine_on_gpu_matches_oracle(tmp_path, budget, join_way):
     from oracle import oracle_count, random_graph, random_pattern
     rng = random.Random(11)
     for trial in range(6):
@@ -492,7 +579,7 @@ def _expected(name):
 
 
 @pytest.mark.parametrize("budget", [None, "64KB"])
-def test_hprd_on_gpu(tmp_path, budget):
+def test_hprd_on_gpu(tmp_path, budget, join_way):
     g = sgsi.build(str(tmp_path / "hprd.sgsi"), graph=os.path.join(BENCH, "hprd", "data.graph"),
                    memory_budget=budget)
     exp = _expected("hprd")

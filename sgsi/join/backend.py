@@ -54,6 +54,10 @@ class CpuBackend:
 
     name = "cpu"
     xp = np
+    #: First-link entries under which a piece is joined row by row (``Engine._row_sets``).
+    #: Low on the CPU: NumPy reads a list once per row that holds its vertex, and rows
+    #: share vertices, where the distinct tuples read it once.
+    light_entries = 1 << 12
 
     def __init__(self):
         self.stats = {"segments": 0, "segment_bytes": 0}
@@ -106,8 +110,11 @@ class CpuBackend:
         pass
 
     # -- bitsets -------------------------------------------------------------------
-    def pack_bits(self, mask):
-        """Bool array (length a multiple of 32, or padded) -> uint32 words."""
+    def pack_bits(self, mask, ands=()):
+        """Bool array (length a multiple of 32, or padded) -> uint32 words; with ``ands``, of
+        ``mask`` and each bool array of ``ands`` (equal lengths)."""
+        for a in ands:
+            mask = mask & a
         n = mask.size
         pad = (-n) % 32
         if pad:
@@ -208,6 +215,36 @@ class CpuBackend:
         nb = ci[pcsr.ragged_indices(st, cnt, np)]
         keep = self.test_bits(cbits, nb)
         self._append(gba, start, fill, self.repeat_index(cnt)[keep], nb[keep])
+
+    def add_bits_weight(self, out, bits, v, d):
+        """out[0] += Σ d[i] over the i whose vertex v[i] is in bitset ``bits`` (int64)."""
+        out[0] += int(np.where(self.test_bits(bits, v), d, 0).sum(dtype=np.int64))
+
+    def piece_summary(self, deg, col):
+        """(Σ deg, max deg, min col, max col, places where col descends) as Python ints, for
+        non-empty arrays."""
+        return (int(deg.sum()), int(deg.max()), int(col.min()), int(col.max()),
+                int(np.count_nonzero(col[1:] < col[:-1])))
+
+    def row_lists(self, groups, ci, v, cbits, conflict_cols, F, fill, gba):
+        """buf_i += N_x(v_i, l) ∩ C(u) minus row i's own vertices (``conflict_cols``), for each
+        row i (repeated vertices too) whose vertex is in one segment (``groups``, ``ci``): row
+        i's buffer starts at ``gba[F[i]]``, ``fill[i]`` entries are written already (in place,
+        each list in order). The first link of a light piece (``Engine._row_sets``); the NumPy
+        reference of the GPU's ``row_lists`` kernel."""
+        st, en = self.pcsr_lookup(groups, v)
+        cnt = en - st
+        nb = ci[pcsr.ragged_indices(st, cnt, np)]
+        rid = self.repeat_index(cnt)
+        keep = self.test_bits(cbits, nb)
+        for col in conflict_cols:
+            keep &= nb != np.take(col, rid)
+        self._append(gba, F, fill, rid[keep], nb[keep])
+
+    def pack_rows(self, gba, F, fill):
+        """(row of each entry, entries) of the rows' buffers ``gba[F[i] : F[i] + fill[i]]``
+        packed end to end, rows in order."""
+        return self.repeat_index(fill), np.take(gba, pcsr.ragged_indices(F, fill, np))
 
     def _append(self, gba, start, fill, owner, vals):
         """Prealloc-Combine: ``vals`` appended, in order, to their owners' buffers (owner i's
@@ -327,13 +364,14 @@ def host_ints(xp, *scalars):
     return [int(s) for s in xp.asnumpy(xp.stack([s.astype(xp.int64) for s in scalars]))]
 
 
-def distinct_index(xp, values):
+def distinct_index(xp, values, span=None):
     """(sorted distinct values of a non-empty int array, index of each element among them).
 
     Vertex ids are dense: over a range not much wider than the input, a mark
     array and a prefix sum give both in linear passes; otherwise sort and search.
+    ``span``: (min, max) of ``values`` where the caller knows them (no host read then).
     """
-    lo, hi = host_ints(xp, values.min(), values.max())
+    lo, hi = span if span is not None else host_ints(xp, values.min(), values.max())
     r = hi - lo + 1
     if r <= 16 * int(values.size):
         if xp is not np and values.dtype == np.int32:

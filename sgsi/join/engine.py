@@ -25,6 +25,12 @@ array per matched pattern vertex) by the next pattern vertex u:
    the Prealloc-Combine expansion kernels on the GPU). The join runs once:
    no count-then-join.
 
+A light piece (few first-link entries in all, no long list: ``LIGHT_MAX_LIST``)
+skips the distinct tuples: each row streams its own first-link list into its
+own buffer, C(u) and the row's vertices tested on the fly, the buffers are
+packed, and the other links tested as in 3. On the GPU that is one kernel per
+segment and one to pack, where the tuples took dozens of small operations.
+
 Chunks are bounded by the memory budget, which the steps share: a chunk
 whose GBA would overflow is split into pieces (rows sharing a first-link
 vertex stay together, so its list is streamed once), and each piece's output
@@ -45,7 +51,7 @@ from . import membership
 from ..partition import pcsr
 from .backend import distinct_index, host_ints, nonzero_index, prefix_sum, runs, scatter_equal
 from .plan import REFINE_ROUNDS, QueryPlan, Step, refine_cost
-from .stream import degree_index, neighbour_lists, segments_of
+from .stream import degree_index, neighbour_lists, segments_of, segments_spanning
 
 #: Work (buffer entries plus rows) after which a query on unrefined candidate
 #: sets is planned again with refinement: at least this much, this many times
@@ -59,6 +65,15 @@ REPLAN_MIN_WORK = 1 << 16
 REPLAN_FACTOR = 8
 REPLAN_COST_FACTOR = REFINE_ROUNDS
 
+
+#: A piece whose rows' first-link lists hold at most ``backend.light_entries`` entries in
+#: all (each row counted with its own list, however many rows share a vertex), none longer
+#: than ``LIGHT_MAX_LIST``, is joined row by row (``Engine._row_sets``): a handful of
+#: operations instead of the distinct tuples' dozens. The lists read again where rows
+#: share a vertex cost less than finding the distinct tuples, at that size. A step of
+#: several links is light below ``SHORTEST_LIST_MIN_PROBES`` entries only, where its tuples
+#: would not probe from their shortest lists.
+LIGHT_MAX_LIST = 1 << 12
 
 #: Entries (from the first link's lists) under which a step does not gather its later
 #: links' lists to let each tuple probe from its shortest: the fixed cost of gathering
@@ -99,7 +114,8 @@ class Engine:
         self.store, self.plan, self.backend = store, plan, backend
         self.xp = backend.xp
         self.budget = budget
-        self.stats = {"chunks": 0, "steps": 0, "replanned": 0, "entries": 0, "leaves_factored": plan.factored,
+        self.stats = {"chunks": 0, "steps": 0, "light_steps": 0, "replanned": 0, "entries": 0,
+                      "leaves_factored": plan.factored,
                       "leaf_groups": _shared_groups(plan), "subtrees": len(plan.subtrees)}
         # Adaptive planning: run on the cheap plan first; if the join's work
         # outgrows the candidate sets by far before any result has left, start
@@ -206,8 +222,8 @@ class Engine:
                 yield out
 
     def _pieces_with_sets(self, chunk, step, lim):
-        for piece, deg, hub in self._pieces(chunk, step, lim):
-            for sets in self._sets(piece, deg, step, hub, lim):
+        for piece, deg, how in self._pieces(chunk, step, lim):
+            for sets in self._sets(piece, deg, step, how, lim):
                 self.stats["chunks"] += 1
                 yield piece, sets
 
@@ -217,32 +233,41 @@ class Engine:
         The GBA holds one buffer per distinct first-link vertex, so rows that
         share that vertex stay in one piece and its list is streamed once. A
         vertex whose list alone exceeds the cap (a hub) is a piece of its own.
-        Yields (piece, |N(v, l0)| per row, whether the piece is one hub's rows).
+        Yields (piece, |N(v, l0)| per row, :class:`_How` its sets are found).
         """
         xp = self.xp
         e0 = step.links[0]
-        deg = self._degrees(e0, chunk[e0.other])
+        col = chunk[e0.other]
+        deg = self._degrees(e0, col)
         n = int(deg.size)
         if n == 0:
             return
         cap = lim.gba_entries
-        total = int(deg.sum())
+        total, longest, lo, hi, descents = self.backend.piece_summary(deg, col)
+        whole = _How("tuples", total, lo, hi, descents == 0)
+        # A light step of several links: only where the distinct tuples would not probe
+        # from their shortest lists either (SHORTEST_LIST_MIN_PROBES).
+        light = self.backend.light_entries if len(step.links) == 1 else \
+            min(self.backend.light_entries, SHORTEST_LIST_MIN_PROBES - 1)
+        if total <= min(cap, lim.chunk_rows, light) and longest <= LIGHT_MAX_LIST:
+            whole.way = "light"
+            yield chunk, deg, whole
+            return
         if total <= cap:
-            yield chunk, deg, False
+            yield chunk, deg, whole
             return
-        col = chunk[e0.other]
-        distinct = _distinct_sum(xp, col, deg)
+        distinct = _distinct_sum(xp, col, deg, (lo, hi))
         if distinct <= cap:             # the GBA holds one buffer per distinct vertex
-            yield chunk, deg, False
+            yield chunk, deg, whole
             return
-        if int(deg.max()) <= cap and 2 * distinct >= total:
+        if longest <= cap and 2 * distinct >= total:
             # Rows share few first-link vertices: cut them in their own order (no gather);
             # rows whose buffers start in [k*cap, (k+1)*cap) form piece k.
             cum = prefix_sum(xp, deg)
             bounds = self.backend.to_host(nonzero_index(xp, xp.diff((cum - deg) // cap)) + 1)
             cuts = [0] + [int(b) for b in bounds] + [n]
             for a, b in zip(cuts[:-1], cuts[1:]):
-                yield {u: c[a:b] for u, c in chunk.items()}, deg[a:b], False
+                yield {u: c[a:b] for u, c in chunk.items()}, deg[a:b], _How("tuples")
             return
         # Rows sorted by their first-link vertex; distinct vertices grouped greedily.
         order = self.backend.argsort(col)
@@ -261,7 +286,7 @@ class Engine:
         big_h = self.backend.to_host(big)
         for i, j in zip(vs[:-1], vs[1:]):       # one iteration per piece
             a, b = int(vstart_h[i]), int(vend_h[j - 1])
-            yield {u: col[a:b] for u, col in chunk.items()}, deg[a:b], bool(big_h[i])
+            yield {u: col[a:b] for u, col in chunk.items()}, deg[a:b], _How("hub" if big_h[i] else "tuples")
 
     # -- one join step -------------------------------------------------------------
 
@@ -299,18 +324,22 @@ class Engine:
             deg = xp.where(hit, d[pos].astype(xp.int64), deg)
         return deg
 
-    def _sets(self, piece, deg, step: Step, hub, lim: Limits):
+    def _sets(self, piece, deg, step: Step, how, lim: Limits):
         """The candidate set S(t) of each distinct linking tuple t of the piece's rows.
 
         Rows that map the linking vertices alike share one set: S(t) =
         N(t0, l0) ∩ C(u) ∩ N(t1, l1) ∩ ... is found once, and each row later
         takes S(t) minus its own vertices. Yields one :class:`_Sets`; for a
-        ``hub`` piece (the rows of one vertex whose list exceeds the cap) the
-        list is streamed once and a :class:`_Sets` is yielded each time
-        ``gba_entries`` of its candidates have been read.
+        hub piece (the rows of one vertex whose list exceeds the cap) the list is
+        streamed once and a :class:`_Sets` is yielded each time ``gba_entries``
+        of its candidates have been read. A light piece yields its
+        :class:`_RowSets` instead.
         """
-        if not hub:
-            yield self._sets_whole(piece, deg, step, lim)      # a call: nothing of it stays here
+        if how.way == "light":
+            yield self._row_sets(piece, deg, step, lim, how)
+            return
+        if how.way == "tuples":
+            yield self._sets_whole(piece, deg, step, lim, how)      # a call: nothing of it stays here
             return
         # One vertex: its candidates in windows of the cap, one pass over its segments. While
         # a window's sets are out, only the current segment and the tuples stay alive here.
@@ -341,7 +370,7 @@ class Engine:
         lists = _Lists(t.tuple_d, xp.zeros(1, xp.int64), xp.asarray([n]), gba, n)
         return self._finish(t.row_tuple, t.tuples, [lists] + [None] * (len(step.links) - 1), step, lim)
 
-    def _sets_whole(self, piece, deg, step: Step, lim: Limits):
+    def _sets_whole(self, piece, deg, step: Step, lim: Limits, how=None):
         """Sets of a piece whose GBA fits the cap.
 
         The lists of the first link's distinct vertices are gathered into the
@@ -350,7 +379,7 @@ class Engine:
         shortest of its gathered lists and tests them against the others.
         """
         xp, backend = self.xp, self.backend
-        t = _TuplesOf(xp, backend, piece, step)
+        t = _TuplesOf(xp, backend, piece, step, how)
         d0deg = xp.zeros(int(t.d0.size), dtype=xp.int64)
         scatter_equal(xp, d0deg, t.tuple_d[t.row_tuple], deg)      # rows carry |N(v'_i, l0)| already
         first = self._gather(step.links[0], t.d0, t.tuple_d, d0deg, step)
@@ -393,15 +422,14 @@ class Engine:
         """The sets S(t) from the gathered lists (``lists[j]``: link j's, or None where not
         gathered; ``lists[0]`` always is)."""
         xp, backend = self.xp, self.backend
-        self.stats["steps"] += 1
-        self.work += lists[0].reserved + int(row_tuple.size)
-        if self.work_limit is not None and self.work > self.work_limit and not self.emitted:
-            if not self.cost_checked:       # first time over: weigh the refinement's own cost
-                self.cost_checked = True
-                self.work_limit = max(self.work_limit,
-                                      REPLAN_COST_FACTOR * refine_cost(self.store, self.backend, self.plan))
-            if self.work > self.work_limit:
-                raise _Replan()
+        self._charge(lists[0].reserved + int(row_tuple.size))
+        if len(step.links) == 1:
+            # One link: each tuple's set is its buffer in the GBA, as it stands (not packed:
+            # the extension reads the buffers where they are; _packed when a count needs it).
+            L = lists[0]
+            tcnt = L.count[L.of_tuple]
+            self.stats["entries"] += int(tcnt.sum())
+            return _Sets(row_tuple, None, L.values, tcnt, L.start[L.of_tuple])
         got = backend.intersect_lists(lists, max(4096, 4 * lim.gba_entries))
         if got is None:
             # Entries from the first link's lists; the other links are tested by streaming.
@@ -431,16 +459,67 @@ class Engine:
         scount = backend.bincount(etuple, int(tuples[0].size))
         return _Sets(row_tuple, etuple, evals, scount, prefix_sum(xp, scount) - scount)
 
+    def _charge(self, work):
+        """Count one step's ``work`` (buffer entries plus rows); past the limit, before any
+        result has left, the query is planned again (:class:`_Replan`)."""
+        self.stats["steps"] += 1
+        self.work += work
+        if self.work_limit is not None and self.work > self.work_limit and not self.emitted:
+            if not self.cost_checked:       # first time over: weigh the refinement's own cost
+                self.cost_checked = True
+                self.work_limit = max(self.work_limit,
+                                      REPLAN_COST_FACTOR * refine_cost(self.store, self.backend, self.plan))
+            if self.work > self.work_limit:
+                raise _Replan()
+
+    def _row_sets(self, piece, deg, step: Step, lim: Limits, light: "_How"):
+        """S(t_i) \\ m_i of each row of a light piece, row by row, with no distinct tuples:
+        each row's first-link list is streamed into its own buffer (Prealloc-Combine, F the
+        prefix sum of the rows' |N(v'_i, l0)|), keeping the entries in C(u) that are none
+        of the row's vertices (``backend.row_lists``); the buffers are packed, and the
+        entries not in the row's lists of the other links dropped (Algorithm 5)."""
+        xp, backend, store = self.xp, self.backend, self.store
+        n = int(deg.size)
+        self._charge(light.total + n)
+        self.stats["light_steps"] += 1
+        F = prefix_sum(xp, deg) - deg
+        gba = xp.empty(light.total, dtype=xp.int32)
+        fill = xp.zeros(n, dtype=xp.int64)
+        e0 = step.links[0]
+        cbits = self.plan.candidates[step.vertex]
+        col = piece[e0.other]
+        conflicts = [piece[c] for c in step.conflicts]
+        for groups, ci in segments_spanning(store, backend, store.partition(e0.label_id, e0.direction),
+                                            light.lo, light.hi):
+            backend.row_lists(groups, ci, col, cbits, conflicts, F, fill, gba)
+        erow, evals = backend.pack_rows(gba, F, fill)
+        self.stats["entries"] += int(evals.size)
+        if len(step.links) > 1 and evals.size:
+            alive = xp.ones(evals.size, dtype=bool)
+            for link in step.links[1:]:
+                if not bool(alive.any()):
+                    break
+                alive &= self._member(link, piece[link.other], erow, evals, lim, fill, cbits)
+            keep = nonzero_index(xp, alive)
+            erow, evals = xp.take(erow, keep), xp.take(evals, keep)
+            fill = backend.bincount(erow, n)
+        return _RowSets(erow, evals, fill, int(evals.size))
+
     def _count(self, piece, s, step: Step) -> int:
         """Σ_rows |S(t_i)| minus the rows' own vertices found in their S(t_i) (count-only last step)."""
+        if isinstance(s, _RowSets):
+            return s.total
         return int(self._row_counts(piece, s, step).sum())
 
     def _row_counts(self, piece, s, step: Step):
         """|S(t_i) \\ m_i| for each row i of the piece (int64)."""
         xp = self.xp
+        if isinstance(s, _RowSets):
+            return s.count
         counts = s.scount[s.row_tuple]
         if not step.conflicts or s.evals.size == 0:
             return counts
+        s = _packed(xp, self.backend, s)
         # A row's own vertex can be in S(t) only within [min, max] of S(t) (each S(t) is
         # sorted): test that first, binary-search only the rows left.
         skeys = (s.etuple.astype(xp.int64) << 32) | s.evals.astype(xp.int64)         # sorted
@@ -552,6 +631,12 @@ class Engine:
         (None: all) are carried over, with the new vertex's: a count needs no column that no
         later step reads."""
         xp, backend = self.xp, self.backend
+        if isinstance(s, _RowSets):                       # a light piece: its entries are the output
+            if s.total:
+                out = {u: xp.take(col, s.erow) for u, col in piece.items() if keep is None or u in keep}
+                out[step.vertex] = s.evals
+                yield out
+            return
         per_row = s.scount[s.row_tuple]                   # outputs of each row, at most
         n = int(per_row.size)
         cum = prefix_sum(xp, per_row)
@@ -584,10 +669,20 @@ class Engine:
 
 
 class _TuplesOf:
-    """The distinct linking tuples of a piece's rows, and their distinct first-link vertices."""
+    """The distinct linking tuples of a piece's rows, and their distinct first-link vertices.
+    ``how``: the piece's :class:`_How`, whose range and order of the first-link vertices spare a
+    step of one link its own look at them."""
 
-    def __init__(self, xp, backend, piece, step):
-        self.row_tuple, self.tuples = _distinct_tuples(xp, backend, [piece[k.other] for k in step.links])
+    def __init__(self, xp, backend, piece, step, how=None):
+        cols = [piece[k.other] for k in step.links]
+        if len(cols) == 1 and how is not None and how.lo is not None:
+            if how.ascending:
+                self.row_tuple, self.tuples = _tuples_of_sorted(xp, cols, None, cols[0])
+            else:
+                uniq, self.row_tuple = distinct_index(xp, cols[0], (how.lo, how.hi))
+                self.tuples = [uniq]
+        else:
+            self.row_tuple, self.tuples = _distinct_tuples(xp, backend, cols)
         if len(self.tuples) == 1:             # one link: the tuples are the distinct vertices
             self.d0 = self.tuples[0]
             self.tuple_d = xp.arange(int(self.d0.size))
@@ -609,17 +704,57 @@ class _Lists:
 
 @dataclass
 class _Sets:
-    """A piece's candidate sets: entries (etuple, evals) sorted by tuple then value."""
+    """A piece's candidate sets: entries (etuple, evals) sorted by tuple then value. Not packed
+    (``etuple`` None): tuple t's set is ``evals[sstart[t] : sstart[t] + scount[t]]``, with gaps
+    between the sets (a GBA as gathered); :func:`_packed` packs them."""
 
     row_tuple: object    # tuple id of each row
-    etuple: object       # tuple of each entry
+    etuple: object       # tuple of each entry (None: not packed)
     evals: object        # vertex of each entry
     scount: object       # entries per tuple
     sstart: object       # first entry of each tuple
 
     @property
     def nbytes(self):
-        return sum(int(a.nbytes) for a in (self.row_tuple, self.etuple, self.evals, self.scount, self.sstart))
+        return sum(int(a.nbytes) for a in (self.row_tuple, self.etuple, self.evals, self.scount, self.sstart)
+                   if a is not None)
+
+
+def _packed(xp, backend, s):
+    """``s`` with its sets packed end to end and the tuple of each entry known."""
+    if s.etuple is not None:
+        return s
+    etuple = backend.repeat_index(s.scount)
+    evals = xp.take(s.evals, pcsr.ragged_indices(s.sstart, s.scount, xp))
+    return _Sets(s.row_tuple, etuple, evals, s.scount, prefix_sum(xp, s.scount) - s.scount)
+
+
+@dataclass
+class _RowSets:
+    """A light piece's sets, row by row: S(t_i) \\ m_i of each row i, rows in order."""
+
+    erow: object         # row of each entry
+    evals: object        # vertex of each entry
+    count: object        # entries per row (int64)
+    total: int           # entries in all
+
+    @property
+    def nbytes(self):
+        return sum(int(a.nbytes) for a in (self.erow, self.evals, self.count))
+
+
+@dataclass
+class _How:
+    """How a piece's sets are found (``Engine._pieces``): ``way`` is "light" (row by row,
+    :meth:`Engine._row_sets`), "tuples" (by its distinct linking tuples) or "hub" (one hub's
+    rows, in windows). For a whole chunk also its rows' first-link entries in all, the range of
+    their first-link vertices and whether those come in ascending order (None: not known)."""
+
+    way: str
+    total: int | None = None
+    lo: int | None = None
+    hi: int | None = None
+    ascending: bool | None = None
 
 
 #: Key of the row-number column :meth:`Engine._count_leaves` adds to a chunk (not a pattern vertex).
@@ -696,9 +831,10 @@ def _nbytes(chunk):
     return sum(int(col.nbytes) for col in chunk.values())
 
 
-def _distinct_sum(xp, col, deg):
-    """Σ deg over the distinct values of ``col`` (rows with equal values have equal deg)."""
-    uniq, k = distinct_index(xp, col)
+def _distinct_sum(xp, col, deg, span=None):
+    """Σ deg over the distinct values of ``col`` (rows with equal values have equal deg);
+    ``span``: (min, max) of ``col`` where known."""
+    uniq, k = distinct_index(xp, col, span)
     by_vertex = xp.zeros(uniq.size, dtype=xp.int64)
     scatter_equal(xp, by_vertex, k, deg)
     return int(by_vertex.sum())

@@ -31,6 +31,9 @@ from .stream import degree_index
 _BLOCK = 256
 #: Longest list of a vertex in one segment that gather_lists gives one warp; longer ones get a block.
 _GATHER_WARP_MAX = 1024
+#: Blocks of gather_lists_block, which stride over the vertices for the lists longer than that.
+_GATHER_BLOCKS = 2048
+
 
 def _grid(n_threads):
     return (max(1, (int(n_threads) + _BLOCK - 1) // _BLOCK),)
@@ -183,6 +186,10 @@ class GpuOverlaps(Overlaps):
 class GpuBackend:
     name = "gpu"
     xp = cp
+    #: First-link entries under which a piece is joined row by row (``Engine._row_sets``):
+    #: reading a shared vertex's list once per row costs the device less, at this size, than
+    #: the launches and host reads of finding the distinct tuples.
+    light_entries = 1 << 18
 
     def __init__(self, memory_budget=None):
         from .. import budget as budget_mod
@@ -472,10 +479,15 @@ class GpuBackend:
         first slots, then a scan: :func:`row_scan`)."""
         return row_scan(counts)
 
-    def pack_bits(self, mask):
+    def pack_bits(self, mask, ands=()):
+        """Bitset of ``mask`` and every bool array of ``ands`` (reference: CpuBackend.pack_bits),
+        one pass."""
         n = int(mask.size)
         bits = cp.zeros((n + 31) // 32, dtype=cp.uint32)
-        if n:
+        if n and ands:
+            kernels.kernel("pack_bits_and")(_grid(((n + 31) // 32) * 32), (_BLOCK,),
+                                            (mask, _pointers(list(ands)), np.int32(len(ands)), np.int64(n), bits))
+        elif n:
             kernels.kernel("pack_bits")(_grid(((n + 31) // 32) * 32), (_BLOCK,), (mask, np.int64(n), bits))
         return bits
 
@@ -544,10 +556,61 @@ class GpuBackend:
             return
         kernels.kernel("gather_lists")(_grid(n * 32), (_BLOCK,),
                                        (st, en, np.int64(n), ci, cbits, np.int64(_GATHER_WARP_MAX), start, fill, gba))
-        hubs = flatnonzero(en - st > _GATHER_WARP_MAX)
-        if hubs.size:
-            kernels.kernel("gather_lists_block")((int(hubs.size),), (_BLOCK,),
-                                                 (hubs, np.int64(hubs.size), st, en, ci, cbits, start, fill, gba))
+        kernels.kernel("gather_lists_block")((min(n, _GATHER_BLOCKS),), (_BLOCK,),
+                                             (np.int64(n), st, en, np.int64(_GATHER_WARP_MAX), ci, cbits, start,
+                                              fill, gba))
+
+    def add_bits_weight(self, out, bits, v, d):
+        """out[0] += Σ d[i] over the i whose vertex v[i] is in ``bits`` (reference:
+        CpuBackend.add_bits_weight): one ``bits_weight`` kernel, where a test, a select and a
+        sum took five launches."""
+        n = int(v.size)
+        if n == 0:
+            return
+        kernels.kernel("bits_weight")((min(_grid(n)[0], 1024),), (_BLOCK,),
+                                      (bits, cp.ascontiguousarray(v.astype(cp.int32, copy=False)),
+                                       cp.ascontiguousarray(d.astype(cp.int64, copy=False)), np.int64(n), out))
+
+    def piece_summary(self, deg, col):
+        """(Σ deg, max deg, min col, max col, places where col descends) as Python ints
+        (reference: CpuBackend.piece_summary): one ``piece_summary`` kernel and one read, where
+        the reductions took a dozen launches and two reads."""
+        n = int(deg.size)
+        out = cp.asarray(np.array([0, -1, np.iinfo(np.int64).max, np.iinfo(np.int64).min, 0], np.int64))
+        grid = min(_grid(n)[0], 1024)
+        kernels.kernel("piece_summary")((grid,), (_BLOCK,),
+                                        (cp.ascontiguousarray(deg.astype(cp.int64, copy=False)),
+                                         cp.ascontiguousarray(col.astype(cp.int32, copy=False)), np.int64(n), out))
+        return [int(x) for x in cp.asnumpy(out)]
+
+    def row_lists(self, groups, ci, v, cbits, conflict_cols, F, fill, gba):
+        """First link of a light piece in one segment, row by row (reference:
+        CpuBackend.row_lists): the ``row_lists`` kernel, one warp per row."""
+        n = int(v.size)
+        if n == 0 or ci.size == 0 or groups.shape[0] == 0:
+            return
+        if conflict_cols:
+            conf = cp.ascontiguousarray(cp.stack(conflict_cols).astype(cp.int32, copy=False))
+        else:
+            conf = cp.zeros((1, 1), cp.int32)
+        kernels.kernel("row_lists")(_grid(n * 32), (_BLOCK,),
+                                    (groups, np.int64(groups.shape[0]), np.int32(groups.shape[1]), ci,
+                                     cp.ascontiguousarray(v.astype(cp.int32, copy=False)), np.int64(n), cbits,
+                                     conf, np.int32(len(conflict_cols)), F, fill, gba))
+
+    def pack_rows(self, gba, F, fill):
+        """(row of each entry, entries) of the rows' buffers packed end to end (reference:
+        CpuBackend.pack_rows): a scan of ``fill``, one host read of the total, the
+        ``pack_rows`` kernel."""
+        n = int(fill.size)
+        if n == 0:
+            return cp.zeros(0, cp.int64), cp.zeros(0, cp.int32)
+        ends = scan(fill)
+        total = int(ends[-1])
+        erow, vals = cp.empty(total, cp.int64), cp.empty(total, cp.int32)
+        if total:
+            kernels.kernel("pack_rows")(_grid(n * 32), (_BLOCK,), (gba, F, fill, ends, np.int64(n), erow, vals))
+        return erow, vals
 
     def signature_filter(self, mask, columns, qwords, labels, label):
         n = int(mask.size)

@@ -63,20 +63,13 @@ __device__ __forceinline__ int block_append(bool ok, int x, int* out, long long 
     return sums.y;
 }
 
-// PCSR lookup (reference: sgsi.partition.pcsr.lookup). One warp per query
-// vertex: lane l reads pair l of the group, so one group is one transaction;
-// the warp votes on a match and follows GID on a miss.
-extern "C" __global__ void pcsr_lookup(const int* __restrict__ groups, long long n_groups, int theta,
-                                       const int* __restrict__ v, long long n,
-                                       long long* __restrict__ start, long long* __restrict__ end) {
-    long long warp = ((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+// PCSR lookup of vertex vv by one warp (every lane calls it): lane l reads pair l of the
+// group, so one group is one transaction; the warp votes on a match and follows GID on a
+// miss. (start, end) of vv's list in the segment's ci, (0, 0) where it is absent.
+__device__ __forceinline__ longlong2 warp_pcsr_find(const int* __restrict__ groups, long long n_groups, int theta,
+                                                    int vv) {
     int lane = threadIdx.x & 31;
-    if (warp >= n) return;
-    int vv = v[warp];
-    if (vv < 0) {                     // ids are never negative; -1 marks unused slots
-        if (lane == 0) { start[warp] = 0; end[warp] = 0; }
-        return;
-    }
+    if (vv < 0 || n_groups == 0) return make_longlong2(0, 0);   // ids are never negative; -1 marks unused slots
     long long g = pcsr_group(vv, n_groups);
     while (true) {
         int pv = -2, po = 0;
@@ -87,17 +80,118 @@ extern "C" __global__ void pcsr_lookup(const int* __restrict__ groups, long long
         unsigned int m = __ballot_sync(FULL, lane < theta - 1 && pv == vv);
         if (m) {
             int s = __ffs(m) - 1;
-            int st = __shfl_sync(FULL, po, s);
-            int en = __shfl_sync(FULL, po, s + 1);
-            if (lane == 0) { start[warp] = st; end[warp] = en; }
-            return;
+            return make_longlong2(__shfl_sync(FULL, po, s), __shfl_sync(FULL, po, s + 1));
         }
         int gid = __shfl_sync(FULL, pv, theta - 1);
-        if (gid < 0) {
-            if (lane == 0) { start[warp] = 0; end[warp] = 0; }
-            return;
-        }
+        if (gid < 0) return make_longlong2(0, 0);
         g = gid;
+    }
+}
+
+// PCSR lookup (reference: sgsi.partition.pcsr.lookup): one warp per query vertex.
+extern "C" __global__ void pcsr_lookup(const int* __restrict__ groups, long long n_groups, int theta,
+                                       const int* __restrict__ v, long long n,
+                                       long long* __restrict__ start, long long* __restrict__ end) {
+    long long warp = ((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    if (warp >= n) return;
+    longlong2 se = warp_pcsr_find(groups, n_groups, theta, v[warp]);
+    if ((threadIdx.x & 31) == 0) { start[warp] = se.x; end[warp] = se.y; }
+}
+
+// First link of a light piece, row by row (reference: CpuBackend.row_lists): one warp per
+// row finds its vertex's list in one segment's PCSR (warp_pcsr_find), keeps the entries in
+// C(u) (cbits) that are none of the row's own vertices (the conflict columns, n_conflicts
+// rows of n), and appends them in order from gba[F_i + fill_i] (a warp ballot per 32).
+extern "C" __global__ void row_lists(const int* __restrict__ groups, long long n_groups, int theta,
+                                     const int* __restrict__ ci, const int* __restrict__ v, long long n,
+                                     const unsigned int* __restrict__ cbits,
+                                     const int* __restrict__ conflicts, int n_conflicts,
+                                     const long long* __restrict__ F, long long* __restrict__ fill,
+                                     int* __restrict__ gba) {
+    long long warp = ((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    int lane = threadIdx.x & 31;
+    if (warp >= n) return;
+    longlong2 se = warp_pcsr_find(groups, n_groups, theta, v[warp]);
+    long long c = se.y - se.x;
+    if (c == 0) return;
+    int mine[16];
+    int nc = n_conflicts < 16 ? n_conflicts : 16;
+    for (int k = 0; k < nc; ++k) mine[k] = conflicts[(long long)k * n + warp];
+    long long out = F[warp] + fill[warp];
+    for (long long base = 0; base < c; base += 32) {
+        long long j = base + lane;
+        int x = 0;
+        bool ok = j < c;
+        if (ok) {
+            x = ci[se.x + j];
+            ok = test_bit(cbits, x);
+            for (int k = 0; k < nc; ++k) ok &= x != mine[k];
+            for (int k = nc; k < n_conflicts; ++k) ok &= x != conflicts[(long long)k * n + warp];
+        }
+        out += warp_append(ok, x, gba, out);
+    }
+    if (lane == 0) fill[warp] = out - F[warp];
+}
+
+// (sum of deg, max of deg, min of col, max of col, places where col descends) of a piece,
+// into out[0..4] (which holds 0, -1, INT64_MAX, INT64_MIN, 0) (reference:
+// CpuBackend.piece_summary): a grid-stride loop, warp shuffles, one atomic per warp and value.
+extern "C" __global__ void piece_summary(const long long* __restrict__ deg, const int* __restrict__ col,
+                                         long long n, long long* __restrict__ out) {
+    long long sum = 0, mx = -1, lo = 0x7fffffffffffffffLL, hi = -0x7fffffffffffffffLL - 1, desc = 0;
+    long long stride = (long long)gridDim.x * blockDim.x;
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+        long long d = deg[i], v = col[i];
+        sum += d;
+        mx = d > mx ? d : mx;
+        lo = v < lo ? v : lo;
+        hi = v > hi ? v : hi;
+        desc += i > 0 && col[i] < col[i - 1];
+    }
+    for (int o = 16; o > 0; o >>= 1) {
+        sum += __shfl_down_sync(FULL, sum, o);
+        desc += __shfl_down_sync(FULL, desc, o);
+        long long t = __shfl_down_sync(FULL, mx, o);
+        mx = t > mx ? t : mx;
+        t = __shfl_down_sync(FULL, lo, o);
+        lo = t < lo ? t : lo;
+        t = __shfl_down_sync(FULL, hi, o);
+        hi = t > hi ? t : hi;
+    }
+    if ((threadIdx.x & 31) == 0) {
+        atomicAdd((unsigned long long*)&out[0], (unsigned long long)sum);
+        atomicMax(&out[1], mx);
+        atomicMin(&out[2], lo);
+        atomicMax(&out[3], hi);
+        atomicAdd((unsigned long long*)&out[4], (unsigned long long)desc);
+    }
+}
+
+// out[0] += sum of d[i] over the i whose vertex v[i] is in the bitset (reference:
+// CpuBackend.add_bits_weight): a grid-stride loop, warp shuffles, one atomic per warp.
+extern "C" __global__ void bits_weight(const unsigned int* __restrict__ bits, const int* __restrict__ v,
+                                       const long long* __restrict__ d, long long n, long long* __restrict__ out) {
+    long long sum = 0;
+    long long stride = (long long)gridDim.x * blockDim.x;
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
+        if (test_bit(bits, v[i])) sum += d[i];
+    for (int o = 16; o > 0; o >>= 1) sum += __shfl_down_sync(FULL, sum, o);
+    if ((threadIdx.x & 31) == 0 && sum) atomicAdd((unsigned long long*)out, (unsigned long long)sum);
+}
+
+// The rows' buffers packed end to end (reference: CpuBackend.pack_rows): one warp per row
+// copies gba[F_i : F_i + fill_i] to vals[O_i : O_i + fill_i], O_i = ends_i - fill_i, and
+// writes i as the row of each.
+extern "C" __global__ void pack_rows(const int* __restrict__ gba, const long long* __restrict__ F,
+                                     const long long* __restrict__ fill, const long long* __restrict__ ends,
+                                     long long n, long long* __restrict__ erow, int* __restrict__ vals) {
+    long long warp = ((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    int lane = threadIdx.x & 31;
+    if (warp >= n) return;
+    long long c = fill[warp], s = F[warp], o = ends[warp] - c;
+    for (long long j = lane; j < c; j += 32) {
+        vals[o + j] = gba[s + j];
+        erow[o + j] = warp;
     }
 }
 
@@ -152,6 +246,16 @@ extern "C" __global__ void row_marks(const long long* __restrict__ ends, const l
 extern "C" __global__ void pack_bits(const bool* __restrict__ mask, long long n, unsigned int* __restrict__ bits) {
     long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     bool b = i < n ? mask[i] : false;
+    unsigned int w = __ballot_sync(FULL, b);
+    if ((threadIdx.x & 31) == 0 && (i >> 5) < (n + 31) / 32) bits[i >> 5] = w;
+}
+
+// pack_bits of mask & ands[0] & ... & ands[n_ands - 1] (bool arrays of n), in one pass.
+extern "C" __global__ void pack_bits_and(const bool* __restrict__ mask, const bool* const* __restrict__ ands,
+                                         int n_ands, long long n, unsigned int* __restrict__ bits) {
+    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    bool b = i < n ? mask[i] : false;
+    for (int k = 0; k < n_ands && b; ++k) b = ands[k][i];
     unsigned int w = __ballot_sync(FULL, b);
     if ((threadIdx.x & 31) == 0 && (i >> 5) < (n + 31) / 32) bits[i >> 5] = w;
 }
@@ -306,29 +410,33 @@ extern "C" __global__ void gather_lists(const long long* __restrict__ st, const 
     if (lane == 0) fill[warp] = out - F[warp];
 }
 
-// gather_lists for the vertices ``hubs`` (lists longer than ``big``): one block per
-// vertex, warp ballots plus a scan of the warp counts in shared memory keep the order.
-extern "C" __global__ void gather_lists_block(const long long* __restrict__ hubs, long long n_hubs,
-                                              const long long* __restrict__ st, const long long* __restrict__ en,
+// gather_lists for the vertices whose lists are longer than ``big``: the blocks stride over
+// the vertices and each takes those lists, one at a time (no list of them is made first,
+// which cost a host read); warp ballots plus a scan of the warp counts in shared memory keep
+// the order. A block skips or takes a vertex as a whole, so every thread reaches the
+// barriers of block_append.
+extern "C" __global__ void gather_lists_block(long long n, const long long* __restrict__ st,
+                                              const long long* __restrict__ en, long long big,
                                               const int* __restrict__ ci, const unsigned int* __restrict__ cbits,
                                               const long long* __restrict__ F, long long* __restrict__ fill,
                                               int* __restrict__ gba) {
     __shared__ int warp_total[32];
-    if (blockIdx.x >= n_hubs) return;
-    long long i = hubs[blockIdx.x];
-    long long s = st[i], c = en[i] - s;
-    long long out = F[i] + fill[i];
-    for (long long base = 0; base < c; base += blockDim.x) {
-        long long j = base + threadIdx.x;
-        int x = 0;
-        bool ok = j < c;
-        if (ok) {
-            x = ci[s + j];
-            ok = test_bit(cbits, x);
+    for (long long i = blockIdx.x; i < n; i += gridDim.x) {
+        long long s = st[i], c = en[i] - s;
+        if (c <= big) continue;
+        long long out = F[i] + fill[i];
+        for (long long base = 0; base < c; base += blockDim.x) {
+            long long j = base + threadIdx.x;
+            int x = 0;
+            bool ok = j < c;
+            if (ok) {
+                x = ci[s + j];
+                ok = test_bit(cbits, x);
+            }
+            out += block_append(ok, x, gba, out, warp_total);
         }
-        out += block_append(ok, x, gba, out, warp_total);
+        if (threadIdx.x == 0) fill[i] = out - F[i];
     }
-    if (threadIdx.x == 0) fill[i] = out - F[i];
 }
 
 // Row expansion of a join step (reference: CpuBackend.expand_rows). Row i's

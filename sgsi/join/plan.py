@@ -367,6 +367,7 @@ def _candidates(store, backend, u, vlabel, inc, injective, degree_masks):
             labels = None           # the label test is done once per segment
         if labels is not None:
             backend.signature_filter(part, [], qsig[:0], labels, vlabel[u])
+    ands = []
     for (lab, direction), k in need.items():
         k = k if injective else 1
         has = degree_masks.get((lab, direction, k))
@@ -374,8 +375,8 @@ def _candidates(store, backend, u, vlabel, inc, injective, degree_masks):
             has = backend.derived((store.path, "degree-mask", lab, direction, k),
                                   lambda: _degree_mask(store, backend, lab, direction, k))
             degree_masks[(lab, direction, k)] = has
-        mask &= has
-    return backend.pack_bits(mask)
+        ands.append(has)
+    return backend.pack_bits(mask, ands)          # the degree masks applied as it packs
 
 
 def _degree_mask(store, backend, lab, direction, k):
@@ -452,14 +453,14 @@ def refine_cost(store, backend, plan: QueryPlan) -> int:
     index) of the union of its users' candidates: what refinement streams.
     """
     xp = backend.xp
-    total = xp.zeros((), dtype=xp.int64)             # summed where the backend computes, read once
+    total = xp.zeros(1, dtype=xp.int64)             # summed where the backend computes, read once
     for (lab, direction), pairs in _by_partition(plan.incident).items():
         union = _union(plan.candidates, sorted({a for a, _b in pairs}))
         p = store.partition(lab, direction)
         for bid in p.idx_batches:
             v, d = degree_index(store, backend, bid)
-            total = total + xp.where(backend.test_bits(union, v), d, 0).sum(dtype=xp.int64)
-    return int(total)
+            backend.add_bits_weight(total, union, v, d)
+    return int(total[0])
 
 
 def _order(store, pattern, inc, counts):

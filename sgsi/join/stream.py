@@ -40,12 +40,26 @@ def segments_of(store, backend, p, vertices):
     """
     if p.seg_ids.size == 0 or vertices.size == 0:
         return
+    if p.seg_ids.size == 1:
+        # One segment: it is asked for every vertex (one outside its range has no list there,
+        # and its lookup finds none), with no search and no read back.
+        for _i, groups, ci in backend.segments(store, p.seg_ids):
+            yield 0, int(vertices.size), groups, ci
+        return
     ranges = backend.derived((store.path, "segment-ranges", p.key),
                              lambda: backend.to_device(np.stack([p.first_src, p.last_src + 1]).astype(np.int32)))
     bounds = backend.to_host(backend.xp.searchsorted(vertices, ranges))       # (2, segments)
     positions = np.flatnonzero(bounds[1] > bounds[0])
     for i, groups, ci in backend.segments(store, p.seg_ids[positions]):
         yield int(bounds[0, positions[i]]), int(bounds[1, positions[i]]), groups, ci
+
+
+def segments_spanning(store, backend, p, lo, hi):
+    """The segments of partition ``p`` whose source range meets [lo, hi], in order, on the
+    backend: yields ``(groups, ci)`` (for vertices that come unsorted, with repeats)."""
+    sel = np.flatnonzero((p.first_src <= hi) & (p.last_src >= lo))
+    for _i, groups, ci in backend.segments(store, p.seg_ids[sel]):
+        yield groups, ci
 
 
 def degree_index(store, backend, bid):
