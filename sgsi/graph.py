@@ -198,7 +198,7 @@ class Graph:
         plan = self._guard(backend.run, lambda: make_plan(self.store, pat, backend, injective=injective,
                                                           refine_rounds=0, factor_leaves=count))
         refined = lambda: make_plan(self.store, pat, backend, injective=injective, refine_rounds=REFINE_ROUNDS,  # noqa: E731
-                                    factor_leaves=count)
+                                    factor_leaves=count, filtered=plan.candidates)      # not filtered again
         return pat, Engine(self.store, plan, backend, budget, replan=refined)
 
     def _prepare(self, key, backend, pattern, memory_budget, injective, cancel, count=False):

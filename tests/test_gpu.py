@@ -293,6 +293,24 @@ def test_gather_segment_matches_reference(gpu):
 
 
 @pytest.mark.parametrize("n", [1, 33, 300_001])
+def test_drop_unmet_matches_reference(gpu, n):
+    import cupy as cp
+    rng = np.random.default_rng(n)
+    cpu = CpuBackend()
+    bits = cpu.pack_bits(rng.random(1 << 20) < 0.5)
+    ids = np.sort(rng.choice(1 << 20, n, replace=False)).astype(np.int32)
+    hit = rng.integers(0, 16, n).astype(np.uint32)
+    want = bits.copy()
+    cpu.drop_unmet(want, ids, hit, 5)
+    got = cp.asarray(bits)
+    gpu.drop_unmet(got, cp.asarray(ids), cp.asarray(hit), 5)
+    assert np.array_equal(want, cp.asnumpy(got))
+    met = (hit & 5) == 5
+    assert not cpu.test_bits(want, ids[~met]).any()
+    assert np.array_equal(cpu.test_bits(want, ids[met]), cpu.test_bits(bits, ids[met]))
+
+
+@pytest.mark.parametrize("n", [1, 33, 300_001])
 def test_bits_weight_matches_reference(gpu, n):
     import cupy as cp
     rng = np.random.default_rng(n)

@@ -216,6 +216,14 @@ class CpuBackend:
         keep = self.test_bits(cbits, nb)
         self._append(gba, start, fill, self.repeat_index(cnt)[keep], nb[keep])
 
+    def drop_unmet(self, bits, ids, hit, need):
+        """Clear, in place, the bit of ``ids[i]`` in bitset ``bits`` wherever ``hit[i]`` (uint32)
+        lacks one of the bits of ``need``."""
+        bad = ids[(hit & np.uint32(need)) != np.uint32(need)]
+        mask = np.zeros(bits.size * 32, dtype=bool)
+        mask[bad] = True
+        bits &= ~self.pack_bits(mask)
+
     def add_bits_weight(self, out, bits, v, d):
         """out[0] += Σ d[i] over the i whose vertex v[i] is in bitset ``bits`` (int64)."""
         out[0] += int(np.where(self.test_bits(bits, v), d, 0).sum(dtype=np.int64))

@@ -100,15 +100,17 @@ def scatter_equal(out, idx, values):
                                                          np.int64(n), out))
 
 
-def row_scan(counts, starts=None):
+def row_scan(counts, starts=None, total=None):
     """Per slot of rows of ``counts`` slots laid end to end: its row (``starts`` None:
     ``repeat_index``), or ``starts[row] + its place in the row`` (:func:`sgsi.partition.pcsr.
-    ragged_indices`). One host sync for the total, the ``row_marks`` kernel, one scan (int64)."""
+    ragged_indices`). One host sync for the total (none where the caller gives ``total``, the sum
+    of ``counts``), the ``row_marks`` kernel, one scan (int64)."""
     counts = counts.astype(cp.int64, copy=False)
     if counts.size == 0:
         return cp.zeros(0, cp.int64)
     ends = scan(counts)
-    total = int(ends[-1])
+    if total is None:
+        total = int(ends[-1])
     if total == 0:
         return cp.zeros(0, cp.int64)
     ramp = starts is not None
@@ -560,6 +562,16 @@ class GpuBackend:
                                              (np.int64(n), st, en, np.int64(_GATHER_WARP_MAX), ci, cbits, start,
                                               fill, gba))
 
+    def drop_unmet(self, bits, ids, hit, need):
+        """Clear, in place, the bit of ``ids[i]`` in ``bits`` wherever ``hit[i]`` lacks a bit of
+        ``need`` (reference: CpuBackend.drop_unmet): one ``drop_unmet`` kernel, where a bool
+        array over every vertex was cleared, scattered into, packed and ANDed."""
+        n = int(ids.size)
+        if n:
+            kernels.kernel("drop_unmet")(_grid(n), (_BLOCK,),
+                                         (bits, cp.ascontiguousarray(ids.astype(cp.int32, copy=False)),
+                                          cp.ascontiguousarray(hit), np.int64(n), np.uint32(need)))
+
     def add_bits_weight(self, out, bits, v, d):
         """out[0] += Σ d[i] over the i whose vertex v[i] is in ``bits`` (reference:
         CpuBackend.add_bits_weight): one ``bits_weight`` kernel, where a test, a select and a
@@ -643,7 +655,7 @@ class GpuBackend:
         self.expand_rows(cp.arange(m), row_tuple, evals, sstart, scount, conflict_cols, F, rfill, out_vals,
                          heaviest=heaviest)
         if not conflict_cols:           # every entry kept: the rows' buffers are already packed
-            return self.repeat_index(per_row), out_vals
+            return row_scan(per_row, total=total), out_vals
         erow = self.repeat_index(rfill)
         if erow.size == 0:
             return erow, out_vals[:0]

@@ -167,6 +167,13 @@ extern "C" __global__ void piece_summary(const long long* __restrict__ deg, cons
     }
 }
 
+// Clear the bit of ids[i] wherever hit[i] lacks a bit of need (reference: CpuBackend.drop_unmet).
+extern "C" __global__ void drop_unmet(unsigned int* __restrict__ bits, const int* __restrict__ ids,
+                                      const unsigned int* __restrict__ hit, long long n, unsigned int need) {
+    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n && (hit[i] & need) != need) atomicAnd(&bits[ids[i] >> 5], ~(1u << (ids[i] & 31)));
+}
+
 // out[0] += sum of d[i] over the i whose vertex v[i] is in the bitset (reference:
 // CpuBackend.add_bits_weight): a grid-stride loop, warp shuffles, one atomic per warp.
 extern "C" __global__ void bits_weight(const unsigned int* __restrict__ bits, const int* __restrict__ v,

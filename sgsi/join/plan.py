@@ -122,13 +122,16 @@ REFINE_ROUNDS = 2
 
 
 def make_plan(store, pattern: Pattern, backend, injective=True, refine_rounds=REFINE_ROUNDS,
-              factor_leaves=False) -> QueryPlan:
+              factor_leaves=False, filtered=None) -> QueryPlan:
     """Resolve, filter and order ``pattern`` on ``store``.
 
     ``factor_leaves`` (count only): the vertices that :func:`_factored_vertices`
     picks (leaves, and vertices at the end of the order) are joined last, so
     that the engine can count their matches per row of the rest as a product
-    instead of enumerating them.
+    instead of enumerating them. ``filtered``: the candidate bitsets of a plan of
+    the same pattern, store and ``injective`` made with no refinement (the
+    signature filter's and degree tests' sets): refinement starts from them
+    instead of filtering again.
     """
     n = len(pattern.vertices)
     vlabel = []
@@ -153,7 +156,8 @@ def make_plan(store, pattern: Pattern, backend, injective=True, refine_rounds=RE
 
     inc = list(_incident(pattern, edge_ids))
     degree_masks = {}
-    bits = [_candidates(store, backend, u, vlabel, inc, injective, degree_masks) for u in range(n)]
+    bits = list(filtered) if filtered is not None else \
+        [_candidates(store, backend, u, vlabel, inc, injective, degree_masks) for u in range(n)]
     for _ in range(refine_rounds):
         bits, changed = _refine(store, backend, bits, inc)
         if not changed:
@@ -423,9 +427,9 @@ def _refine(store, backend, bits, inc):
                 need = sum(1 << k for k, b in enumerate(chunk) if (a, b) in pairs)
                 if need == 0:
                     continue
-                ok = xp.zeros(n, dtype=bool)
-                ok[ids] = (hit & xp.uint32(need)) == xp.uint32(need)
-                keep[a] &= backend.pack_bits(ok)
+                # C(a) is within ids (the union): clearing the ids that miss a bit of ``need``
+                # is keeping those that have them all.
+                backend.drop_unmet(keep[a], ids, hit, need)
     changed = bool((keep != stacked).any())
     return [keep[i] for i in range(len(bits))], changed
 
