@@ -244,16 +244,13 @@ class Engine:
             return
         cap = lim.gba_entries
         total, longest, lo, hi, descents = self.backend.piece_summary(deg, col)
-        whole = _How("tuples", total, lo, hi, descents == 0)
         # A light step of several links: only where the distinct tuples would not probe
         # from their shortest lists either (SHORTEST_LIST_MIN_PROBES).
-        light = self.backend.light_entries if len(step.links) == 1 else \
+        light_max = self.backend.light_entries if len(step.links) == 1 else \
             min(self.backend.light_entries, SHORTEST_LIST_MIN_PROBES - 1)
-        if total <= min(cap, lim.chunk_rows, light) and longest <= LIGHT_MAX_LIST:
-            whole.way = "light"
-            yield chunk, deg, whole
-            return
-        if total <= cap:
+        light = total <= min(cap, lim.chunk_rows, light_max) and longest <= LIGHT_MAX_LIST
+        whole = _How("light" if light else "tuples", total, lo, hi, descents == 0)
+        if total <= cap:                # a light piece is within the cap too
             yield chunk, deg, whole
             return
         distinct = _distinct_sum(xp, col, deg, (lo, hi))
@@ -423,20 +420,18 @@ class Engine:
         gathered; ``lists[0]`` always is)."""
         xp, backend = self.xp, self.backend
         self._charge(lists[0].reserved + int(row_tuple.size))
+        L = lists[0]
         if len(step.links) == 1:
             # One link: each tuple's set is its buffer in the GBA, as it stands (not packed:
             # the extension reads the buffers where they are; _packed when a count needs it).
-            L = lists[0]
             tcnt = L.count[L.of_tuple]
             self.stats["entries"] += int(tcnt.sum())
             return _Sets(row_tuple, None, L.values, tcnt, L.start[L.of_tuple])
         got = backend.intersect_lists(lists, max(4096, 4 * lim.gba_entries))
         if got is None:
             # Entries from the first link's lists; the other links are tested by streaming.
-            L = lists[0]
             tcnt = L.count[L.of_tuple]
-            etuple = backend.repeat_index(tcnt)
-            evals = xp.take(L.values, pcsr.ragged_indices(L.start[L.of_tuple], tcnt, xp))
+            etuple, evals = _entries(xp, backend, L.values, L.start[L.of_tuple], tcnt)
             self.stats["entries"] += int(evals.size)
             untested = list(range(1, len(step.links)))
         else:
@@ -720,12 +715,17 @@ class _Sets:
                    if a is not None)
 
 
+def _entries(xp, backend, values, start, count):
+    """(tuple of each entry, entries) of the buffers ``values[start[t] : start[t] + count[t]]``
+    packed end to end, tuples in order."""
+    return backend.repeat_index(count), xp.take(values, pcsr.ragged_indices(start, count, xp))
+
+
 def _packed(xp, backend, s):
     """``s`` with its sets packed end to end and the tuple of each entry known."""
     if s.etuple is not None:
         return s
-    etuple = backend.repeat_index(s.scount)
-    evals = xp.take(s.evals, pcsr.ragged_indices(s.sstart, s.scount, xp))
+    etuple, evals = _entries(xp, backend, s.evals, s.sstart, s.scount)
     return _Sets(s.row_tuple, etuple, evals, s.scount, prefix_sum(xp, s.scount) - s.scount)
 
 
