@@ -6,12 +6,13 @@ Side by side in one run on one GPU:
 
 1. **Device copy bandwidth**: ``cupy.copyto`` of a buffer as large as the
    filter's columns; bytes read + written per second, best of ``--runs``.
-2. **Signature filter**: ``GpuBackend.signature_filter`` (the kernel the
-   planner runs per vertex segment and bucket) over ``--vertices``
-   synthetic vertices: four uint32 columns (a bucket), the label column and
-   the candidate mask. Every query word is non-zero and every vertex passes,
-   so every word is read and no mask byte is written: bytes = 4 columns +
-   labels + mask. Reported as bytes per second and as a fraction of 1.
+2. **Signature filter**: ``GpuBackend.candidate_bits`` (the kernel the
+   planner runs per vertex segment for all the pattern's vertices) over
+   ``--vertices`` synthetic vertices, for one pattern vertex: four uint32
+   signature columns (a bucket), the label column and one degree mask in,
+   the C(u) bitset out. Every query word is non-zero and every vertex
+   passes, so every word and mask byte is read: bytes = 4 columns + labels
+   + mask + bitset. Reported as bytes per second and as a fraction of 1.
 3. **Pinned host-to-device bandwidth**: one copy of a pinned buffer of
    ``--h2d-mb`` MB, timed by CUDA events, best of ``--runs``.
 4. **Segment streaming in a join**: an R-MAT store of ``--edges`` edges built
@@ -65,17 +66,18 @@ def device_copy(cp, nbytes, runs):
 
 
 def signature_filter(cp, backend, n, runs):
-    import numpy as np
     rng = cp.random.default_rng(1)
     cols = [rng.integers(0, 2**32, n, dtype=cp.uint64).astype(cp.uint32) | cp.uint32(1 << c) for c in range(4)]
     labels = cp.zeros(n, dtype=cp.int32)
     mask = cp.ones(n, dtype=bool)
-    q = np.array([1 << c for c in range(4)], np.uint32)        # every vertex passes: every word is read
-    t = _events_best(cp, lambda: backend.signature_filter(mask, cols, q, labels, 0), runs)
-    if not bool(mask.all()):
-        raise SystemExit("signature filter dropped a vertex that passes")
-    nbytes = sum(int(c.nbytes) for c in cols) + int(labels.nbytes) + int(mask.nbytes)    # no vertex fails: none written
-    return {"what": f"signature filter, {n:,} vertices x 4 columns", "bytes": nbytes, "seconds": t}
+    parts = [(0, n, [(labels, 0, [(c, 1 << k) for k, c in enumerate(cols)])])]   # every vertex passes
+    out = []
+    t = _events_best(cp, lambda: out.append(backend.candidate_bits(n, parts, [[mask]])[0]), runs)
+    if int(cp.count_nonzero(out[-1] == cp.uint32(0xFFFFFFFF))) != n // 32:
+        raise SystemExit("the signature filter dropped a vertex that passes")
+    nbytes = sum(int(c.nbytes) for c in cols) + int(labels.nbytes) + int(mask.nbytes) + int(out[-1].nbytes)
+    return {"what": f"signature filter (candidate_bits), {n:,} vertices x 4 columns + label + degree mask",
+            "bytes": nbytes, "seconds": t}
 
 
 def pinned_h2d(cp, nbytes, runs):

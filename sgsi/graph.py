@@ -322,8 +322,8 @@ class _Watched:
     """A backend that checks for cancellation between its units of work.
 
     Every join step and every refinement round reads its neighbour lists
-    through ``backend.segments()``, the filter runs one signature segment
-    per ``signature_filter()`` call, and the columnar extension one output
+    through ``backend.segments()``, the filter runs in one ``candidate_bits()``
+    call, and the columnar extension one output
     slice per ``extend()`` call (a light piece's, one ``pack_rows()`` call): a
     check at each stops a query within the work of one segment or slice.
     Everything else is the backend's own.
@@ -345,9 +345,9 @@ class _Watched:
             yield item
             self._check()
 
-    def signature_filter(self, *args, **kwargs):
+    def candidate_bits(self, *args, **kwargs):
         self._check()
-        return self._backend.signature_filter(*args, **kwargs)
+        return self._backend.candidate_bits(*args, **kwargs)
 
     def extend(self, *args, **kwargs):
         self._check()

@@ -165,23 +165,37 @@ def test_row_scan_random(gpu):
         assert np.array_equal(cp.asnumpy(gpu.repeat_index(cp.asarray(c))), CpuBackend().repeat_index(c))
 
 
-def test_signature_filter_kernel_matches_reference(gpu):
+def test_candidate_bits_kernel_matches_reference(gpu):
+    """The candidate sets of several pattern vertices at once (label test, signature words, degree
+    masks) equal the NumPy reference's, over vertex segments that start off a word boundary."""
     import cupy as cp
     rng = np.random.default_rng(2)
     cpu = CpuBackend()
-    n = 4096
-    cols = [rng.integers(0, 2**32, n, dtype=np.uint64).astype(np.uint32) for _ in range(4)]
+    n = 10_000
+    cuts = [0, 1000, 1037, 6000, n]             # vertex segments; 1000 and 1037 are not multiples of 32
+    cols = [rng.integers(0, 2**32, n, dtype=np.uint64).astype(np.uint32) for _ in range(10)]
     labels = rng.integers(0, 5, n).astype(np.int32)
-    for trial in range(20):
-        q = np.zeros(4, np.uint32)
-        for c in rng.integers(0, 4, 3):
-            q[c] |= np.uint32(1 << int(rng.integers(0, 32)))
-        lab = int(rng.integers(0, 5)) if trial % 2 else None
-        mask = rng.random(n) < (0.7 if trial % 3 else 1.0)      # earlier buckets may have dropped some
-        ref = cpu.signature_filter(mask.copy(), cols, q, labels if lab is not None else None, lab)
-        got = gpu.signature_filter(cp.asarray(mask), [cp.asarray(c) for c in cols], q,
-                                   cp.asarray(labels) if lab is not None else None, lab)
-        assert np.array_equal(ref, cp.asnumpy(got))
+    masks = [rng.random(n) < 0.8 for _ in range(3)]
+    for trial in range(12):
+        specs = []
+        for u in range(4):
+            tests = rng.choice(10, size=int(rng.integers(0, 10)), replace=False)    # past SIG_UNROLL too
+            q = [np.uint32(1 << int(rng.integers(0, 32))) for _ in tests]
+            lab = int(rng.integers(0, 5)) if (trial + u) % 2 else None
+            ands = [int(a) for a in rng.choice(3, size=int(rng.integers(0, 3)), replace=False)]
+            specs.append((tests, q, lab, ands))
+
+        def parts(xp):
+            return [(a, b - a, [(xp.asarray(labels[a:b]) if lab is not None else None, lab,
+                                 [(xp.asarray(cols[c][a:b]), qc) for c, qc in zip(tests, q)])
+                                for tests, q, lab, _ands in specs])
+                    for a, b in zip(cuts[:-1], cuts[1:])]
+        ref = cpu.candidate_bits(n, parts(np), [[masks[a] for a in s[3]] for s in specs])
+        got = gpu.candidate_bits(n, parts(cp), [[cp.asarray(masks[a]) for a in s[3]] for s in specs])
+        assert len(got) == len(ref) == 4
+        for r, g in zip(ref, got):
+            assert np.array_equal(r, cp.asnumpy(g))
+        assert sum(int(np.unpackbits(r.view(np.uint8)).sum()) for r in ref) > 0
 
 
 @pytest.mark.parametrize("thresholds", [None, (10**9, 10**9), (-1, 10**9), (-1, 31), (-1, -1), (1, 3), (1, 40),

@@ -164,14 +164,28 @@ class CpuBackend:
         firsts = np.concatenate([[0], np.cumsum(cnt[rows])[:-1]])
         hit[rows] |= np.bitwise_or.reduceat(m, firsts)
 
-    def signature_filter(self, mask, columns, qwords, labels, label):
-        """mask &= (label matches) & (signature covers the query's), for one segment."""
-        if labels is not None:
-            mask &= labels == label
-        ok = signatures.signature_pass(columns, qwords, np)
-        if ok is not None:
-            mask &= ok
-        return mask
+    def candidate_bits(self, n, parts, ands):
+        """C(u) of several pattern vertices as bitsets over the ``n`` data vertices.
+
+        ``parts``: per vertex segment (first vertex, vertices, tests), ``tests[i]`` holding
+        pattern vertex i's (labels or None, label, [(signature column, query word), ...]):
+        a vertex of the segment stays when its label is ``label`` (where labels are given)
+        and each column's word covers the query word (``signatures.signature_pass``).
+        ``ands[i]``: bool arrays over all vertices (degree tests) it must pass as well.
+        """
+        out = []
+        for i, masks in enumerate(ands):
+            mask = np.ones(n, dtype=bool)
+            for start, count, tests in parts:
+                labels, label, pairs = tests[i]
+                part = mask[start:start + count]
+                if labels is not None:
+                    part &= labels == label
+                ok = signatures.signature_pass([c for c, _q in pairs], [q for _c, q in pairs], np)
+                if ok is not None:
+                    part &= ok
+            out.append(self.pack_bits(mask, masks))
+        return out
 
     def extend(self, row_tuple, per_row, evals, sstart, scount, conflict_cols, sizes=None):
         """Columnar extension of one slice (Algorithm 6): row i takes the entries of its

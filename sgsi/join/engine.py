@@ -114,7 +114,8 @@ class Engine:
         self.store, self.plan, self.backend = store, plan, backend
         self.xp = backend.xp
         self.budget = budget
-        self.stats = {"chunks": 0, "steps": 0, "light_steps": 0, "replanned": 0, "entries": 0,
+        self._entries = []             # device sums of entries not yet added to stats (no read per step)
+        self._stats = {"chunks": 0, "steps": 0, "light_steps": 0, "replanned": 0, "entries": 0,
                       "leaves_factored": plan.factored,
                       "leaf_groups": _shared_groups(plan), "subtrees": len(plan.subtrees)}
         # Adaptive planning: run on the cheap plan first; if the join's work
@@ -126,6 +127,14 @@ class Engine:
         self.work_limit = None if replan is None else max(
             REPLAN_MIN_WORK, REPLAN_FACTOR * sum(plan.candidate_counts))
         self.cost_checked = False
+
+    @property
+    def stats(self) -> dict:
+        """The query's counters (``entries``: the candidate-set entries the steps found)."""
+        if self._entries:
+            self._stats["entries"] += sum(host_ints(self.xp, *self._entries))
+            self._entries.clear()
+        return self._stats
 
     # -- driving -------------------------------------------------------------------
 
@@ -154,12 +163,12 @@ class Engine:
 
     def _switch_plan(self):
         self.plan = self.replan()
-        self.stats["leaves_factored"] = self.plan.factored
-        self.stats["leaf_groups"] = _shared_groups(self.plan)
-        self.stats["subtrees"] = len(self.plan.subtrees)
+        self._stats["leaves_factored"] = self.plan.factored
+        self._stats["leaf_groups"] = _shared_groups(self.plan)
+        self._stats["subtrees"] = len(self.plan.subtrees)
         self.replan = None
         self.work_limit = None
-        self.stats["replanned"] = 1
+        self._stats["replanned"] = 1
 
     def _run(self, count_only):
         """Depth first over the join steps, driven by an explicit stack.
@@ -224,7 +233,7 @@ class Engine:
     def _pieces_with_sets(self, chunk, step, lim):
         for piece, deg, how in self._pieces(chunk, step, lim):
             for sets in self._sets(piece, deg, step, how, lim):
-                self.stats["chunks"] += 1
+                self._stats["chunks"] += 1
                 yield piece, sets
 
     def _pieces(self, chunk, step: Step, lim: Limits):
@@ -378,7 +387,8 @@ class Engine:
         xp, backend = self.xp, self.backend
         t = _TuplesOf(xp, backend, piece, step, how)
         d0deg = xp.zeros(int(t.d0.size), dtype=xp.int64)
-        scatter_equal(xp, d0deg, t.tuple_d[t.row_tuple], deg)      # rows carry |N(v'_i, l0)| already
+        row_d = t.row_tuple if t.tuple_d is None else t.tuple_d[t.row_tuple]
+        scatter_equal(xp, d0deg, row_d, deg)      # rows carry |N(v'_i, l0)| already
         first = self._gather(step.links[0], t.d0, t.tuple_d, d0deg, step)
         lists = [first]
         if len(step.links) > 1:
@@ -424,21 +434,21 @@ class Engine:
         if len(step.links) == 1:
             # One link: each tuple's set is its buffer in the GBA, as it stands (not packed:
             # the extension reads the buffers where they are; _packed when a count needs it).
-            tcnt = L.count[L.of_tuple]
-            self.stats["entries"] += int(tcnt.sum())
-            return _Sets(row_tuple, None, L.values, tcnt, L.start[L.of_tuple])
+            tcnt = _per_tuple(L.count, L.of_tuple)
+            self._entries.append(tcnt.sum())
+            return _Sets(row_tuple, None, L.values, tcnt, _per_tuple(L.start, L.of_tuple))
         got = backend.intersect_lists(lists, max(4096, 4 * lim.gba_entries))
         if got is None:
             # Entries from the first link's lists; the other links are tested by streaming.
             tcnt = L.count[L.of_tuple]
             etuple, evals = _entries(xp, backend, L.values, L.start[L.of_tuple], tcnt)
-            self.stats["entries"] += int(evals.size)
+            self._stats["entries"] += int(evals.size)
             untested = list(range(1, len(step.links)))
         else:
             # The gathered lists intersected (each tuple probing its shortest list); the
             # links whose lists were not gathered or not intersected are left to streaming.
             etuple, evals, probes, untested = got
-            self.stats["entries"] += probes
+            self._stats["entries"] += probes
             tcnt = backend.bincount(etuple, int(tuples[0].size)) if untested else None
 
         # Links not tested yet (Algorithm 5): keep the entries found in N(t_j, l_j), streamed.
@@ -457,7 +467,7 @@ class Engine:
     def _charge(self, work):
         """Count one step's ``work`` (buffer entries plus rows); past the limit, before any
         result has left, the query is planned again (:class:`_Replan`)."""
-        self.stats["steps"] += 1
+        self._stats["steps"] += 1
         self.work += work
         if self.work_limit is not None and self.work > self.work_limit and not self.emitted:
             if not self.cost_checked:       # first time over: weigh the refinement's own cost
@@ -476,7 +486,7 @@ class Engine:
         xp, backend, store = self.xp, self.backend, self.store
         n = int(deg.size)
         self._charge(light.total + n)
-        self.stats["light_steps"] += 1
+        self._stats["light_steps"] += 1
         F = prefix_sum(xp, deg) - deg
         gba = xp.empty(light.total, dtype=xp.int32)
         fill = xp.zeros(n, dtype=xp.int64)
@@ -488,7 +498,7 @@ class Engine:
                                             light.lo, light.hi):
             backend.row_lists(groups, ci, col, cbits, conflicts, F, fill, gba)
         erow, evals = backend.pack_rows(gba, F, fill)
-        self.stats["entries"] += int(evals.size)
+        self._stats["entries"] += int(evals.size)
         if len(step.links) > 1 and evals.size:
             alive = xp.ones(evals.size, dtype=bool)
             for link in step.links[1:]:
@@ -680,7 +690,7 @@ class _TuplesOf:
             self.row_tuple, self.tuples = _distinct_tuples(xp, backend, cols)
         if len(self.tuples) == 1:             # one link: the tuples are the distinct vertices
             self.d0 = self.tuples[0]
-            self.tuple_d = xp.arange(int(self.d0.size))
+            self.tuple_d = None                 # tuple t's vertex is d0[t]
             return
         self.d0, dstart, dend = runs(xp, self.tuples[0])          # sorted
         self.tuple_d = backend.repeat_index(dend - dstart)         # tuple -> distinct t0
@@ -691,6 +701,7 @@ class _Lists:
     """Gathered lists N(v, l) ∩ C(u) of a link's distinct vertices (a GBA)."""
 
     of_tuple: object     # index of each tuple's linking vertex among the link's distinct vertices
+                         # (None: one tuple per vertex, in order)
     start: object        # where each vertex's buffer starts in ``values``
     count: object        # entries written in each buffer
     values: object       # the GBA (slots past a buffer's count are not written)
@@ -713,6 +724,11 @@ class _Sets:
     def nbytes(self):
         return sum(int(a.nbytes) for a in (self.row_tuple, self.etuple, self.evals, self.scount, self.sstart)
                    if a is not None)
+
+
+def _per_tuple(a, of_tuple):
+    """``a[of_tuple]``: per tuple, the value of its vertex (``of_tuple`` None: tuple t is vertex t)."""
+    return a if of_tuple is None else a[of_tuple]
 
 
 def _entries(xp, backend, values, start, count):

@@ -126,6 +126,16 @@ def row_scan(counts, starts=None, total=None):
     return scan(mark)
 
 
+def _pointer(a, dtype, held):
+    """Device address of ``a`` as a contiguous ``dtype`` array (0 for None); the array is
+    appended to ``held``, to stay alive until the launch that reads it is issued."""
+    if a is None:
+        return 0
+    a = cp.ascontiguousarray(cp.asarray(a, dtype=dtype))
+    held.append(a)
+    return int(a.data.ptr)
+
+
 def _pointers(arrays):
     """The device addresses of ``arrays``, as a device array a kernel takes as ``T* const*``
     (one null pointer when there are none)."""
@@ -209,6 +219,7 @@ class GpuBackend:
         self._cache_limit = self.budget // 2
         self.load_balance = None        # None: follow SGSI_LOAD_BALANCE (0 = one warp per row)
         self._costs = None
+        self._summary_start = None
         # h2d_bytes: every copy to the device (segments, signatures, labels, degree index);
         # h2d_segment_bytes: the segment copies, through the pinned buffers; h2d_seconds: the time
         # those took on the copy stream (CUDA events); stage_seconds: host time filling the buffers.
@@ -588,7 +599,10 @@ class GpuBackend:
         (reference: CpuBackend.piece_summary): one ``piece_summary`` kernel and one read, where
         the reductions took a dozen launches and two reads."""
         n = int(deg.size)
-        out = cp.asarray(np.array([0, -1, np.iinfo(np.int64).max, np.iinfo(np.int64).min, 0], np.int64))
+        if self._summary_start is None:         # the reductions' identities, copied on the device
+            self._summary_start = cp.asarray(np.array([0, -1, np.iinfo(np.int64).max, np.iinfo(np.int64).min, 0],
+                                                      np.int64))
+        out = self._summary_start.copy()
         grid = min(_grid(n)[0], 1024)
         kernels.kernel("piece_summary")((grid,), (_BLOCK,),
                                         (cp.ascontiguousarray(deg.astype(cp.int64, copy=False)),
@@ -624,17 +638,28 @@ class GpuBackend:
             kernels.kernel("pack_rows")(_grid(n * 32), (_BLOCK,), (gba, F, fill, ends, np.int64(n), erow, vals))
         return erow, vals
 
-    def signature_filter(self, mask, columns, qwords, labels, label):
-        n = int(mask.size)
-        columns = [cp.ascontiguousarray(cp.asarray(c, dtype=cp.uint32)) for c in columns]
-        cols = _pointers(columns)
-        q = cp.asarray(np.asarray(qwords, np.uint32))
-        has_label = labels is not None
-        lab = cp.asarray(labels) if has_label else cp.zeros(1, cp.int32)
-        kernels.kernel("signature_filter")(_grid(n), (_BLOCK,),
-                                           (cols, np.int32(len(columns)), np.int64(n), q, lab,
-                                            np.int32(has_label), np.int32(label if has_label else -1), mask))
-        return mask
+    def candidate_bits(self, n, parts, ands):
+        """C(u) of several pattern vertices (reference: CpuBackend.candidate_bits): one
+        ``candidate_bits`` launch per vertex segment for all of them, its arguments (the
+        labels, the tests' columns and query words, the degree masks) in one table."""
+        k = len(ands)
+        words = (n + 31) // 32
+        out = cp.zeros((k, words), dtype=cp.uint32)
+        for start, count, tests in parts:
+            if count == 0:
+                continue
+            held, records = [], []
+            for (labels, label, pairs), masks in zip(tests, ands):
+                record = [label if labels is not None else -1, _pointer(labels, cp.int32, held), len(pairs)]
+                for col, q in pairs:
+                    record += [_pointer(col, cp.uint32, held), int(q)]
+                records.append(record + [len(masks)] + [_pointer(m, cp.bool_, held) for m in masks])
+            starts = k + np.cumsum([0] + [len(r) for r in records[:-1]])        # each record's offset
+            args = cp.asarray(np.array(list(starts) + [x for r in records for x in r], dtype=np.int64))
+            threads = count + start % 32
+            kernels.kernel("candidate_bits")(((threads + _BLOCK - 1) // _BLOCK, k), (_BLOCK,),
+                                             (args, np.int64(start), np.int64(count), np.int64(words), out))
+        return [out[i] for i in range(k)]
 
     def extend(self, row_tuple, per_row, evals, sstart, scount, conflict_cols, sizes=None):
         """Columnar extension of one slice (reference: CpuBackend.extend), Prealloc-Combine:

@@ -202,35 +202,49 @@ extern "C" __global__ void pack_rows(const int* __restrict__ gba, const long lon
     }
 }
 
-// Signature filter over one vertex segment (reference: signatures.signature_pass
-// plus the label test). Columns are stored column-first, so consecutive threads
-// read consecutive words of one column: coalesced. ``cols`` holds the device
-// pointers of the columns (each column where the store cache keeps it: no copy
-// into one array). The loads of a vertex's words are independent (all in flight
-// at once) and come before the tests; columns whose query word is 0 are not
-// read. Clears the vertex's bool where it fails.
+// Candidate sets C(u) over one vertex segment [start, start + count), one pattern vertex per
+// grid row (reference: CpuBackend.candidate_bits). args[blockIdx.y] is where that vertex's
+// record starts in args: label, label column (0: no label test), the number of signature
+// tests, then (column, query word) per test, the number of degree masks, then the masks.
+// Signature columns are stored column-first, so consecutive threads read consecutive words
+// of one column: coalesced; the loads of a vertex's words are independent (all in flight at
+// once) and come before the tests. The label and degree masks are tested as the words are;
+// each warp ballots its 32 vertices into one word of the bitset (warps start at multiples of
+// 32 vertices; a word shared with the next segment is ORed in).
 #define SIG_UNROLL 8
-extern "C" __global__ void signature_filter(const unsigned int* const* __restrict__ cols, int n_cols, long long n,
-                                            const unsigned int* __restrict__ q,
-                                            const int* __restrict__ labels, int has_label, int label,
-                                            bool* __restrict__ out) {
-    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= n) return;
-    bool keep = out[i];
-    int lab = has_label ? labels[i] : label;
+extern "C" __global__ void candidate_bits(const long long* __restrict__ args, long long start, long long count,
+                                          long long words, unsigned int* __restrict__ out) {
+    const long long* a = args + args[blockIdx.y];
+    long long v = (start & ~31LL) + (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    bool ok = v >= start && v < start + count;
+    long long i = ok ? v - start : 0;
+    const int* labels = (const int*)a[1];
+    int n_tests = (int)a[2];
+    const long long* t = a + 3;
     unsigned int w[SIG_UNROLL];
 #pragma unroll
     for (int c = 0; c < SIG_UNROLL; ++c)
-        w[c] = (c < n_cols && q[c]) ? cols[c][i] : 0u;
-    bool ok = keep && lab == label;
+        w[c] = (ok && c < n_tests) ? ((const unsigned int*)t[2 * c])[i] : 0u;
+    if (ok && labels) ok = labels[i] == (int)a[0];
 #pragma unroll
-    for (int c = 0; c < SIG_UNROLL; ++c)
-        if (c < n_cols) ok = ok && (w[c] & q[c]) == q[c];
-    for (int c = SIG_UNROLL; c < n_cols && ok; ++c) {
-        unsigned int qc = q[c];
-        if (qc) ok = (cols[c][i] & qc) == qc;
+    for (int c = 0; c < SIG_UNROLL; ++c) {
+        unsigned int q = c < n_tests ? (unsigned int)t[2 * c + 1] : 0u;
+        ok = ok && (w[c] & q) == q;
     }
-    if (keep && !ok) out[i] = false;
+    for (int c = SIG_UNROLL; c < n_tests && ok; ++c) {
+        unsigned int q = (unsigned int)t[2 * c + 1];
+        ok = (((const unsigned int*)t[2 * c])[i] & q) == q;
+    }
+    const long long* d = t + 2 * n_tests;
+    int n_ands = (int)d[0];
+    for (int j = 0; j < n_ands && ok; ++j) ok = ((const bool*)d[1 + j])[v];
+    unsigned int m = __ballot_sync(FULL, ok);
+    long long wd = v >> 5;
+    if ((threadIdx.x & 31) == 0 && m) {
+        unsigned int* o = out + (long long)blockIdx.y * words + wd;
+        if ((wd << 5) >= start && (wd << 5) + 32 <= start + count) *o = m;
+        else atomicOr(o, m);
+    }
 }
 
 // Rows of counts[i] slots each, laid end to end (ends: inclusive prefix sum of counts). Adds
@@ -732,5 +746,12 @@ def module():
     return _module
 
 
+_functions = {}
+
+
 def kernel(name):
-    return module().get_function(name)
+    """The compiled kernel ``name`` (looked up in the module once)."""
+    fn = _functions.get(name)
+    if fn is None:
+        fn = _functions[name] = module().get_function(name)
+    return fn

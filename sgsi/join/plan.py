@@ -155,9 +155,7 @@ def make_plan(store, pattern: Pattern, backend, injective=True, refine_rounds=RE
         return QueryPlan(pattern, True, [], [], [], [], injective)
 
     inc = list(_incident(pattern, edge_ids))
-    degree_masks = {}
-    bits = list(filtered) if filtered is not None else \
-        [_candidates(store, backend, u, vlabel, inc, injective, degree_masks) for u in range(n)]
+    bits = list(filtered) if filtered is not None else _candidates(store, backend, vlabel, inc, injective)
     for _ in range(refine_rounds):
         bits, changed = _refine(store, backend, bits, inc)
         if not changed:
@@ -333,12 +331,36 @@ def _factored_vertices(pattern: Pattern, meets, injective, order):
     return groups, trees
 
 
-def _candidates(store, backend, u, vlabel, inc, injective, degree_masks):
-    """C(u) as a bitset over all data vertices."""
-    xp = backend.xp
-    n = store.n_vertices
-    # Degree requirements per (label, direction): distinct pattern neighbours.
-    need = {}
+def _candidates(store, backend, vlabel, inc, injective):
+    """C(u) of every pattern vertex u, as bitsets over all data vertices: the label test, the
+    signature filter over the column-first buckets and the degree tests, for all the pattern's
+    vertices at once (``backend.candidate_bits``, one pass over each vertex segment)."""
+    specs = [_query_signature(store, u, vlabel, inc, injective) for u in range(len(vlabel))]
+    parts = []
+    for start, count, seg in store.vertex_segments():
+        labels = (backend.store_arrays([(store.path, "labels", seg)], lambda: [store.vertex_labels(seg)])[0]
+                  if any(lab is not None for _q, lab, _need in specs) else None)
+        words = {}                      # bucket -> its columns, read where a query word asks for them
+        tests = []
+        for qsig, lab, _need in specs:
+            pairs = []
+            for c in np.flatnonzero(qsig):
+                b = int(c) // store.bucket_columns
+                if b not in words:
+                    words[b] = backend.store_arrays([(store.path, "sig", seg, b, k) for k in range(store.bucket_columns)],
+                                                    lambda: store.signature_columns(seg, b))
+                pairs.append((words[b][int(c) % store.bucket_columns], int(qsig[c])))
+            tests.append((labels if lab is not None else None, lab, pairs))
+        parts.append((start, count, tests))
+    ands = [[backend.derived((store.path, "degree-mask", lab, direction, k),
+                             lambda: _degree_mask(store, backend, lab, direction, k))
+             for (lab, direction), k in need.items()] for _q, _lab, need in specs]
+    return backend.candidate_bits(store.n_vertices, parts, ands)
+
+
+def _query_signature(store, u, vlabel, inc, injective):
+    """(signature words, label id or None, {(edge label, direction): least degree}) of C(u)."""
+    need = {}                   # degree requirements per (label, direction): distinct pattern neighbours
     pairs = []
     seen_undirected = set()
     for (a, b, lab, direction) in inc:
@@ -355,32 +377,7 @@ def _candidates(store, backend, u, vlabel, inc, injective, degree_masks):
             elif direction != "both":
                 pairs.append((lab, signatures.OUT if direction == "out" else signatures.IN, vlabel[b]))
     qsig = signatures.query_signature(vlabel[u], pairs, store.signature_bits, store.label_bits, injective)
-    cols = store.bucket_columns
-    mask = xp.ones(n, dtype=bool)
-    for start, count, seg in store.vertex_segments():
-        labels = (backend.store_arrays([(store.path, "labels", seg)], lambda: [store.vertex_labels(seg)])[0]
-                  if vlabel[u] is not None else None)
-        part = mask[start:start + count]
-        for b in range(store.n_buckets):
-            q = qsig[b * cols:(b + 1) * cols]
-            if not q.any() and labels is None:
-                continue
-            words = (backend.store_arrays([(store.path, "sig", seg, b, c) for c in range(cols)],
-                                          lambda: store.signature_columns(seg, b)) if q.any() else [])
-            backend.signature_filter(part, words, q if q.any() else q[:0], labels, vlabel[u])
-            labels = None           # the label test is done once per segment
-        if labels is not None:
-            backend.signature_filter(part, [], qsig[:0], labels, vlabel[u])
-    ands = []
-    for (lab, direction), k in need.items():
-        k = k if injective else 1
-        has = degree_masks.get((lab, direction, k))
-        if has is None:
-            has = backend.derived((store.path, "degree-mask", lab, direction, k),
-                                  lambda: _degree_mask(store, backend, lab, direction, k))
-            degree_masks[(lab, direction, k)] = has
-        ands.append(has)
-    return backend.pack_bits(mask, ands)          # the degree masks applied as it packs
+    return qsig, vlabel[u], {key: (k if injective else 1) for key, k in need.items()}
 
 
 def _degree_mask(store, backend, lab, direction, k):
