@@ -373,7 +373,7 @@ class Engine:
         gba = xp.concatenate(parts)
         parts.clear()
         n = int(gba.size)
-        lists = _Lists(t.tuple_d, xp.zeros(1, xp.int64), xp.full(1, n, dtype=xp.int64), gba, n)
+        lists = _Lists(t.tuple_d, xp.zeros(1, xp.int64), xp.asarray([n]), gba, n)
         return self._finish(t.row_tuple, t.tuples, [lists] + [None] * (len(step.links) - 1), step, lim)
 
     def _sets_whole(self, piece, deg, step: Step, lim: Limits, how=None):

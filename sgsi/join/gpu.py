@@ -126,47 +126,6 @@ def row_scan(counts, starts=None, total=None):
     return scan(mark)
 
 
-class _Staging:
-    """Small host arrays (kernel argument tables, pointer lists) copied to the device from a
-    ring of pinned memory. A copy from pageable memory makes its stream wait for all the work
-    queued before it, a host sync in the middle of a step; from pinned memory it is queued like
-    a kernel. The ring is written again from its start only after the device has finished
-    everything queued (once per ``_STAGING_BYTES`` staged)."""
-
-    def __init__(self):
-        self._lock = threading.Lock()
-        self._host = None
-        self._at = 0
-
-    def copy(self, a):
-        a = np.ascontiguousarray(a)
-        n = int(a.nbytes)
-        if n > _STAGING_BYTES // 16:
-            return cp.asarray(a)
-        with self._lock:
-            if self._host is None:
-                self._host = np.frombuffer(cp.cuda.alloc_pinned_memory(_STAGING_BYTES), np.uint8, _STAGING_BYTES)
-            if self._at + n > _STAGING_BYTES:
-                cp.cuda.Device().synchronize()          # every copy out of the last lap has run
-                self._at = 0
-            view = self._host[self._at:self._at + n]
-            view[:] = a.reshape(-1).view(np.uint8)
-            self._at += (n + 255) & ~255
-            dev = cp.empty(a.shape, a.dtype)
-            dev.set(view.view(a.dtype).reshape(a.shape), stream=cp.cuda.get_current_stream())
-        return dev
-
-
-#: Bytes of pinned memory the small host-to-device copies cycle through.
-_STAGING_BYTES = 1 << 20
-_STAGING = _Staging()
-
-
-def small_to_device(a):
-    """A small host array on the device, copied without a host sync (see :class:`_Staging`)."""
-    return _STAGING.copy(a)
-
-
 def _pointer(a, dtype, held):
     """Device address of ``a`` as a contiguous ``dtype`` array (0 for None); the array is
     appended to ``held``, to stay alive until the launch that reads it is issued."""
@@ -180,7 +139,7 @@ def _pointer(a, dtype, held):
 def _pointers(arrays):
     """The device addresses of ``arrays``, as a device array a kernel takes as ``T* const*``
     (one null pointer when there are none)."""
-    return small_to_device(np.array([a.data.ptr for a in arrays] or [0], dtype=np.uint64))
+    return cp.asarray(np.array([a.data.ptr for a in arrays] or [0], dtype=np.uint64))
 
 
 class _PeakMemory(cp.cuda.MemoryHook):
@@ -696,7 +655,7 @@ class GpuBackend:
                     record += [_pointer(col, cp.uint32, held), int(q)]
                 records.append(record + [len(masks)] + [_pointer(m, cp.bool_, held) for m in masks])
             starts = k + np.cumsum([0] + [len(r) for r in records[:-1]])        # each record's offset
-            args = small_to_device(np.array(list(starts) + [x for r in records for x in r], dtype=np.int64))
+            args = cp.asarray(np.array(list(starts) + [x for r in records for x in r], dtype=np.int64))
             threads = count + start % 32
             kernels.kernel("candidate_bits")(((threads + _BLOCK - 1) // _BLOCK, k), (_BLOCK,),
                                              (args, np.int64(start), np.int64(count), np.int64(words), out))
@@ -813,7 +772,7 @@ class GpuBackend:
         if counts.max() == n_rows:                                     # one way for all: no gather
             order = None
         else:
-            order = cp.argsort(small_to_device(way_of_bin)[bins])
+            order = cp.argsort(cp.asarray(way_of_bin)[bins])
         starts = np.concatenate([[0], np.cumsum(counts)])
         for way, name in enumerate(balance.WAYS):
             n = int(counts[way])
