@@ -73,7 +73,7 @@ REPLAN_COST_FACTOR = REFINE_ROUNDS
 #: share a vertex cost less than finding the distinct tuples, at that size. A step of
 #: several links is light below ``SHORTEST_LIST_MIN_PROBES`` entries only, where its tuples
 #: would not probe from their shortest lists.
-LIGHT_MAX_LIST = 1 << 12
+LIGHT_MAX_LIST = 1 << 14
 
 #: Entries (from the first link's lists) under which a step does not gather its later
 #: links' lists to let each tuple probe from its shortest: the fixed cost of gathering
@@ -485,7 +485,6 @@ class Engine:
         entries not in the row's lists of the other links dropped (Algorithm 5)."""
         xp, backend, store = self.xp, self.backend, self.store
         n = int(deg.size)
-        self._charge(light.total + n)
         self._stats["light_steps"] += 1
         F = prefix_sum(xp, deg) - deg
         gba = xp.empty(light.total, dtype=xp.int32)
@@ -498,6 +497,10 @@ class Engine:
                                             light.lo, light.hi):
             backend.row_lists(groups, ci, col, cbits, conflicts, F, fill, gba)
         erow, evals = backend.pack_rows(gba, F, fill)
+        # The work charged is what the rows kept, as a piece of tuples charges its distinct
+        # vertices' lists: rows that share a vertex read its list again, but that reading
+        # is not the join's growth that replanning looks for.
+        self._charge(int(evals.size) + n)
         self._stats["entries"] += int(evals.size)
         if len(step.links) > 1 and evals.size:
             alive = xp.ones(evals.size, dtype=bool)

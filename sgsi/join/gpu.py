@@ -200,8 +200,9 @@ class GpuBackend:
     xp = cp
     #: First-link entries under which a piece is joined row by row (``Engine._row_sets``):
     #: reading a shared vertex's list once per row costs the device less, at this size, than
-    #: the launches and host reads of finding the distinct tuples.
-    light_entries = 1 << 18
+    #: the launches and host reads of finding the distinct tuples (the lists rows share stay
+    #: in L2; 2^26 int32 entries are 256 MB read, a fraction of a millisecond).
+    light_entries = 1 << 26
 
     def __init__(self, memory_budget=None):
         from .. import budget as budget_mod
