@@ -592,6 +592,15 @@ def test_refine_cost_is_the_lists_refinement_reads(tmp_path):
         union = set().union(*(cand[u] for u in users))
         want += sum(d.get(v, 0) for v in union)
     assert refine_cost(g.store, backend, plan) == want > 0
+
+    class DenseDegrees(CpuBackend):     # a backend that keeps every vertex's degree (as the GPU does)
+        def dense_degrees(self, store, p):
+            d = np.zeros(store.n_vertices, np.int32)
+            for bid in p.idx_batches:
+                v, k = store.index_batch(bid)
+                d[np.asarray(v)] = np.asarray(k)
+            return d
+    assert refine_cost(g.store, DenseDegrees(), plan) == want
     g.close()
 
 

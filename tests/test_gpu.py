@@ -338,6 +338,22 @@ def test_bits_weight_matches_reference(gpu, n):
     assert int(got[0]) == int(want[0]) and (n == 1 or want[0] > 5)
 
 
+@pytest.mark.parametrize("n", [1, 33, 300_001])
+def test_bits_degrees_matches_reference(gpu, n):
+    """Σ deg[v] over a bitset's vertices (refine_cost with degrees kept per vertex) equals the
+    reference, which equals the same sum over (vertex, degree) pairs (add_bits_weight)."""
+    import cupy as cp
+    rng = np.random.default_rng(n)
+    cpu = CpuBackend()
+    bits = cpu.pack_bits(rng.random(n) < 0.3)
+    deg = rng.integers(0, 10**6, n).astype(np.int32)
+    want, got, pairs = np.full(1, 5, np.int64), cp.full(1, 5, cp.int64), np.full(1, 5, np.int64)
+    cpu.add_bits_degrees(want, bits, deg)
+    cpu.add_bits_weight(pairs, bits, np.arange(n, dtype=np.int32), deg)
+    gpu.add_bits_degrees(got, cp.asarray(bits), cp.asarray(deg))
+    assert int(got[0]) == int(want[0]) == int(pairs[0])
+
+
 @pytest.mark.parametrize("n", [1, 31, 33, 1000, 300_001])
 def test_piece_summary_matches_reference(gpu, n):
     import cupy as cp
@@ -386,6 +402,11 @@ def test_row_lists_and_pack_rows_match_reference(gpu, n_conflicts):
         assert np.array_equal(fill_ref, cp.asnumpy(fill))
         assert np.array_equal(gba_ref, cp.asnumpy(gba))
         assert (fill_ref > before).sum() > 500 and fill_ref[0] > 500
+        counted, counted_ref = cp.asarray(before), before.copy()         # no GBA: counts only
+        cpu.row_lists(groups, ci, v, cbits, conflicts, F, counted_ref, None)
+        gpu.row_lists(cp.asarray(groups), cp.asarray(ci), cp.asarray(v), cp.asarray(cbits),
+                      [cp.asarray(c) for c in conflicts], cp.asarray(F), counted, None)
+        assert np.array_equal(counted_ref, fill_ref) and np.array_equal(cp.asnumpy(counted), fill_ref)
         if n_conflicts:           # the conflicts dropped entries
             free = before.copy()
             cpu.row_lists(groups, ci, v, cbits, [], F, free, np.full(int(room.sum()), -7, np.int32))
@@ -502,6 +523,10 @@ def test_refine_on_gpu_matches_cpu(tmp_path):
     assert plans[0].candidate_counts == plans[1].candidate_counts
     unrefined = make_plan(g.store, pattern, CpuBackend(), refine_rounds=0)
     assert sum(plans[0].candidate_counts) < sum(unrefined.candidate_counts)
+    from sgsi.join.plan import refine_cost           # the GPU sums the degrees it keeps per vertex
+    gpu = GpuBackend("1GB")
+    assert refine_cost(g.store, gpu, make_plan(g.store, pattern, gpu, refine_rounds=0)) == \
+        refine_cost(g.store, CpuBackend(), unrefined) > 0
     g.close()
 
 

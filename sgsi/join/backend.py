@@ -242,6 +242,10 @@ class CpuBackend:
         """out[0] += Σ d[i] over the i whose vertex v[i] is in bitset ``bits`` (int64)."""
         out[0] += int(np.where(self.test_bits(bits, v), d, 0).sum(dtype=np.int64))
 
+    def add_bits_degrees(self, out, bits, deg):
+        """out[0] += Σ deg[v] over the vertices v of bitset ``bits`` (``deg``: one entry per vertex)."""
+        out[0] += int(deg[self.bits_to_ids(bits, int(deg.size))].sum(dtype=np.int64))
+
     def piece_summary(self, deg, col):
         """(Σ deg, max deg, min col, max col, places where col descends) as Python ints, for
         non-empty arrays."""
@@ -252,8 +256,8 @@ class CpuBackend:
         """buf_i += N_x(v_i, l) ∩ C(u) minus row i's own vertices (``conflict_cols``), for each
         row i (repeated vertices too) whose vertex is in one segment (``groups``, ``ci``): row
         i's buffer starts at ``gba[F[i]]``, ``fill[i]`` entries are written already (in place,
-        each list in order). The first link of a light piece (``Engine._row_sets``); the NumPy
-        reference of the GPU's ``row_lists`` kernel."""
+        each list in order); ``gba`` None: only ``fill`` is counted up. The first link of a
+        light piece (``Engine._row_sets``); the NumPy reference of the GPU's ``row_lists`` kernel."""
         st, en = self.pcsr_lookup(groups, v)
         cnt = en - st
         nb = ci[pcsr.ragged_indices(st, cnt, np)]
@@ -261,6 +265,9 @@ class CpuBackend:
         keep = self.test_bits(cbits, nb)
         for col in conflict_cols:
             keep &= nb != np.take(col, rid)
+        if gba is None:
+            fill += np.bincount(rid[keep], minlength=int(fill.size))
+            return
         self._append(gba, F, fill, rid[keep], nb[keep])
 
     def pack_rows(self, gba, F, fill):

@@ -204,7 +204,8 @@ class Engine:
                 yield ("count", _n_rows(chunk)) if count_only else ("chunk", chunk)
             elif count_only and not self.plan.factored and k == len(steps) - 1:
                 yield ("count", sum(self._count(piece, step_sets, steps[k])
-                                    for piece, step_sets in self._pieces_with_sets(chunk, steps[k], lim)))
+                                    for piece, step_sets in self._pieces_with_sets(chunk, steps[k], lim,
+                                                                                   counts=True)))
             else:
                 held.append(0)
                 stack.append(self._step(chunk, steps[k], lim, held, k + 1, keep[k]))
@@ -230,9 +231,11 @@ class Engine:
                 held[level] = _nbytes(chunk) + sets.nbytes + _nbytes(out)
                 yield out
 
-    def _pieces_with_sets(self, chunk, step, lim):
+    def _pieces_with_sets(self, chunk, step, lim, counts=False):
+        """Each piece of ``chunk`` with its sets; ``counts``: only the sets' sizes are wanted
+        (a light piece of one link then counts its rows' entries without writing them)."""
         for piece, deg, how in self._pieces(chunk, step, lim):
-            for sets in self._sets(piece, deg, step, how, lim):
+            for sets in self._sets(piece, deg, step, how, lim, counts):
                 self._stats["chunks"] += 1
                 yield piece, sets
 
@@ -330,7 +333,7 @@ class Engine:
             deg = xp.where(hit, d[pos].astype(xp.int64), deg)
         return deg
 
-    def _sets(self, piece, deg, step: Step, how, lim: Limits):
+    def _sets(self, piece, deg, step: Step, how, lim: Limits, counts=False):
         """The candidate set S(t) of each distinct linking tuple t of the piece's rows.
 
         Rows that map the linking vertices alike share one set: S(t) =
@@ -342,7 +345,7 @@ class Engine:
         :class:`_RowSets` instead.
         """
         if how.way == "light":
-            yield self._row_sets(piece, deg, step, lim, how)
+            yield self._row_sets(piece, deg, step, lim, how, counts)
             return
         if how.way == "tuples":
             yield self._sets_whole(piece, deg, step, lim, how)      # a call: nothing of it stays here
@@ -477,17 +480,19 @@ class Engine:
             if self.work > self.work_limit:
                 raise _Replan()
 
-    def _row_sets(self, piece, deg, step: Step, lim: Limits, light: "_How"):
+    def _row_sets(self, piece, deg, step: Step, lim: Limits, light: "_How", counts=False):
         """S(t_i) \\ m_i of each row of a light piece, row by row, with no distinct tuples:
         each row's first-link list is streamed into its own buffer (Prealloc-Combine, F the
         prefix sum of the rows' |N(v'_i, l0)|), keeping the entries in C(u) that are none
         of the row's vertices (``backend.row_lists``); the buffers are packed, and the
-        entries not in the row's lists of the other links dropped (Algorithm 5)."""
+        entries not in the row's lists of the other links dropped (Algorithm 5). ``counts``
+        and one link: the entries are counted per row, not written (no GBA, no packing)."""
         xp, backend, store = self.xp, self.backend, self.store
         n = int(deg.size)
         self._stats["light_steps"] += 1
+        counts = counts and len(step.links) == 1
         F = prefix_sum(xp, deg) - deg
-        gba = xp.empty(light.total, dtype=xp.int32)
+        gba = None if counts else xp.empty(light.total, dtype=xp.int32)
         fill = xp.zeros(n, dtype=xp.int64)
         e0 = step.links[0]
         cbits = self.plan.candidates[step.vertex]
@@ -496,6 +501,11 @@ class Engine:
         for groups, ci in segments_spanning(store, backend, store.partition(e0.label_id, e0.direction),
                                             light.lo, light.hi):
             backend.row_lists(groups, ci, col, cbits, conflicts, F, fill, gba)
+        if counts:
+            total = int(fill.sum())
+            self._charge(total + n)
+            self._stats["entries"] += total
+            return _RowSets(None, None, fill, total)
         erow, evals = backend.pack_rows(gba, F, fill)
         # The work charged is what the rows kept, as a piece of tuples charges its distinct
         # vertices' lists: rows that share a vertex read its list again, but that reading
@@ -628,7 +638,7 @@ class Engine:
     def _block_sizes(self, rows, step, lim):
         """|S_B \\ m_row| of a block's step for each row of ``rows`` (int64)."""
         per_row = self.xp.zeros(_n_rows(rows), dtype=self.xp.int64)
-        for piece, sets in self._pieces_with_sets(rows, step, lim):
+        for piece, sets in self._pieces_with_sets(rows, step, lim, counts=True):
             # A hub's rows get their sets in windows: their counts add up.
             per_row[piece[_ROW]] += self._row_counts(piece, sets, step)
         return per_row
@@ -750,7 +760,8 @@ def _packed(xp, backend, s):
 
 @dataclass
 class _RowSets:
-    """A light piece's sets, row by row: S(t_i) \\ m_i of each row i, rows in order."""
+    """A light piece's sets, row by row: S(t_i) \\ m_i of each row i, rows in order (only
+    their sizes where the entries were counted, not written: ``erow`` and ``evals`` None)."""
 
     erow: object         # row of each entry
     evals: object        # vertex of each entry
@@ -759,7 +770,7 @@ class _RowSets:
 
     @property
     def nbytes(self):
-        return sum(int(a.nbytes) for a in (self.erow, self.evals, self.count))
+        return sum(int(a.nbytes) for a in (self.erow, self.evals, self.count) if a is not None)
 
 
 @dataclass

@@ -595,6 +595,16 @@ class GpuBackend:
                                       (bits, cp.ascontiguousarray(v.astype(cp.int32, copy=False)),
                                        cp.ascontiguousarray(d.astype(cp.int64, copy=False)), np.int64(n), out))
 
+    def add_bits_degrees(self, out, bits, deg):
+        """out[0] += Σ deg[v] over the bitset's vertices (reference: CpuBackend.add_bits_degrees):
+        one ``bits_degrees`` kernel over the words."""
+        words = min(int(bits.size), (int(deg.size) + 31) // 32)
+        if words == 0:
+            return
+        kernels.kernel("bits_degrees")((min(_grid(words)[0], 1024),), (_BLOCK,),
+                                       (bits, np.int64(words), cp.ascontiguousarray(deg.astype(cp.int32, copy=False)),
+                                        out))
+
     def piece_summary(self, deg, col):
         """(Σ deg, max deg, min col, max col, places where col descends) as Python ints
         (reference: CpuBackend.piece_summary): one ``piece_summary`` kernel and one read, where
@@ -612,7 +622,8 @@ class GpuBackend:
 
     def row_lists(self, groups, ci, v, cbits, conflict_cols, F, fill, gba):
         """First link of a light piece in one segment, row by row (reference:
-        CpuBackend.row_lists): the ``row_lists`` kernel, one warp per row."""
+        CpuBackend.row_lists): the ``row_lists`` kernel, one warp per row (``gba`` None: counts
+        only, a null pointer to the kernel)."""
         n = int(v.size)
         if n == 0 or ci.size == 0 or groups.shape[0] == 0:
             return
@@ -623,7 +634,8 @@ class GpuBackend:
         kernels.kernel("row_lists")(_grid(n * 32), (_BLOCK,),
                                     (groups, np.int64(groups.shape[0]), np.int32(groups.shape[1]), ci,
                                      cp.ascontiguousarray(v.astype(cp.int32, copy=False)), np.int64(n), cbits,
-                                     conf, np.int32(len(conflict_cols)), F, fill, gba))
+                                     conf, np.int32(len(conflict_cols)), F, fill,
+                                     np.uint64(0) if gba is None else gba))
 
     def pack_rows(self, gba, F, fill):
         """(row of each entry, entries) of the rows' buffers packed end to end (reference:

@@ -101,7 +101,8 @@ extern "C" __global__ void pcsr_lookup(const int* __restrict__ groups, long long
 // First link of a light piece, row by row (reference: CpuBackend.row_lists): one warp per
 // row finds its vertex's list in one segment's PCSR (warp_pcsr_find), keeps the entries in
 // C(u) (cbits) that are none of the row's own vertices (the conflict columns, n_conflicts
-// rows of n), and appends them in order from gba[F_i + fill_i] (a warp ballot per 32).
+// rows of n), and appends them in order from gba[F_i + fill_i] (a warp ballot per 32);
+// with gba null it only counts them into fill_i (a count that needs no entries).
 extern "C" __global__ void row_lists(const int* __restrict__ groups, long long n_groups, int theta,
                                      const int* __restrict__ ci, const int* __restrict__ v, long long n,
                                      const unsigned int* __restrict__ cbits,
@@ -128,7 +129,7 @@ extern "C" __global__ void row_lists(const int* __restrict__ groups, long long n
             for (int k = 0; k < nc; ++k) ok &= x != mine[k];
             for (int k = nc; k < n_conflicts; ++k) ok &= x != conflicts[(long long)k * n + warp];
         }
-        out += warp_append(ok, x, gba, out);
+        out += gba ? warp_append(ok, x, gba, out) : __popc(__ballot_sync(FULL, ok));
     }
     if (lane == 0) fill[warp] = out - F[warp];
 }
@@ -182,6 +183,24 @@ extern "C" __global__ void bits_weight(const unsigned int* __restrict__ bits, co
     long long stride = (long long)gridDim.x * blockDim.x;
     for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
         if (test_bit(bits, v[i])) sum += d[i];
+    for (int o = 16; o > 0; o >>= 1) sum += __shfl_down_sync(FULL, sum, o);
+    if ((threadIdx.x & 31) == 0 && sum) atomicAdd((unsigned long long*)out, (unsigned long long)sum);
+}
+
+// out[0] += sum of deg[v] over the vertices v of the bitset (reference:
+// CpuBackend.add_bits_degrees): a grid-stride loop over the words, each thread summing its
+// words' set bits, warp shuffles, one atomic per warp.
+extern "C" __global__ void bits_degrees(const unsigned int* __restrict__ bits, long long words,
+                                        const int* __restrict__ deg, long long* __restrict__ out) {
+    long long sum = 0;
+    long long stride = (long long)gridDim.x * blockDim.x;
+    for (long long w = (long long)blockIdx.x * blockDim.x + threadIdx.x; w < words; w += stride) {
+        unsigned int m = bits[w];
+        while (m) {
+            sum += deg[(w << 5) + __ffs(m) - 1];
+            m &= m - 1;
+        }
+    }
     for (int o = 16; o > 0; o >>= 1) sum += __shfl_down_sync(FULL, sum, o);
     if ((threadIdx.x & 31) == 0 && sum) atomicAdd((unsigned long long*)out, (unsigned long long)sum);
 }

@@ -458,6 +458,10 @@ def refine_cost(store, backend, plan: QueryPlan) -> int:
     for (lab, direction), pairs in _by_partition(plan.incident).items():
         union = _union(plan.candidates, sorted({a for a, _b in pairs}))
         p = store.partition(lab, direction)
+        dense = backend.dense_degrees(store, p)
+        if dense is not None:                       # every vertex's degree, kept on the device
+            backend.add_bits_degrees(total, union, dense)
+            continue
         for bid in p.idx_batches:
             v, d = degree_index(store, backend, bid)
             backend.add_bits_weight(total, union, v, d)
