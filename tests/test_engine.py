@@ -846,15 +846,16 @@ def test_weighted_subtree_subtracts_the_collisions(cases, monkeypatch):
         seen["self"] += got is not None and tree.root in leaf_step.conflicts
         return got
     monkeypatch.setattr(engine.Engine, "_weighted_rows", spy)
-    case = cases["int"]
     rng = random.Random(23)
     calls = 0
-    for i in range(60):
-        budget = [None, "16KB"][i % 2]
-        p = random_pattern(rng, rng.randint(4, 7), VLABELS, ELABELS[:2], extra_edges=rng.choice([0, 0, 1]),
-                           p_vertex_label=0.8)
-        assert case.graphs[budget].count(p, device=CPU, memory_budget=budget) == len(case.oracle(p, True)), p
-        calls += case.graphs[budget].last_stats["subtrees_weighted"]
+    for name, n in (("int", 60), ("hub", 30)):          # and a graph with a hub vertex (label 9)
+        case = cases[name]
+        for i in range(n):
+            budget = [None, "16KB"][i % 2]
+            p = random_pattern(rng, rng.randint(4, 7), VLABELS + ([9] if name == "hub" else []), ELABELS[:2],
+                               extra_edges=rng.choice([0, 0, 1]), p_vertex_label=0.8)
+            assert case.graphs[budget].count(p, device=CPU, memory_budget=budget) == len(case.oracle(p, True)), p
+            calls += case.graphs[budget].last_stats["subtrees_weighted"]
     assert seen["core"] >= 1 and seen["root"] >= 1 and seen["self"] >= 1, (seen, calls)
 
 

@@ -599,27 +599,37 @@ class Engine:
         product summed back onto the rows. The slices and their groups' sets take half of
         this level's limits, the rows' sets for the root the rest. A subtree of one leaf is
         counted without extending the rows where they fan out far (:meth:`_weighted_rows`)."""
-        xp, backend = self.xp, self.backend
+        xp = self.xp
         n = _n_rows(rows)
         half = Limits(max(16, lim.gba_entries // 2), max(4, lim.chunk_rows // 2))
         total = xp.zeros(n, dtype=xp.int64)
         exact = None                        # Python integers, once a sum may pass int64
         keep = _columns_read([b for g in tree.groups for b in g.blocks]) | {_ROW}
         weighted = WEIGHTED_SUBTREES and _one_leaf(tree)
-        for piece, sets in self._pieces_with_sets(rows, tree.step, half):
-            value = self._weighted_rows(piece, sets, tree, half) if weighted else None
-            if value is not None:
-                slices = [(piece[_ROW], value)]
-            else:
-                slices = self._extended_rows(piece, sets, tree, half, keep)
-            for at, value in slices:
-                if exact is None and not _exact(value) and _max(value) * int(at.size) + _max(total) < _INT64_SAFE:
-                    backend.add_at(total, at, value)
+        for piece, deg, how in self._pieces(rows, tree.step, half):
+            for sets in self._sets(piece, deg, tree.step, how, half):
+                self._stats["chunks"] += 1
+                # A hub's sets come in windows of its list: the collisions, found per row over the
+                # whole list, would be taken off once per window. Its rows are extended.
+                value = self._weighted_rows(piece, sets, tree, half) if weighted and how.way != "hub" else None
+                if value is not None:
+                    exact = self._add_counts(total, exact, piece[_ROW], value)
                     continue
-                if exact is None:
-                    exact = backend.to_host(total).astype(object)
-                np.add.at(exact, backend.to_host(at), backend.to_host(value).astype(object))
+                for at, value in self._extended_rows(piece, sets, tree, half, keep):
+                    exact = self._add_counts(total, exact, at, value)
         return total if exact is None else exact
+
+    def _add_counts(self, total, exact, at, value):
+        """total[at] += value (int64 ``total`` while no sum may pass int64; then the Python integers
+        ``exact``, made from ``total`` once); returns ``exact``."""
+        backend = self.backend
+        if exact is None and not _exact(value) and _max(value) * int(at.size) + _max(total) < _INT64_SAFE:
+            backend.add_at(total, at, value)
+            return None
+        if exact is None:
+            exact = backend.to_host(total).astype(object)
+        np.add.at(exact, backend.to_host(at), backend.to_host(value).astype(object))
+        return exact
 
     def _extended_rows(self, piece, sets, tree, lim, keep):
         """The subtree's matches for the rows of one piece of the root's step, by slices of the rows
@@ -654,6 +664,8 @@ class Engine:
         entries = sets.total if rowwise else int(xp.take(sets.scount, sets.row_tuple).sum())   # rows extended
         if entries < max(WEIGHTED_FANOUT * n, WEIGHTED_MIN_ENTRIES):
             return None
+        if entries == 0:
+            return xp.zeros(n, dtype=xp.int64)
         if not rowwise:
             sets = _packed(xp, backend, sets)
         if rowwise:                             # the rows' own vertices are left out already
