@@ -116,9 +116,8 @@ class Engine:
         self.budget = budget
         self._entries = []             # device sums of entries not yet added to stats (no read per step)
         self._stats = {"chunks": 0, "steps": 0, "light_steps": 0, "replanned": 0, "entries": 0,
-                       "subtrees_weighted": 0,
-                      "leaves_factored": plan.factored,
-                      "leaf_groups": _shared_groups(plan), "subtrees": len(plan.subtrees)}
+                       "subtrees_weighted": 0, "leaves_factored": plan.factored,
+                       "leaf_groups": _shared_groups(plan), "subtrees": len(plan.subtrees)}
         # Adaptive planning: run on the cheap plan first; if the join's work
         # outgrows the candidate sets by far before any result has left, start
         # again on the plan ``replan()`` gives (refined candidate sets).
@@ -666,11 +665,10 @@ class Engine:
             return None
         if entries == 0:
             return xp.zeros(n, dtype=xp.int64)
-        if not rowwise:
-            sets = _packed(xp, backend, sets)
         if rowwise:                             # the rows' own vertices are left out already
             owner, hits = sets.erow, ()
         else:
+            sets = _packed(xp, backend, sets)
             owner, hits = sets.etuple, _own_hits(xp, piece, sets, tree.step)
         uniq, idx = distinct_index(xp, sets.evals)
         own = Step(leaf_step.vertex, leaf_step.links, [r] if r in leaf_step.conflicts else [])
