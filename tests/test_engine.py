@@ -831,21 +831,38 @@ def test_subtrees_counted_per_row(cases, budget, injective):
 def test_weighted_subtree_subtracts_the_collisions(cases, monkeypatch):
     """Random trees whose one-leaf subtrees are counted from the root's sets and weights give the
     oracle's counts, among them subtrees whose leaf may take a core vertex (its collisions
-    subtracted) and whose root may take one or whose leaf may take the root's vertex."""
+    subtracted) and whose root may take one or whose leaf may take the root's vertex. Their
+    blocks see at most a chunk's rows at a time (the root's vertices may be more)."""
     from sgsi.join import engine
     seen = {"core": 0, "root": 0, "self": 0}
     real = engine.Engine._weighted_rows
     monkeypatch.setattr(engine, "WEIGHTED_FANOUT", 0)      # every piece counted from the weights
     monkeypatch.setattr(engine, "WEIGHTED_MIN_ENTRIES", 0)
 
+    inside = []                  # set while a weighted count runs
+    sliced, too_many = [0], [0]  # its blocks' rows past the limit; pieces past it
+    real_sizes, real_pieces = engine.Engine._block_sizes, engine.Engine._pieces
+
     def spy(self, piece, sets, tree, lim):
+        inside.append(1)
         got = real(self, piece, sets, tree, lim)
+        inside.pop()
         leaf_step = tree.groups[0].blocks[0]
         seen["core"] += got is not None and any(c != tree.root for c in leaf_step.conflicts)
         seen["root"] += got is not None and bool(tree.step.conflicts)
         seen["self"] += got is not None and tree.root in leaf_step.conflicts
         return got
+
+    def sizes_spy(self, rows, step, lim):
+        sliced[0] += bool(inside) and engine._n_rows(rows) > lim.chunk_rows
+        return real_sizes(self, rows, step, lim)
+
+    def pieces_spy(self, chunk, step, lim):
+        too_many[0] += bool(inside) and engine._n_rows(chunk) > lim.chunk_rows
+        return real_pieces(self, chunk, step, lim)
     monkeypatch.setattr(engine.Engine, "_weighted_rows", spy)
+    monkeypatch.setattr(engine.Engine, "_block_sizes", sizes_spy)
+    monkeypatch.setattr(engine.Engine, "_pieces", pieces_spy)
     rng = random.Random(23)
     calls = 0
     for name, n in (("int", 60), ("hub", 30)):          # and a graph with a hub vertex (label 9)
@@ -857,6 +874,8 @@ def test_weighted_subtree_subtracts_the_collisions(cases, monkeypatch):
             assert case.graphs[budget].count(p, device=CPU, memory_budget=budget) == len(case.oracle(p, True)), p
             calls += case.graphs[budget].last_stats["subtrees_weighted"]
     assert seen["core"] >= 1 and seen["root"] >= 1 and seen["self"] >= 1, (seen, calls)
+    # The weights and collisions of more rows than a chunk holds are found a chunk at a time.
+    assert sliced[0] >= 1 and too_many[0] == 0, (sliced, too_many)
 
 
 def test_leaf_products_past_int64_stay_exact(cases, monkeypatch):

@@ -696,11 +696,17 @@ class Engine:
         return per_row
 
     def _block_sizes(self, rows, step, lim):
-        """|S_B \\ m_row| of a block's step for each row of ``rows`` (int64)."""
-        per_row = self.xp.zeros(_n_rows(rows), dtype=self.xp.int64)
-        for piece, sets in self._pieces_with_sets(rows, step, lim, counts=True):
-            # A hub's rows get their sets in windows: their counts add up.
-            per_row[piece[_ROW]] += self._row_counts(piece, sets, step)
+        """|S_B \\ m_row| of a block's step for each row of ``rows`` (int64), in slices of at most
+        ``chunk_rows`` rows (the rows of a weighted subtree, its root's distinct vertices, may
+        be more)."""
+        n = _n_rows(rows)
+        per_row = self.xp.zeros(n, dtype=self.xp.int64)
+        cap = lim.chunk_rows
+        for a in range(0, n, cap):
+            part = rows if n <= cap else {u: col[a:a + cap] for u, col in rows.items()}
+            for piece, sets in self._pieces_with_sets(part, step, lim, counts=True):
+                # A hub's rows get their sets in windows: their counts add up.
+                per_row[piece[_ROW]] += self._row_counts(piece, sets, step)
         return per_row
 
     def _extension(self, piece, s, step: Step, lim: Limits, keep=None):
