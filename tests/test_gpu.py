@@ -488,6 +488,57 @@ def test_list_hits_kernel_matches_reference(gpu, n_far):
     assert (ref != before).sum() > 50
 
 
+@pytest.mark.parametrize("budget", [None, "64KB"])
+def test_refine_drop_matches_reference(tmp_path, budget):
+    """One partition's part of a refinement round clears on the GPU the bits the CPU reference
+    clears: a partition of one segment and one of many (a hub's list across several), up to
+    32 ends, candidates everywhere and in one narrow id range (most segments not read, unless
+    they are on the device already)."""
+    import cupy as cp
+    from sgsi.join.gpu import GpuBackend
+    rng = np.random.default_rng(41)
+    n, m = 6000, 60000
+    src, dst = rng.integers(0, n, m), rng.integers(0, n, m)
+    src[:5000] = 17                                      # a hub
+    edges = sorted({(int(s), int(d)) for s, d in zip(src, dst) if s != d})
+    e, v = str(tmp_path / "e.parquet"), str(tmp_path / "v.parquet")
+    pq.write_table(pa.table({"src": [a for a, _ in edges], "dst": [b for _, b in edges],
+                             "label": ["ab"[(a * 7 + b) % 2] for a, b in edges]}), e)
+    pq.write_table(pa.table({"id": list(range(n)), "label": ["X"] * n}), v)
+    g = sgsi.build(str(tmp_path / "g.sgsi"), edges=e, vertices=v, memory_budget=budget)
+    store = g.store
+    cpu, gpu = CpuBackend(), GpuBackend("1GB")
+    nv = store.n_vertices
+    dropped = kept = 0
+    for direction in ("out", "in"):
+        p = store.partition(store.edge_label_id("a"), direction)
+        assert (p.seg_ids.size > 4) == (budget is not None)
+        for density, n_ends, narrow in [(0.3, 1, False), (0.05, 5, False), (0.6, 32, False), (0.3, 3, True)]:
+            mask = rng.random((40, nv)) < density
+            if narrow:
+                mask[:, :2000] = mask[:, 2100:] = False
+            mask[:, 17] = True                           # the hub a candidate of all
+            bits = np.stack([cpu.pack_bits(row) for row in mask])
+            users = sorted(int(x) for x in rng.choice(40, 3, replace=False))
+            ends = sorted(int(x) for x in rng.choice(40, n_ends, replace=False))
+            needs = [int(x) for x in rng.integers(1, 2 ** n_ends, 3)]
+            want = bits.copy()
+            cpu.refine_drop(store, p, bits, want, users, ends, needs)
+            fresh = GpuBackend("1GB")                    # segments read from the store, then kept
+            for be in (fresh, gpu, gpu):
+                got = cp.asarray(bits)
+                be.refine_drop(store, p, cp.asarray(bits), got, users, ends, needs)
+                assert np.array_equal(want, cp.asnumpy(got)), (direction, density, n_ends, narrow)
+            if narrow and budget is not None:            # segments without candidates not read
+                assert 0 < fresh.stats["segments"] < p.seg_ids.size
+            assert np.array_equal(want[[i for i in range(40) if i not in users]],
+                                  bits[[i for i in range(40) if i not in users]])
+            dropped += int(np.unpackbits((bits ^ want).view(np.uint8)).sum())
+            kept += int(np.unpackbits(want[users].view(np.uint8)).sum())
+    assert dropped > 1000 and kept > 1000, (dropped, kept)
+    g.close()
+
+
 def test_dense_degrees_match_the_degree_index(tmp_path):
     """The device's per-vertex degrees of a partition are its degree index's, zero elsewhere."""
     import cupy as cp
@@ -628,6 +679,30 @@ def test_engine_on_gpu_matches_oracle(tmp_path, budget, join_way):
                 exp = oracle_count(edges, vl, pat, injective=inj)
                 assert g.count(pat, device="gpu", memory_budget=budget, injective=inj) == exp, (pat, inj)
                 assert g.count(pat, device="cpu", memory_budget=budget, injective=inj) == exp, (pat, inj)
+
+
+@pytest.mark.parametrize("budget", [None, "64KB"])
+def test_weighted_subtrees_on_gpu_match_oracle(tmp_path, budget, join_way, monkeypatch):
+    """One-leaf subtrees counted from the root's sets and weights (every piece, however few its
+    entries) give the oracle's counts on the GPU, over trees and trees with an extra edge."""
+    from oracle import oracle_count, random_graph, random_pattern
+    from sgsi.join import engine
+    monkeypatch.setattr(engine, "WEIGHTED_FANOUT", 0)
+    monkeypatch.setattr(engine, "WEIGHTED_MIN_ENTRIES", 0)
+    rng = random.Random(29)
+    weighted = 0
+    for trial in range(4):
+        edges, vl = random_graph(rng, 40, 200, 3, 2)
+        e, v = _write_graph(str(tmp_path), edges, vl)
+        g = sgsi.build(str(tmp_path / f"g{trial}.sgsi"), edges=e, vertices=v, memory_budget=budget, force=True)
+        for _ in range(8):
+            pat = random_pattern(rng, rng.randint(4, 7), vertex_labels=sorted(set(vl.values())),
+                                 edge_labels=sorted({l for _, _, l in edges}), extra_edges=rng.choice([0, 0, 1]),
+                                 p_vertex_label=0.8)
+            exp = oracle_count(edges, vl, pat, injective=True)
+            assert g.count(pat, device="gpu", memory_budget=budget) == exp, pat
+            weighted += g.last_stats["subtrees_weighted"]
+    assert weighted >= 1
 
 
 def _expected(name):

@@ -4,7 +4,7 @@
         --sizes 8 12 --queries 3 --light 0 1 --stall 3 --limit 20
 
 For each ``--light`` query: best plain time of 8 counts, then cProfile over 5
-counts (Python calls per count; the top functions by own time). For each
+counts (Python calls per count; the top functions by own time, then by cumulative time). For each
 ``--stall`` query: its plan (order, steps, candidate counts, factoring), then a
 count cancelled after ``--limit`` seconds while a thread samples the main
 thread's stack every 10 ms (the innermost sgsi frames, by share of samples),
@@ -54,6 +54,7 @@ def light(g, qi, pat, device, sync):
     st = pstats.Stats(pr, stream=s)
     report(f"   {st.total_calls / 5:.0f} Python calls per count")
     st.sort_stats("tottime").print_stats(40)
+    st.sort_stats("cumulative").print_stats(45)
     report(s.getvalue())
 
 

@@ -19,6 +19,7 @@ import numpy as np
 
 from ..errors import SgsiError
 from ..partition import pcsr, signatures
+from .stream import segments_of
 
 
 #: glibc mallopt parameters (malloc.h).
@@ -163,6 +164,24 @@ class CpuBackend:
         rows = np.flatnonzero(cnt)
         firsts = np.concatenate([[0], np.cumsum(cnt[rows])[:-1]])
         hit[rows] |= np.bitwise_or.reduceat(m, firsts)
+
+    def refine_drop(self, store, p, bits, keep, users, ends, needs):
+        """One partition's part of a refinement round (``plan._refine``), in place: clears from
+        ``keep[users[i]]`` each vertex whose lists in partition ``p`` lack, for some bit k of
+        ``needs[i]``, an entry in ``bits[ends[k]]`` (at most 32 ends). ``bits`` holds the round's
+        candidate bitsets, one row per pattern vertex; ``keep[a]`` lies within ``bits[a]``.
+        The GPU kernels ``segments_meeting``, ``refine_hits`` and ``refine_drop``'s reference:
+        the users' candidates as ids, their lists looked up segment by segment."""
+        ids = self.bits_to_ids(np.bitwise_or.reduce(bits[users], axis=0), store.n_vertices)
+        if ids.size == 0:
+            return
+        far = np.ascontiguousarray(bits[ends])
+        hit = np.zeros(ids.size, dtype=np.uint32)         # bit k: a neighbour in bits[ends[k]]
+        for lo, hi, groups, ci in segments_of(store, self, p, ids):
+            st, en = self.pcsr_lookup(groups, ids[lo:hi])
+            self.list_hits(ci, st, en, far, hit[lo:hi])
+        for a, need in zip(users, needs):
+            self.drop_unmet(keep[a], ids, hit, need)
 
     def candidate_bits(self, n, parts, ands):
         """C(u) of several pattern vertices as bitsets over the ``n`` data vertices.

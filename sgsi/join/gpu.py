@@ -26,7 +26,7 @@ import numpy as np
 from ..partition import pcsr
 from . import balance, kernels
 from .backend import Overlaps
-from .stream import degree_index
+from .stream import degree_index, segment_ranges
 
 _BLOCK = 256
 #: Longest list of a vertex in one segment that gather_lists gives one warp; longer ones get a block.
@@ -583,6 +583,32 @@ class GpuBackend:
             kernels.kernel("drop_unmet")(_grid(n), (_BLOCK,),
                                          (bits, cp.ascontiguousarray(ids.astype(cp.int32, copy=False)),
                                           cp.ascontiguousarray(hit), np.int64(n), np.uint32(need)))
+
+    def refine_drop(self, store, p, bits, keep, users, ends, needs):
+        """One partition's part of a refinement round (reference: CpuBackend.refine_drop), with
+        no id list: one ``refine_hits`` launch per segment over its source range, then one
+        ``refine_drop`` for every user. A partition of several segments not all on the device
+        reads only those meeting the users' candidates (one ``segments_meeting`` launch, one
+        read); one on the device reads them all (a launch costs less than the read). The
+        arguments (users, ends, needs) go to the device as one array."""
+        n = store.n_vertices
+        words = int(bits.shape[1])
+        nu, ne = np.int32(len(users)), np.int32(len(ends))
+        args = cp.asarray(np.array(list(users) + list(ends) + [int(x) for x in needs], dtype=np.uint32))
+        hit = cp.zeros(n, cp.uint32)                    # bit k: a neighbour in bits[ends[k]]
+        sel = np.arange(p.seg_ids.size)
+        if sel.size > 1 and not all((store.path, "segment", int(s)) in self._cache for s in p.seg_ids):
+            flags = cp.zeros(sel.size, cp.uint8)
+            kernels.kernel("segments_meeting")(_grid(words), (_BLOCK,),
+                                               (bits, np.int64(words), args, nu, segment_ranges(store, self, p),
+                                                np.int32(sel.size), flags))
+            sel = np.flatnonzero(self.to_host(flags))
+        for i, groups, ci in self.segments(store, p.seg_ids[sel]):
+            lo, hi = int(p.first_src[sel[i]]), int(p.last_src[sel[i]])
+            kernels.kernel("refine_hits")(_grid(((hi >> 5) - (lo >> 5) + 1) * 32), (_BLOCK,),
+                                          (groups, np.int64(groups.shape[0]), np.int32(groups.shape[1]), ci, bits,
+                                           np.int64(words), args, nu, ne, np.int32(lo), np.int32(hi), hit))
+        kernels.kernel("refine_drop")(_grid(words), (_BLOCK,), (keep, np.int64(words), args, nu, ne, hit, np.int64(n)))
 
     def add_bits_weight(self, out, bits, v, d):
         """out[0] += Σ d[i] over the i whose vertex v[i] is in ``bits`` (reference:

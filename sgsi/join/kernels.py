@@ -420,6 +420,92 @@ extern "C" __global__ void list_hits(const int* __restrict__ ci, const long long
     if (lane == 0) hit[warp] = m;
 }
 
+// A refinement round's hits for one partition segment (reference: CpuBackend.refine_drop,
+// which looks the lists up and calls list_hits). One warp per word w of the candidate
+// bitsets (rows of `words` words in `bits`): the vertices of the word in [v_lo, v_hi] that
+// are candidates of any pattern vertex of args[0 : n_users] are taken in turn; the warp finds
+// each one's list in the segment (warp_pcsr_find) and sets bit k of hit[v] when an entry is a
+// candidate of pattern vertex args[n_users + k] (n_ends of them, at most 32), stopping once
+// every bit is set. Lists continuing in the next segment add their bits at the next launch.
+extern "C" __global__ void refine_hits(const int* __restrict__ groups, long long n_groups, int theta,
+                                       const int* __restrict__ ci, const unsigned int* __restrict__ bits,
+                                       long long words, const int* __restrict__ args, int n_users, int n_ends,
+                                       int v_lo, int v_hi, unsigned int* __restrict__ hit) {
+    long long w = (long long)(v_lo >> 5) + (((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5);
+    int lane = threadIdx.x & 31;
+    if (w > (long long)(v_hi >> 5)) return;
+    unsigned int u = 0;
+    for (int k = 0; k < n_users; ++k) u |= bits[(long long)args[k] * words + w];
+    long long v = (w << 5) + lane;
+    unsigned int m = __ballot_sync(FULL, ((u >> lane) & 1u) && v >= v_lo && v <= v_hi);
+    unsigned int all = n_ends >= 32 ? FULL : (1u << n_ends) - 1u;
+    const int* ends = args + n_users;
+    while (m) {
+        int vv = (int)((w << 5) + __ffs(m) - 1);
+        m &= m - 1u;
+        longlong2 se = warp_pcsr_find(groups, n_groups, theta, vv);
+        unsigned int h = hit[vv];
+        for (long long base = se.x; base < se.y && h != all; base += 32) {
+            long long j = base + lane;
+            if (j < se.y) {
+                int x = ci[j];
+                for (int k = 0; k < n_ends; ++k) h |= (unsigned int)test_bit(bits + (long long)ends[k] * words, x) << k;
+            }
+            for (int o = 16; o; o >>= 1) h |= __shfl_xor_sync(FULL, h, o);
+        }
+        if (lane == 0) hit[vv] = h;
+        __syncwarp();
+    }
+}
+
+// The drop of a refinement round for one partition (reference: CpuBackend.refine_drop):
+// one thread per word w; for each pattern vertex args[i] (i < n_users) with need
+// args[n_users + n_ends + i], the vertices of its row of `keep` whose hit lacks a bit of the
+// need are cleared (the thread owns the word: no atomics).
+extern "C" __global__ void refine_drop(unsigned int* __restrict__ keep, long long words,
+                                       const int* __restrict__ args, int n_users, int n_ends,
+                                       const unsigned int* __restrict__ hit, long long n) {
+    long long w = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (w >= words) return;
+    const unsigned int* needs = (const unsigned int*)(args + n_users + n_ends);
+    for (int i = 0; i < n_users; ++i) {
+        unsigned int need = needs[i];
+        unsigned int* word = keep + (long long)args[i] * words + w;
+        unsigned int x = *word, left = x;
+        while (left) {
+            int b = __ffs(left) - 1;
+            left &= left - 1u;
+            long long v = (w << 5) + b;
+            if (v >= n || (hit[v] & need) != need) x &= ~(1u << b);
+        }
+        *word = x;
+    }
+}
+
+// Which segments of a partition hold a candidate of any pattern vertex of users[0 : n_users]
+// (reference: stream.segments_of's search): one thread per word w of the bitsets; a word
+// with candidates flags every segment whose source range [first[s], last[s]) meets the span
+// of its candidates (a segment between two of them too: a flag only costs a launch).
+extern "C" __global__ void segments_meeting(const unsigned int* __restrict__ bits, long long words,
+                                            const int* __restrict__ users, int n_users,
+                                            const int* __restrict__ ranges, int n_seg,
+                                            unsigned char* __restrict__ flags) {
+    long long w = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (w >= words) return;
+    unsigned int u = 0;
+    for (int k = 0; k < n_users; ++k) u |= bits[(long long)users[k] * words + w];
+    if (!u) return;
+    int lo = (int)(w << 5) + __ffs(u) - 1, hi = (int)(w << 5) + 31 - __clz(u);
+    const int* first = ranges;
+    const int* last = ranges + n_seg;      // exclusive ends
+    int a = 0, b = n_seg;                  // the first segment whose range ends above lo
+    while (a < b) {
+        int mid = (a + b) >> 1;
+        if (last[mid] <= lo) a = mid + 1; else b = mid;
+    }
+    for (int s = a; s < n_seg && first[s] <= hi; ++s) flags[s] = 1;
+}
+
 // First-edge gather of one segment into the Prealloc-Combine GBA (reference:
 // CpuBackend.gather_segment). Vertex i's list in the segment is ci[st[i] : en[i]]
 // (pcsr_lookup); its entries in C(u) (the bitset) are appended, in order, to its

@@ -27,7 +27,7 @@ import numpy as np
 from ..partition import signatures
 from ..pattern import Pattern
 from ..storage.format import ANY_LABEL
-from .stream import degree_index, segments_of
+from .stream import degree_index
 
 
 
@@ -394,39 +394,26 @@ def _refine(store, backend, bits, inc):
 
     v stays in C(u) only if, for every pattern edge (u, u') of label l, v has
     an l-neighbour (in that direction) in C(u'). For each partition used by
-    the pattern, the lists of the union of its users' candidates are read
-    once, streamed segment by segment through the PCSR; each vertex gets one
-    bit per other end u' (``list_hits``: a neighbour in C(u')), and a
-    candidate of u survives when it has the bits of all of u's ends. Sound
-    for isomorphism and homomorphism alike.
+    the pattern, the lists of its users' candidates are read once, streamed
+    segment by segment through the PCSR; each vertex gets one bit per other end
+    u' (a neighbour in C(u')), and a candidate of u survives when it has the
+    bits of all of u's ends (``backend.refine_drop``). Sound for isomorphism and
+    homomorphism alike.
 
     Returns the new bitsets and whether any of them shrank.
     """
     xp = backend.xp
-    n = store.n_vertices
     stacked = xp.stack(bits)                                     # (pattern vertices, words)
     keep = stacked.copy()
     for (lab, direction), pairs in _by_partition(inc).items():
-        users = sorted({a for a, _ in pairs})
-        ids = backend.bits_to_ids(_union(stacked, users), n)    # sorted
-        if ids.size == 0:
-            continue
         ends = sorted({b for _, b in pairs})
         p = store.partition(lab, direction)
         for first in range(0, len(ends), 32):                    # 32 ends per hit word
             chunk = ends[first:first + 32]
-            far = xp.ascontiguousarray(stacked[chunk])
-            hit = xp.zeros(ids.size, dtype=xp.uint32)            # bit k: a neighbour in C(chunk[k])
-            for lo, hi, groups, ci in segments_of(store, backend, p, ids):
-                st, en = backend.pcsr_lookup(groups, ids[lo:hi])
-                backend.list_hits(ci, st, en, far, hit[lo:hi])
-            for a in users:
-                need = sum(1 << k for k, b in enumerate(chunk) if (a, b) in pairs)
-                if need == 0:
-                    continue
-                # C(a) is within ids (the union): clearing the ids that miss a bit of ``need``
-                # is keeping those that have them all.
-                backend.drop_unmet(keep[a], ids, hit, need)
+            needs = {a: sum(1 << k for k, b in enumerate(chunk) if (a, b) in pairs) for a, _ in pairs}
+            users = sorted(a for a, need in needs.items() if need)
+            if users:
+                backend.refine_drop(store, p, stacked, keep, users, chunk, [needs[a] for a in users])
     changed = bool((keep != stacked).any())
     return [keep[i] for i in range(len(bits))], changed
 

@@ -46,12 +46,18 @@ def segments_of(store, backend, p, vertices):
         for _i, groups, ci in backend.segments(store, p.seg_ids):
             yield 0, int(vertices.size), groups, ci
         return
-    ranges = backend.derived((store.path, "segment-ranges", p.key),
-                             lambda: backend.to_device(np.stack([p.first_src, p.last_src + 1]).astype(np.int32)))
+    ranges = segment_ranges(store, backend, p)
     bounds = backend.to_host(backend.xp.searchsorted(vertices, ranges))       # (2, segments)
     positions = np.flatnonzero(bounds[1] > bounds[0])
     for i, groups, ci in backend.segments(store, p.seg_ids[positions]):
         yield int(bounds[0, positions[i]]), int(bounds[1, positions[i]]), groups, ci
+
+
+def segment_ranges(store, backend, p):
+    """The source ranges of partition ``p``'s segments on the backend, kept: int32 of shape
+    (2, segments), the first source of each, then one past its last."""
+    return backend.derived((store.path, "segment-ranges", p.key),
+                           lambda: backend.to_device(np.stack([p.first_src, p.last_src + 1]).astype(np.int32)))
 
 
 def segments_spanning(store, backend, p, lo, hi):
