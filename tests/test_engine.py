@@ -878,6 +878,45 @@ def test_weighted_subtree_subtracts_the_collisions(cases, monkeypatch):
     assert sliced[0] >= 1 and too_many[0] == 0, (sliced, too_many)
 
 
+def _random_sets(rng, n_tuples=300, n_rows=2000, n_cols=3, gaps=True):
+    """Sorted distinct sets per tuple laid in a buffer (with gaps between them, or packed),
+    rows pointing at tuples, and per row ``n_cols`` distinct vertices, some in the row's set
+    (first, last or inside it), some not."""
+    import numpy as np
+    sets = [np.unique(rng.integers(0, 500, rng.integers(0, 40))).astype(np.int32) for _ in range(n_tuples)]
+    scount = np.array([s.size for s in sets], np.int64)
+    gap = rng.integers(0, 5, n_tuples) if gaps else np.zeros(n_tuples, np.int64)
+    sstart = np.cumsum(scount + gap) - scount                  # each set after its gap
+    evals = np.full(int((scount + gap).sum()), -9, np.int32)
+    for t, s in enumerate(sets):
+        evals[sstart[t]:sstart[t] + s.size] = s
+    row_tuple = rng.integers(0, n_tuples, n_rows)
+    cols = np.empty((n_cols, n_rows), np.int32)
+    for i, t in enumerate(row_tuple):
+        pool = list(sets[t]) + [int(x) for x in rng.integers(0, 500, 4)]
+        picks = rng.permutation(np.unique(pool))[:n_cols] if len(np.unique(pool)) >= n_cols else \
+            np.arange(1000, 1000 + n_cols)
+        cols[:, i] = picks
+    return sets, row_tuple, evals, sstart, scount, [cols[k] for k in range(n_cols)]
+
+
+@pytest.mark.parametrize("gaps", [True, False], ids=["gaps", "packed"])
+def test_sizes_less_own_vs_sets(gaps):
+    """|S(t_i)| less the row's vertices in it, against Python sets, for sets with gaps between
+    them and packed ones (the tuple of each entry given)."""
+    import numpy as np
+    from sgsi.join.backend import CpuBackend
+    rng = np.random.default_rng(5 + gaps)
+    sets, row_tuple, evals, sstart, scount, cols = _random_sets(rng, gaps=gaps)
+    etuple = None if gaps else np.repeat(np.arange(scount.size), scount)
+    got = CpuBackend().sizes_less_own(row_tuple, etuple, evals, sstart, scount, cols)
+    want = [len(set(sets[t].tolist()) - {int(c[i]) for c in cols}) for i, t in enumerate(row_tuple)]
+    assert got.dtype == np.int64 and got.tolist() == want
+    assert (got < scount[row_tuple]).sum() > 100               # rows whose vertices were in their sets
+    assert CpuBackend().sizes_less_own(row_tuple, etuple, evals, sstart, scount, []).tolist() == \
+        scount[row_tuple].tolist()
+
+
 def test_leaf_products_past_int64_stay_exact(cases, monkeypatch):
     """The exact (Python integer) path of the leaf product gives the same count as int64."""
     from sgsi.join import engine

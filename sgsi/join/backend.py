@@ -152,7 +152,7 @@ class CpuBackend:
 
     def list_hits(self, ci, st, en, far, hit):
         """hit[i] |= bit k for each bitset ``far[k]`` (at most 32) holding an entry of vertex
-        i's list ``ci[st[i]:en[i]]`` (in place; the GPU kernel ``list_hits``'s reference)."""
+        i's list ``ci[st[i]:en[i]]`` (in place; part of :meth:`refine_drop`)."""
         cnt = en - st
         nb = ci[pcsr.ragged_indices(st, cnt, np)]
         if nb.size == 0:
@@ -164,6 +164,22 @@ class CpuBackend:
         rows = np.flatnonzero(cnt)
         firsts = np.concatenate([[0], np.cumsum(cnt[rows])[:-1]])
         hit[rows] |= np.bitwise_or.reduceat(m, firsts)
+
+    def sizes_less_own(self, row_tuple, etuple, evals, sstart, scount, cols):
+        """|S(t_i)| of each row i less the row's vertices of ``cols`` found in it (int64; the
+        vertices of a row differ). Tuple t's set is ``evals[sstart[t] : sstart[t] + scount[t]]``,
+        sorted; ``etuple`` the tuple of each entry where the sets are packed, None where gaps
+        lie between them. The GPU kernel ``sizes_less_own``'s reference: the sets packed, then
+        :func:`own_hits`."""
+        counts = scount[row_tuple].astype(np.int64)
+        if not cols or evals.size == 0:
+            return counts
+        if etuple is None:
+            etuple, evals = self.repeat_index(scount), evals[pcsr.ragged_indices(sstart, scount, np)]
+            sstart = np.cumsum(scount) - scount
+        for sel, hit, _x in own_hits(np, row_tuple, etuple, evals, sstart, scount, cols):
+            counts[sel] -= hit
+        return counts
 
     def refine_drop(self, store, p, bits, keep, users, ends, needs):
         """One partition's part of a refinement round (``plan._refine``), in place: clears from
@@ -377,6 +393,33 @@ def sums_over_runs(xp, values, end, dtype):
     tot = xp.take(cs, end - 1, axis=-1)
     tot[..., 1:] -= xp.take(cs, end[:-1] - 1, axis=-1)
     return tot
+
+
+def own_hits(xp, row_tuple, etuple, evals, sstart, scount, cols):
+    """For each column of ``cols`` (a vertex per row that its row's set may hold): the rows
+    ``sel`` where it may be, whether it is (``hit``), and its vertex there. The sets are
+    packed: tuple t's set is ``evals[sstart[t] : sstart[t] + scount[t]]``, sorted, and
+    ``etuple`` the tuple of each entry; ``row_tuple`` the tuple of each row.
+
+    A row's vertex can be in S(t) only within [min, max] of S(t): that is tested first, and
+    only the rows left are binary-searched (keys tuple << 32 | vertex, sorted)."""
+    if not cols or evals.size == 0:
+        return
+    skeys = (etuple.astype(xp.int64) << 32) | evals.astype(xp.int64)
+    nonempty = scount > 0
+    lo = xp.full(scount.size, -1, xp.int64)
+    hi = xp.full(scount.size, -2, xp.int64)
+    lo[nonempty] = evals[sstart[nonempty]]
+    hi[nonempty] = evals[sstart[nonempty] + scount[nonempty] - 1]
+    lr, hr = lo[row_tuple], hi[row_tuple]
+    for col in cols:
+        sel = nonzero_index(xp, (col >= lr) & (col <= hr))
+        if sel.size == 0:
+            continue
+        x = col[sel]
+        q = (row_tuple[sel].astype(xp.int64) << 32) | x.astype(xp.int64)
+        pos = xp.minimum(xp.searchsorted(skeys, q), skeys.size - 1)
+        yield sel, skeys[pos] == q, x
 
 
 def prefix_sum(xp, a):

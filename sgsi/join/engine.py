@@ -49,7 +49,7 @@ import numpy as np
 
 from . import membership
 from ..partition import pcsr
-from .backend import distinct_index, host_ints, nonzero_index, prefix_sum, runs, scatter_equal
+from .backend import distinct_index, host_ints, nonzero_index, own_hits, prefix_sum, runs, scatter_equal
 from .plan import REFINE_ROUNDS, Link, QueryPlan, Step, refine_cost
 from .stream import degree_index, neighbour_lists, segments_of, segments_spanning
 
@@ -531,16 +531,12 @@ class Engine:
 
     def _row_counts(self, piece, s, step: Step):
         """|S(t_i) \\ m_i| for each row i of the piece (int64)."""
-        xp = self.xp
         if isinstance(s, _RowSets):
             return s.count
-        counts = s.scount[s.row_tuple]
         if not step.conflicts or s.evals.size == 0:
-            return counts
-        counts = counts.copy()
-        for sel, hit, _x in _own_hits(xp, piece, _packed(xp, self.backend, s), step):
-            counts[sel] -= hit.astype(xp.int64)
-        return counts
+            return s.scount[s.row_tuple]
+        return self.backend.sizes_less_own(s.row_tuple, s.etuple, s.evals, s.sstart, s.scount,
+                                           [piece[c] for c in step.conflicts])
 
     def _count_leaves(self, chunk, lim) -> int:
         """Count-only, the pattern's factored vertices (``QueryPlan.leaf_groups``): Σ over the
@@ -826,29 +822,9 @@ def _one_leaf(tree) -> bool:
 
 
 def _own_hits(xp, piece, s, step):
-    """For each conflict of ``step`` (a vertex of the rows that may be in their sets): the rows
-    ``sel`` where it may be, whether it is (``hit``), and its vertex there; ``s`` packed.
-
-    A row's own vertex can be in S(t) only within [min, max] of S(t) (each S(t) is sorted):
-    that is tested first, and only the rows left are binary-searched."""
-    if not step.conflicts or s.evals.size == 0:
-        return
-    skeys = (s.etuple.astype(xp.int64) << 32) | s.evals.astype(xp.int64)         # sorted
-    nonempty = s.scount > 0
-    lo = xp.full(s.scount.size, -1, xp.int64)
-    hi = xp.full(s.scount.size, -2, xp.int64)
-    lo[nonempty] = s.evals[s.sstart[nonempty]]
-    hi[nonempty] = s.evals[s.sstart[nonempty] + s.scount[nonempty] - 1]
-    lr, hr = lo[s.row_tuple], hi[s.row_tuple]
-    for c in step.conflicts:
-        col = piece[c]
-        sel = nonzero_index(xp, (col >= lr) & (col <= hr))
-        if sel.size == 0:
-            continue
-        x = col[sel]
-        q = (s.row_tuple[sel].astype(xp.int64) << 32) | x.astype(xp.int64)
-        pos = xp.minimum(xp.searchsorted(skeys, q), skeys.size - 1)
-        yield sel, skeys[pos] == q, x
+    """:func:`~sgsi.join.backend.own_hits` of the conflicts of ``step`` (the vertices of the
+    rows that may be in their sets) in ``s``, packed."""
+    return own_hits(xp, s.row_tuple, s.etuple, s.evals, s.sstart, s.scount, [piece[c] for c in step.conflicts])
 
 
 def _packed(xp, backend, s):

@@ -126,6 +126,14 @@ def row_scan(counts, starts=None, total=None):
     return scan(mark)
 
 
+def _conflict_table(conflict_cols):
+    """The rows' own vertices as the kernels read them: one int32 row per conflict column
+    (a 1 x 1 placeholder where there is none)."""
+    if not conflict_cols:
+        return cp.zeros((1, 1), cp.int32)
+    return cp.ascontiguousarray(cp.stack(conflict_cols).astype(cp.int32, copy=False))
+
+
 def _pointer(a, dtype, held):
     """Device address of ``a`` as a contiguous ``dtype`` array (0 for None); the array is
     appended to ``held``, to stay alive until the launch that reads it is issued."""
@@ -493,18 +501,6 @@ class GpuBackend:
         first slots, then a scan: :func:`row_scan`)."""
         return row_scan(counts)
 
-    def pack_bits(self, mask, ands=()):
-        """Bitset of ``mask`` and every bool array of ``ands`` (reference: CpuBackend.pack_bits),
-        one pass."""
-        n = int(mask.size)
-        bits = cp.zeros((n + 31) // 32, dtype=cp.uint32)
-        if n and ands:
-            kernels.kernel("pack_bits_and")(_grid(((n + 31) // 32) * 32), (_BLOCK,),
-                                            (mask, _pointers(list(ands)), np.int32(len(ands)), np.int64(n), bits))
-        elif n:
-            kernels.kernel("pack_bits")(_grid(((n + 31) // 32) * 32), (_BLOCK,), (mask, np.int64(n), bits))
-        return bits
-
     def test_bits(self, bits, v):
         out = cp.empty(v.size, dtype=cp.bool_)
         if v.size:
@@ -550,15 +546,6 @@ class GpuBackend:
                                            v.astype(cp.int32, copy=False), np.int64(n), start, end))
         return start, end
 
-    def list_hits(self, ci, st, en, far, hit):
-        """Refinement hits of one segment's lists (reference: CpuBackend.list_hits): one warp
-        per vertex."""
-        n = int(st.size)
-        if n and far.shape[0]:
-            kernels.kernel("list_hits")(_grid(n * 32), (_BLOCK,),
-                                        (ci, st, en, np.int64(n), far, np.int32(far.shape[0]),
-                                         np.int64(far.shape[1]), hit))
-
     def gather_segment(self, groups, ci, verts, cbits, start, fill, gba):
         """First-edge gather of one segment (reference: CpuBackend.gather_segment): the PCSR
         lookup, then one warp per vertex, one block per vertex whose list in the segment is
@@ -574,15 +561,21 @@ class GpuBackend:
                                              (np.int64(n), st, en, np.int64(_GATHER_WARP_MAX), ci, cbits, start,
                                               fill, gba))
 
-    def drop_unmet(self, bits, ids, hit, need):
-        """Clear, in place, the bit of ``ids[i]`` in ``bits`` wherever ``hit[i]`` lacks a bit of
-        ``need`` (reference: CpuBackend.drop_unmet): one ``drop_unmet`` kernel, where a bool
-        array over every vertex was cleared, scattered into, packed and ANDed."""
-        n = int(ids.size)
+    def sizes_less_own(self, row_tuple, etuple, evals, sstart, scount, cols):
+        """|S(t_i)| of each row less its vertices in it (reference: CpuBackend.sizes_less_own):
+        one ``sizes_less_own`` launch, a thread per row searching its set where it lies (packed
+        or not; ``etuple`` unused), where the reference packs the sets and searches keys."""
+        n = int(row_tuple.size)
+        out = cp.empty(n, cp.int64)
         if n:
-            kernels.kernel("drop_unmet")(_grid(n), (_BLOCK,),
-                                         (bits, cp.ascontiguousarray(ids.astype(cp.int32, copy=False)),
-                                          cp.ascontiguousarray(hit), np.int64(n), np.uint32(need)))
+            conf = _conflict_table(cols)
+            kernels.kernel("sizes_less_own")(_grid(n), (_BLOCK,),
+                                             (cp.ascontiguousarray(row_tuple.astype(cp.int64, copy=False)),
+                                              cp.ascontiguousarray(sstart.astype(cp.int64, copy=False)),
+                                              cp.ascontiguousarray(scount.astype(cp.int64, copy=False)),
+                                              cp.ascontiguousarray(evals.astype(cp.int32, copy=False)), conf,
+                                              np.int32(len(cols)), np.int64(n), out))
+        return out
 
     def refine_drop(self, store, p, bits, keep, users, ends, needs):
         """One partition's part of a refinement round (reference: CpuBackend.refine_drop), with
@@ -653,10 +646,7 @@ class GpuBackend:
         n = int(v.size)
         if n == 0 or ci.size == 0 or groups.shape[0] == 0:
             return
-        if conflict_cols:
-            conf = cp.ascontiguousarray(cp.stack(conflict_cols).astype(cp.int32, copy=False))
-        else:
-            conf = cp.zeros((1, 1), cp.int32)
+        conf = _conflict_table(conflict_cols)
         kernels.kernel("row_lists")(_grid(n * 32), (_BLOCK,),
                                     (groups, np.int64(groups.shape[0]), np.int32(groups.shape[1]), ci,
                                      cp.ascontiguousarray(v.astype(cp.int32, copy=False)), np.int64(n), cbits,
@@ -782,13 +772,8 @@ class GpuBackend:
         fstart = fstart.astype(cp.int64, copy=False)
         fcnt = fcnt.astype(cp.int64, copy=False)
         flist = flist.astype(cp.int32, copy=False)
-        if conflict_cols:
-            conf = cp.ascontiguousarray(cp.stack(conflict_cols).astype(cp.int32, copy=False))
-            table_rows = conf.shape[1]
-        else:
-            conf = cp.zeros((1, 1), cp.int32)
-            table_rows = 1
-        args = (flist, fstart, fcnt, conf, np.int32(len(conflict_cols)), np.int64(table_rows), F, fill, gba)
+        conf = _conflict_table(conflict_cols)
+        args = (flist, fstart, fcnt, conf, np.int32(len(conflict_cols)), np.int64(conf.shape[1]), F, fill, gba)
         balanced = self.load_balance
         if balanced is None:
             balanced = os.environ.get("SGSI_LOAD_BALANCE", "1") != "0"

@@ -88,6 +88,34 @@ __device__ __forceinline__ longlong2 warp_pcsr_find(const int* __restrict__ grou
     }
 }
 
+// One row's list src[0 : c], read by one warp: the entries in cbits (null: all) that are none of
+// the row's own vertices (column `row` of the conflicts table, n_conflicts rows of table_rows)
+// are appended in order from gba[out] (a warp ballot per 32; gba null: only counted). Returns
+// out past them (every lane). Every lane of the warp must call it.
+__device__ __forceinline__ long long warp_keep_list(const int* __restrict__ src, long long c,
+                                                    const unsigned int* __restrict__ cbits,
+                                                    const int* __restrict__ conflicts, int n_conflicts,
+                                                    long long table_rows, long long row, long long out,
+                                                    int* __restrict__ gba) {
+    int lane = threadIdx.x & 31;
+    int mine[16];
+    int nc = n_conflicts < 16 ? n_conflicts : 16;
+    for (int k = 0; k < nc; ++k) mine[k] = conflicts[(long long)k * table_rows + row];
+    for (long long base = 0; base < c; base += 32) {
+        long long j = base + lane;
+        int x = 0;
+        bool ok = j < c;
+        if (ok) {
+            x = src[j];
+            if (cbits) ok = test_bit(cbits, x);
+            for (int k = 0; k < nc; ++k) ok &= x != mine[k];
+            for (int k = nc; k < n_conflicts; ++k) ok &= x != conflicts[(long long)k * table_rows + row];
+        }
+        out += gba ? warp_append(ok, x, gba, out) : __popc(__ballot_sync(FULL, ok));
+    }
+    return out;
+}
+
 // PCSR lookup (reference: sgsi.partition.pcsr.lookup): one warp per query vertex.
 extern "C" __global__ void pcsr_lookup(const int* __restrict__ groups, long long n_groups, int theta,
                                        const int* __restrict__ v, long long n,
@@ -115,22 +143,7 @@ extern "C" __global__ void row_lists(const int* __restrict__ groups, long long n
     longlong2 se = warp_pcsr_find(groups, n_groups, theta, v[warp]);
     long long c = se.y - se.x;
     if (c == 0) return;
-    int mine[16];
-    int nc = n_conflicts < 16 ? n_conflicts : 16;
-    for (int k = 0; k < nc; ++k) mine[k] = conflicts[(long long)k * n + warp];
-    long long out = F[warp] + fill[warp];
-    for (long long base = 0; base < c; base += 32) {
-        long long j = base + lane;
-        int x = 0;
-        bool ok = j < c;
-        if (ok) {
-            x = ci[se.x + j];
-            ok = test_bit(cbits, x);
-            for (int k = 0; k < nc; ++k) ok &= x != mine[k];
-            for (int k = nc; k < n_conflicts; ++k) ok &= x != conflicts[(long long)k * n + warp];
-        }
-        out += gba ? warp_append(ok, x, gba, out) : __popc(__ballot_sync(FULL, ok));
-    }
+    long long out = warp_keep_list(ci + se.x, c, cbits, conflicts, n_conflicts, n, warp, F[warp] + fill[warp], gba);
     if (lane == 0) fill[warp] = out - F[warp];
 }
 
@@ -166,13 +179,6 @@ extern "C" __global__ void piece_summary(const long long* __restrict__ deg, cons
         atomicMax(&out[3], hi);
         atomicAdd((unsigned long long*)&out[4], (unsigned long long)desc);
     }
-}
-
-// Clear the bit of ids[i] wherever hit[i] lacks a bit of need (reference: CpuBackend.drop_unmet).
-extern "C" __global__ void drop_unmet(unsigned int* __restrict__ bits, const int* __restrict__ ids,
-                                      const unsigned int* __restrict__ hit, long long n, unsigned int need) {
-    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n && (hit[i] & need) != need) atomicAnd(&bits[ids[i] >> 5], ~(1u << (ids[i] & 31)));
 }
 
 // out[0] += sum of d[i] over the i whose vertex v[i] is in the bitset (reference:
@@ -282,24 +288,6 @@ extern "C" __global__ void row_marks(const long long* __restrict__ ends, const l
     if (d) atomicAdd((unsigned long long*)&mark[begin], (unsigned long long)d);
 }
 
-// Pack a bool array into uint32 words, bit v&31 of word v>>5 (reference: np.packbits little).
-extern "C" __global__ void pack_bits(const bool* __restrict__ mask, long long n, unsigned int* __restrict__ bits) {
-    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    bool b = i < n ? mask[i] : false;
-    unsigned int w = __ballot_sync(FULL, b);
-    if ((threadIdx.x & 31) == 0 && (i >> 5) < (n + 31) / 32) bits[i >> 5] = w;
-}
-
-// pack_bits of mask & ands[0] & ... & ands[n_ands - 1] (bool arrays of n), in one pass.
-extern "C" __global__ void pack_bits_and(const bool* __restrict__ mask, const bool* const* __restrict__ ands,
-                                         int n_ands, long long n, unsigned int* __restrict__ bits) {
-    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    bool b = i < n ? mask[i] : false;
-    for (int k = 0; k < n_ands && b; ++k) b = ands[k][i];
-    unsigned int w = __ballot_sync(FULL, b);
-    if ((threadIdx.x & 31) == 0 && (i >> 5) < (n + 31) / 32) bits[i >> 5] = w;
-}
-
 // Bits of word w of a bitset that stand for vertices below n.
 __device__ __forceinline__ unsigned int word_below(const unsigned int* bits, long long w, long long n) {
     unsigned int x = bits[w];
@@ -395,29 +383,28 @@ extern "C" __global__ void nonzero_small(const bool* __restrict__ x, long long n
     if (threadIdx.x == 0) count[0] = total;
 }
 
-// Refinement hits (reference: CpuBackend.list_hits): vertex i's list in the segment is
-// ci[st[i] : en[i]]; bit k of hit[i] is set when an entry is in bitset k of far (n_far
-// bitsets of `words` words, at most 32). One warp per vertex; it stops once every bit is
-// set. Lists continuing in the next segment add their bits at the next launch.
-extern "C" __global__ void list_hits(const int* __restrict__ ci, const long long* __restrict__ st,
-                                     const long long* __restrict__ en, long long n,
-                                     const unsigned int* __restrict__ far, int n_far, long long words,
-                                     unsigned int* __restrict__ hit) {
-    long long warp = ((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
-    int lane = threadIdx.x & 31;
-    if (warp >= n) return;
-    unsigned int all = n_far >= 32 ? FULL : (1u << n_far) - 1u;
-    unsigned int m = hit[warp];
-    long long e = en[warp];
-    for (long long base = st[warp]; base < e && m != all; base += 32) {
-        long long j = base + lane;
-        if (j < e) {
-            int w = ci[j];
-            for (int k = 0; k < n_far; ++k) m |= (unsigned int)test_bit(far + k * words, w) << k;
+// |S(t_i)| of each row i less the row's vertices found in it (reference:
+// CpuBackend.sizes_less_own): one thread per row; its tuple's set evals[sstart[t] : sstart[t]
+// + scount[t]] is sorted, and each of the row's vertices (column i of the conflicts table,
+// n_conflicts rows of n) is binary-searched in it. The vertices of a row differ.
+extern "C" __global__ void sizes_less_own(const long long* __restrict__ row_tuple,
+                                          const long long* __restrict__ sstart, const long long* __restrict__ scount,
+                                          const int* __restrict__ evals, const int* __restrict__ conflicts,
+                                          int n_conflicts, long long n, long long* __restrict__ out) {
+    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    long long t = row_tuple[i];
+    long long a = sstart[t], e = a + scount[t], left = e - a;
+    for (int k = 0; k < n_conflicts && left; ++k) {
+        int x = conflicts[(long long)k * n + i];
+        long long lo = a, hi = e;
+        while (lo < hi) {
+            long long mid = (lo + hi) >> 1;
+            if (evals[mid] < x) lo = mid + 1; else hi = mid;
         }
-        for (int o = 16; o; o >>= 1) m |= __shfl_xor_sync(FULL, m, o);
+        if (lo < e && evals[lo] == x) --left;
     }
-    if (lane == 0) hit[warp] = m;
+    out[i] = left;
 }
 
 // A refinement round's hits for one partition segment (reference: CpuBackend.refine_drop,
@@ -820,21 +807,8 @@ extern "C" __global__ void expand_rows(const long long* __restrict__ rows, const
     long long row = rows[warp];
     long long d = run[warp];
     long long s = fstart[d], c = fcnt[d];
-    int mine[16];
-    int nc = n_conflicts < 16 ? n_conflicts : 16;
-    for (int k = 0; k < nc; ++k) mine[k] = conflicts[(long long)k * table_rows + row];
-    long long out = F[row] + fill[row];
-    for (long long base = 0; base < c; base += 32) {
-        long long j = base + lane;
-        int x = 0;
-        bool ok = j < c;
-        if (ok) {
-            x = flist[s + j];
-            for (int k = 0; k < nc; ++k) ok &= x != mine[k];
-            for (int k = nc; k < n_conflicts; ++k) ok &= x != conflicts[(long long)k * table_rows + row];
-        }
-        out += warp_append(ok, x, gba, out);
-    }
+    long long out = warp_keep_list(flist + s, c, nullptr, conflicts, n_conflicts, table_rows, row,
+                                   F[row] + fill[row], gba);
     if (lane == 0) fill[row] = out - F[row];
 }
 """

@@ -133,7 +133,6 @@ def make_plan(store, pattern: Pattern, backend, injective=True, refine_rounds=RE
     signature filter's and degree tests' sets): refinement starts from them
     instead of filtering again.
     """
-    n = len(pattern.vertices)
     vlabel = []
     empty = False
     for v in pattern.vertices:
