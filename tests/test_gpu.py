@@ -439,14 +439,19 @@ def test_extend_matches_reference(gpu, n_conflicts):
     assert np.array_equal(ref[0], cp.asnumpy(again[0])) and np.array_equal(ref[1], cp.asnumpy(again[1]))
 
 
+@pytest.mark.parametrize("window", [None, 1024], ids=["one-window", "windows"])
 @pytest.mark.parametrize("budget", [None, "64KB"])
-def test_refine_drop_matches_reference(tmp_path, budget):
+def test_refine_drop_matches_reference(tmp_path, budget, window, monkeypatch):
     """One partition's part of a refinement round clears on the GPU the bits the CPU reference
     clears: a partition of one segment and one of many (a hub's list across several), up to
     32 ends, candidates everywhere and in one narrow id range (most segments not read, unless
-    they are on the device already)."""
+    they are on the device already); the vertices in one window, or in windows of 1,024 that
+    segments straddle."""
     import cupy as cp
+    from sgsi.join import gpu as gpu_mod
     from sgsi.join.gpu import GpuBackend
+    if window is not None:
+        monkeypatch.setattr(gpu_mod, "REFINE_WINDOW", window)
     rng = np.random.default_rng(41)
     n, m = 6000, 60000
     src, dst = rng.integers(0, n, m), rng.integers(0, n, m)
@@ -480,7 +485,7 @@ def test_refine_drop_matches_reference(tmp_path, budget):
                 got = cp.asarray(bits)
                 be.refine_drop(store, p, cp.asarray(bits), got, users, ends, needs)
                 assert np.array_equal(want, cp.asnumpy(got)), (direction, density, n_ends, narrow)
-            if narrow and budget is not None:            # segments without candidates not read
+            if narrow and budget is not None and window is None:     # segments without candidates not read
                 assert 0 < fresh.stats["segments"] < p.seg_ids.size
             assert np.array_equal(want[[i for i in range(40) if i not in users]],
                                   bits[[i for i in range(40) if i not in users]])

@@ -579,16 +579,17 @@ class GpuBackend:
 
     def refine_drop(self, store, p, bits, keep, users, ends, needs):
         """One partition's part of a refinement round (reference: CpuBackend.refine_drop), with
-        no id list: one ``refine_hits`` launch per segment over its source range, then one
-        ``refine_drop`` for every user. A partition of several segments not all on the device
-        reads only those meeting the users' candidates (one ``segments_meeting`` launch, one
-        read); one on the device reads them all (a launch costs less than the read). The
-        arguments (users, ends, needs) go to the device as one array."""
+        no id list, a window of ``REFINE_WINDOW`` vertices at a time (its hit words, 4 bytes a
+        vertex, bounded): one ``refine_hits`` launch per segment over its source range in the
+        window, then one ``refine_drop`` for every user over the window's words. A partition of
+        several segments not all on the device reads only those meeting the users' candidates
+        (one ``segments_meeting`` launch, one read); one on the device reads them all (a launch
+        costs less than the read). The arguments (users, ends, needs) go to the device as one
+        array. A segment spanning two windows is read in both."""
         n = store.n_vertices
         words = int(bits.shape[1])
         nu, ne = np.int32(len(users)), np.int32(len(ends))
         args = cp.asarray(np.array(list(users) + list(ends) + [int(x) for x in needs], dtype=np.uint32))
-        hit = cp.zeros(n, cp.uint32)                    # bit k: a neighbour in bits[ends[k]]
         sel = np.arange(p.seg_ids.size)
         if sel.size > 1 and not all((store.path, "segment", int(s)) in self._cache for s in p.seg_ids):
             flags = cp.zeros(sel.size, cp.uint8)
@@ -596,12 +597,21 @@ class GpuBackend:
                                                (bits, np.int64(words), args, nu, segment_ranges(store, self, p),
                                                 np.int32(sel.size), flags))
             sel = np.flatnonzero(self.to_host(flags))
-        for i, groups, ci in self.segments(store, p.seg_ids[sel]):
-            lo, hi = int(p.first_src[sel[i]]), int(p.last_src[sel[i]])
-            kernels.kernel("refine_hits")(_grid(((hi >> 5) - (lo >> 5) + 1) * 32), (_BLOCK,),
-                                          (groups, np.int64(groups.shape[0]), np.int32(groups.shape[1]), ci, bits,
-                                           np.int64(words), args, nu, ne, np.int32(lo), np.int32(hi), hit))
-        kernels.kernel("refine_drop")(_grid(words), (_BLOCK,), (keep, np.int64(words), args, nu, ne, hit, np.int64(n)))
+        first, last = p.first_src[sel], p.last_src[sel]
+        for base in range(0, n, REFINE_WINDOW):
+            top = min(n, base + REFINE_WINDOW) - 1                # the window's vertices: [base, top]
+            here = sel[(first <= top) & (last >= base)]
+            hit = cp.zeros(top - base + 1, cp.uint32)             # bit k: a neighbour in bits[ends[k]]
+            for i, groups, ci in self.segments(store, p.seg_ids[here]):
+                lo, hi = max(base, int(p.first_src[here[i]])), min(top, int(p.last_src[here[i]]))
+                kernels.kernel("refine_hits")(_grid(((hi >> 5) - (lo >> 5) + 1) * 32), (_BLOCK,),
+                                              (groups, np.int64(groups.shape[0]), np.int32(groups.shape[1]), ci,
+                                               bits, np.int64(words), args, nu, ne, np.int32(lo), np.int32(hi),
+                                               np.int64(base), hit))
+            w0, w1 = base >> 5, (top >> 5) + 1
+            kernels.kernel("refine_drop")(_grid(w1 - w0), (_BLOCK,),
+                                          (keep, np.int64(words), np.int64(w0), np.int64(w1 - w0), args, nu, ne, hit,
+                                           np.int64(base), np.int64(n)))
 
     def add_bits_weight(self, out, bits, v, d):
         """out[0] += Σ d[i] over the i whose vertex v[i] is in ``bits`` (reference:
@@ -858,6 +868,10 @@ class GpuBackend:
 
 
 _BLOCK_ROW = 1024
+#: Vertices whose refinement hits (4 bytes each) one pass of ``GpuBackend.refine_drop`` holds:
+#: 64 MB, whatever the graph (a multiple of 32: a window's bitset words are its own).
+REFINE_WINDOW = 1 << 24
+
 #: Device memory a backend's pool may hold past its memory budget: what a query keeps outside
 #: the join steps' estimates (candidate bitsets, a vertex segment's signature columns, kernel
 #: arguments, CuPy's scratch space). SGSI_GPU_POOL_ALLOWANCE (bytes) overrides it.

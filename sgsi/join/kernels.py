@@ -413,11 +413,12 @@ extern "C" __global__ void sizes_less_own(const long long* __restrict__ row_tupl
 // are candidates of any pattern vertex of args[0 : n_users] are taken in turn; the warp finds
 // each one's list in the segment (warp_pcsr_find) and sets bit k of hit[v] when an entry is a
 // candidate of pattern vertex args[n_users + k] (n_ends of them, at most 32), stopping once
-// every bit is set. Lists continuing in the next segment add their bits at the next launch.
+// every bit is set (hit[v - hit_base]: the hits of one window of vertices). Lists continuing in
+// the next segment add their bits at the next launch.
 extern "C" __global__ void refine_hits(const int* __restrict__ groups, long long n_groups, int theta,
                                        const int* __restrict__ ci, const unsigned int* __restrict__ bits,
                                        long long words, const int* __restrict__ args, int n_users, int n_ends,
-                                       int v_lo, int v_hi, unsigned int* __restrict__ hit) {
+                                       int v_lo, int v_hi, long long hit_base, unsigned int* __restrict__ hit) {
     long long w = (long long)(v_lo >> 5) + (((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5);
     int lane = threadIdx.x & 31;
     if (w > (long long)(v_hi >> 5)) return;
@@ -431,7 +432,7 @@ extern "C" __global__ void refine_hits(const int* __restrict__ groups, long long
         int vv = (int)((w << 5) + __ffs(m) - 1);
         m &= m - 1u;
         longlong2 se = warp_pcsr_find(groups, n_groups, theta, vv);
-        unsigned int h = hit[vv];
+        unsigned int h = hit[vv - hit_base];
         for (long long base = se.x; base < se.y && h != all; base += 32) {
             long long j = base + lane;
             if (j < se.y) {
@@ -440,20 +441,22 @@ extern "C" __global__ void refine_hits(const int* __restrict__ groups, long long
             }
             for (int o = 16; o; o >>= 1) h |= __shfl_xor_sync(FULL, h, o);
         }
-        if (lane == 0) hit[vv] = h;
+        if (lane == 0) hit[vv - hit_base] = h;
         __syncwarp();
     }
 }
 
-// The drop of a refinement round for one partition (reference: CpuBackend.refine_drop):
-// one thread per word w; for each pattern vertex args[i] (i < n_users) with need
-// args[n_users + n_ends + i], the vertices of its row of `keep` whose hit lacks a bit of the
-// need are cleared (the thread owns the word: no atomics).
-extern "C" __global__ void refine_drop(unsigned int* __restrict__ keep, long long words,
-                                       const int* __restrict__ args, int n_users, int n_ends,
-                                       const unsigned int* __restrict__ hit, long long n) {
-    long long w = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (w >= words) return;
+// The drop of a refinement round for one partition, over the words w0 .. w0 + n_words - 1 of
+// the bitsets (reference: CpuBackend.refine_drop): one thread per word; for each pattern vertex
+// args[i] (i < n_users) with need args[n_users + n_ends + i], the vertices of its row of `keep`
+// whose hit (hit[v - hit_base]) lacks a bit of the need are cleared (the thread owns the
+// word: no atomics).
+extern "C" __global__ void refine_drop(unsigned int* __restrict__ keep, long long words, long long w0,
+                                       long long n_words, const int* __restrict__ args, int n_users, int n_ends,
+                                       const unsigned int* __restrict__ hit, long long hit_base, long long n) {
+    long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= n_words) return;
+    long long w = w0 + t;
     const unsigned int* needs = (const unsigned int*)(args + n_users + n_ends);
     for (int i = 0; i < n_users; ++i) {
         unsigned int need = needs[i];
@@ -463,7 +466,7 @@ extern "C" __global__ void refine_drop(unsigned int* __restrict__ keep, long lon
             int b = __ffs(left) - 1;
             left &= left - 1u;
             long long v = (w << 5) + b;
-            if (v >= n || (hit[v] & need) != need) x &= ~(1u << b);
+            if (v >= n || (hit[v - hit_base] & need) != need) x &= ~(1u << b);
         }
         *word = x;
     }
