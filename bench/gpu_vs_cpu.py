@@ -17,6 +17,7 @@ import argparse
 import json
 import math
 import os
+import statistics
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -27,15 +28,22 @@ ensure_importable()
 
 
 def _best(worker, runs, pattern, timeout=None, **kw):
-    """The fastest of ``runs`` timed counts (count, seconds, stats); None once one is stopped."""
-    best = None
+    """The fastest of ``runs`` timed counts (count, seconds, stats) and the median of their
+    seconds; None once one is stopped."""
+    best, times = None, []
     for _ in range(max(1, runs)):
         got = worker.count(pattern, timeout, **kw)
         if got is None:
             return None
+        times.append(got[1])
         if best is None or got[1] < best[1]:
             best = got
-    return best
+    return (*best, statistics.median(times))
+
+
+def _with_median(best, median):
+    """A table cell: the best time, and the median of the runs where it differs."""
+    return f"{best}" if median is None or median == best else f"{best} ({median})"
 
 
 def _gm(xs):
@@ -85,11 +93,12 @@ def main(argv=None):
                 say(f"GPU TIMEOUT after {args.gpu_timeout:g} s: {pat}")
                 row["gpu_timeout"] = args.gpu_timeout
                 continue
-            n_gpu, t_gpu, st = _best(gpu, args.runs, pat, device=args.gpu_device, env=balanced)
-            n_nolb, t_nolb, _ = _best(gpu, args.runs, pat, device=args.gpu_device, env=warp_only)
+            n_gpu, t_gpu, st, med_gpu = _best(gpu, args.runs, pat, device=args.gpu_device, env=balanced)
+            n_nolb, t_nolb, _, _ = _best(gpu, args.runs, pat, device=args.gpu_device, env=warp_only)
             if n_nolb != n_gpu:
                 raise SystemExit(f"COUNT MISMATCH balanced={n_gpu} warp-only={n_nolb} for {pat}")
-            row.update({"matches": n_gpu, "gpu_s": round(t_gpu, 4), "gpu_warp_only_s": round(t_nolb, 4),
+            row.update({"matches": n_gpu, "gpu_s": round(t_gpu, 4), "gpu_median_s": round(med_gpu, 4),
+                        "gpu_warp_only_s": round(t_nolb, 4),
                         "balance_gain": round(t_nolb / t_gpu, 2),
                         **{key: st.get(key, 0) for key in ("rows_warp", "rows_pool", "rows_block", "rows_own",
                                                            "h2d_bytes", "segments", "steps", "chunks")}})
@@ -99,10 +108,11 @@ def main(argv=None):
                     row["cpu_timeout"] = args.cpu_timeout
                     row["ratio"] = round(args.cpu_timeout / t_gpu, 2)       # a lower bound
                 else:
-                    n_cpu, t_cpu, _ = got
+                    n_cpu, t_cpu, _, med_cpu = got
                     if n_cpu != n_gpu:
                         raise SystemExit(f"COUNT MISMATCH gpu={n_gpu} cpu={n_cpu} for {pat}")
-                    row.update({"cpu_s": round(t_cpu, 4), "ratio": round(t_cpu / t_gpu, 2)})
+                    row.update({"cpu_s": round(t_cpu, 4), "cpu_median_s": round(med_cpu, 4),
+                                "ratio": round(t_cpu / t_gpu, 2), "median_ratio": round(med_cpu / med_gpu, 2)})
             say(row)
     finally:
         gpu.close()
@@ -115,7 +125,7 @@ def main(argv=None):
     write_csv(os.path.join(args.out, "gpu_vs_cpu.csv"), rows,
               fields=["k", "matches", "gpu_s", "gpu_warp_only_s", "cpu_s", "cpu_timeout", "ratio", "balance_gain",
                       "rows_warp", "rows_pool", "rows_block", "rows_own", "h2d_bytes", "segments", "steps", "chunks",
-                      "gpu_timeout", "pattern"])
+                      "gpu_timeout", "gpu_median_s", "cpu_median_s", "median_ratio", "pattern"])
     cmd = (f"python bench/gpu_vs_cpu.py {walk_options(args)} --cpu-limit {args.cpu_limit:g}"
            + (f" --cpu-timeout {args.cpu_timeout:g}" if args.cpu_timeout else "")
            + (f" --gpu-timeout {args.gpu_timeout:g}" if args.gpu_timeout else "")
@@ -133,17 +143,23 @@ def main(argv=None):
                      f"{len(bounded) - len(done)} CPU runs stopped at {args.cpu_timeout:g} s at that time")
     if gpu_out:
         lines[-1] += (f"; {len(gpu_out)} queries stopped on the GPU at {args.gpu_timeout:g} s (not counted)")
+    if args.runs > 1 and done:
+        # The medians of the runs, beside the best: how far the host's noise moves the ratio.
+        lines += ["", f"The same from the medians of the {args.runs} runs: "
+                  f"{_gm([r['median_ratio'] for r in rows if r['cpu_s'] is not None]):.1f}x"]
     lines += ["", f"Histogram load balance vs one warp per row (geometric mean): "
               f"{_gm([r.get('balance_gain') for r in rows]):.2f}x", "",
-              "| k | matches | GPU s | GPU warp-only s | CPU s | CPU/GPU | rows warp/pool/block/own | steps | segments |",
+              "| k | matches | GPU s (median) | GPU warp-only s | CPU s (median) | CPU/GPU | rows warp/pool/block/own | "
+              "steps | segments |",
               "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         if r.get("gpu_timeout"):
             lines.append(f"| {r['k']} | ? | > {r['gpu_timeout']:g} | | | | | | |")
             continue
-        cpu_s = f"> {r['cpu_timeout']:g}" if r["cpu_timeout"] else r["cpu_s"]
+        cpu_s = f"> {r['cpu_timeout']:g}" if r["cpu_timeout"] else _with_median(r["cpu_s"], r.get("cpu_median_s"))
         ratio = f">= {r['ratio']}" if r["cpu_timeout"] else r["ratio"]
-        lines.append(f"| {r['k']} | {r['matches']:,} | {r['gpu_s']} | {r['gpu_warp_only_s']} | {cpu_s} | {ratio} | "
+        lines.append(f"| {r['k']} | {r['matches']:,} | {_with_median(r['gpu_s'], r['gpu_median_s'])} | "
+                     f"{r['gpu_warp_only_s']} | {cpu_s} | {ratio} | "
                      f"{r['rows_warp']}/{r['rows_pool']}/{r['rows_block']}/{r['rows_own']} | {r['steps']} | "
                      f"{r['segments']} |")
     write_text(os.path.join(args.out, "gpu_vs_cpu.md"), "\n".join(lines) + "\n")

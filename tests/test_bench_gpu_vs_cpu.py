@@ -26,8 +26,10 @@ def test_gpu_vs_cpu_bench_counts_alike_and_keeps_the_best_run(tmp_path, monkeypa
     assert len(rows) == 2
     for r in rows:
         assert int(r["matches"]) > 0 and float(r["gpu_s"]) > 0 and float(r["cpu_s"]) > 0
+        assert float(r["gpu_median_s"]) >= float(r["gpu_s"]) and float(r["cpu_median_s"]) >= float(r["cpu_s"])
         # one untimed count, then three timed runs balanced, three warp-only and three on the CPU
         mine = [c for c in calls if c[0] == r["pattern"]]
         assert [c[2] for c in mine] == ["1"] * 4 + ["0"] * 3 + [None] * 3
     text = (tmp_path / "out" / "gpu_vs_cpu.md").read_text()
     assert "each time is the best of 3 runs" in text and "--runs 3" in text
+    assert "The same from the medians of the 3 runs" in text
