@@ -118,7 +118,8 @@ def main(argv=None):
         gpu.close()
         cpu.close()
     m = machine_at_end(m0)
-    done = [r["ratio"] for r in rows if r["cpu_s"] is not None]
+    counted = [r for r in rows if r["cpu_s"] is not None]         # both backends counted
+    done = [r["ratio"] for r in counted]
     bounded = [r["ratio"] for r in rows if r["ratio"]]
     gm = _gm(done)
     os.makedirs(args.out, exist_ok=True)
@@ -146,7 +147,7 @@ def main(argv=None):
     if args.runs > 1 and done:
         # The medians of the runs, beside the best: how far the host's noise moves the ratio.
         lines += ["", f"The same from the medians of the {args.runs} runs: "
-                  f"{_gm([r['median_ratio'] for r in rows if r['cpu_s'] is not None]):.1f}x"]
+                  f"{_gm([r['median_ratio'] for r in counted]):.1f}x"]
     lines += ["", f"Histogram load balance vs one warp per row (geometric mean): "
               f"{_gm([r.get('balance_gain') for r in rows]):.2f}x", "",
               "| k | matches | GPU s (median) | GPU warp-only s | CPU s (median) | CPU/GPU | rows warp/pool/block/own | "
