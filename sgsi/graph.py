@@ -321,11 +321,12 @@ def _cancel_check(cancel):
 class _Watched:
     """A backend that checks for cancellation between its units of work.
 
-    Every join step and every refinement round reads its neighbour lists
-    through ``backend.segments()``, the filter runs in one ``candidate_bits()``
-    call, and the columnar extension one output
+    Every join step reads its neighbour lists through ``backend.segments()``
+    (its later links' too: ``member()`` is given this wrapper to stream them), a
+    refinement round is one ``refine_round()`` call, the filter runs in one
+    ``candidate_bits()`` call, and the columnar extension one output
     slice per ``extend()`` call (a light piece's, one ``pack_rows()`` call): a
-    check at each stops a query within the work of one segment or slice.
+    check at each stops a query within the work of one segment, round or slice.
     Everything else is the backend's own.
     """
 
@@ -338,6 +339,13 @@ class _Watched:
 
     def __setattr__(self, name, value):
         setattr(self._backend, name, value)
+
+    def refine_round(self, *args, **kwargs):
+        self._check()
+        return self._backend.refine_round(*args, **kwargs)
+
+    def member(self, *args, **kwargs):
+        return self._backend.member(*args, via=self, **kwargs)         # its lists through segments()
 
     def segments(self, store, seg_ids):
         self._check()

@@ -316,19 +316,44 @@ def test_bits_weight_matches_reference(gpu, n):
 
 
 @pytest.mark.parametrize("n", [1, 33, 300_001])
-def test_bits_degrees_matches_reference(gpu, n):
-    """Σ deg[v] over a bitset's vertices (refine_cost with degrees kept per vertex) equals the
-    reference, which equals the same sum over (vertex, degree) pairs (add_bits_weight)."""
+def test_union_degrees_matches_reference(gpu, n):
+    """Σ deg[v] over the union of each job's users' bitsets, all jobs summed (refine_cost with
+    degrees kept per vertex, one launch for every partition) equals the reference, which equals
+    the same sums over (vertex, degree) pairs (add_bits_weight)."""
     import cupy as cp
     rng = np.random.default_rng(n)
     cpu = CpuBackend()
-    bits = cpu.pack_bits(rng.random(n) < 0.3)
-    deg = rng.integers(0, 10**6, n).astype(np.int32)
+    bits = [cpu.pack_bits(rng.random(n) < density) for density in (0.3, 0.01, 0.5, 0.0)]
+    degs = [rng.integers(0, 10**6, n).astype(np.int32) for _ in range(3)]
+    jobs = [([0], degs[0]), ([1, 2], degs[1]), ([3], degs[2]), ([0, 1, 3], degs[0])]
     want, got, pairs = np.full(1, 5, np.int64), cp.full(1, 5, cp.int64), np.full(1, 5, np.int64)
-    cpu.add_bits_degrees(want, bits, deg)
-    cpu.add_bits_weight(pairs, bits, np.arange(n, dtype=np.int32), deg)
-    gpu.add_bits_degrees(got, cp.asarray(bits), cp.asarray(deg))
-    assert int(got[0]) == int(want[0]) == int(pairs[0])
+    cpu.add_union_degrees(want, bits, jobs)
+    for users, deg in jobs:
+        union = np.bitwise_or.reduce([bits[u] for u in users])
+        cpu.add_bits_weight(pairs, union, np.arange(n, dtype=np.int32), deg)
+    gpu.add_union_degrees(got, [cp.asarray(b) for b in bits], [(u, cp.asarray(d)) for u, d in jobs])
+    assert int(got[0]) == int(want[0]) == int(pairs[0]) and (n == 1 or want[0] > 5)
+    cpu.add_union_degrees(want, bits, [])
+    gpu.add_union_degrees(got, [cp.asarray(b) for b in bits], [])
+    assert int(got[0]) == int(want[0])
+
+
+@pytest.mark.parametrize("n", [1, 33, 1000, 300_001])
+def test_distinct_sum_matches_reference(gpu, n):
+    """Σ deg over a column's distinct values (rows of one value carry its degree): the kernel
+    (a bit a value, set by one row) against the reference and a set, rows in any order and
+    sorted, with a hub repeated over a third of them, over a span wider than the values."""
+    import cupy as cp
+    rng = np.random.default_rng(n)
+    degree = rng.integers(0, 10**9, 70_000)
+    col = (rng.integers(0, 50_000, n) + 1_000).astype(np.int32)
+    col[rng.random(n) < 0.3] = 4_321
+    want = int(sum(int(degree[v]) for v in set(col.tolist())))
+    for c in (col, np.sort(col)):
+        deg = degree[c]
+        span = (int(c.min()) - 7, int(c.max()) + 40)
+        assert CpuBackend().distinct_sum(c, deg, span) == want
+        assert gpu.distinct_sum(cp.asarray(c), cp.asarray(deg), span) == want
 
 
 @pytest.mark.parametrize("n", [1, 31, 33, 1000, 300_001])
@@ -344,6 +369,12 @@ def test_piece_summary_matches_reference(gpu, n):
         got[order] = want
     assert got["sorted"][4] == 0 and (n == 1 or got["as drawn"][4] > 0)       # descents
     assert got["sorted"][0] >= got["sorted"][1] >= 0
+    # The degrees gathered from every vertex's (piece_degrees), rows repeating vertices.
+    dense = rng.integers(0, 2**31 - 1, 5000).astype(np.int32)
+    v = rng.integers(0, 5000, n).astype(np.int32)
+    want_deg, want = CpuBackend().piece_degrees(dense, v)
+    deg, summary = gpu.piece_degrees(cp.asarray(dense), cp.asarray(v))
+    assert deg.dtype == cp.int64 and np.array_equal(cp.asnumpy(deg), want_deg) and list(summary) == list(want)
 
 
 @pytest.mark.parametrize("n_conflicts", [0, 1, 2, 17])
@@ -396,7 +427,7 @@ def test_row_lists_and_pack_rows_match_reference(gpu, n_conflicts):
 
 @pytest.mark.parametrize("n", [1, 2, 31, 1023, 1024, 1025, 5000, 65536, 65537, 300000])
 def test_scan_and_flatnonzero_match_numpy(n):
-    """The one-block scan and nonzero (small arrays) and CuPy's (large ones) give NumPy's values
+    """The one-block scan and nonzero (small arrays) and the tiled ones (large) give NumPy's values
     and dtypes, on int64, int32 and bool input, and on a strided view."""
     import cupy as cp
     from sgsi.join.gpu import flatnonzero, scan
@@ -412,11 +443,33 @@ def test_scan_and_flatnonzero_match_numpy(n):
     assert np.array_equal(np.flatnonzero(mask[1::3]), cp.asnumpy(flatnonzero(cp.asarray(mask)[1::3])))
 
 
-@pytest.mark.parametrize("n_conflicts", [0, 1, 2])
-def test_extend_matches_reference(gpu, n_conflicts):
-    """The columnar extension gives the CPU's rows and values, in order, with and without the
-    rows' own vertices to leave out (packed buffers need no compaction)."""
+@pytest.mark.parametrize("tile,small", [(1 << 13, 1 << 16), (7, 1000), (1024, 64)])
+def test_scan_in_tiles_matches_numpy(tile, small, monkeypatch):
+    """Scans past one block, in tiles: the default tiles, tiles too many for one block (their
+    sums scanned in tiles again, twice for 300,000 values in tiles of 7), and tiles that one
+    block's 1,024 threads split unevenly; nonzero through them."""
     import cupy as cp
+    from sgsi.join import gpu as gpu_mod
+    monkeypatch.setattr(gpu_mod, "_SCAN_TILE", tile)
+    monkeypatch.setattr(gpu_mod, "_SMALL_SCAN", small)
+    rng = np.random.default_rng(tile)
+    for n in (small + 1, 3 * tile + 1, 300000):
+        for x in (rng.integers(-5, 1 << 40, n), rng.integers(0, 7, n).astype(np.int32), rng.random(n) < 0.3):
+            got = gpu_mod.scan(cp.asarray(x))
+            assert got.dtype == np.int64 and np.array_equal(np.cumsum(x), cp.asnumpy(got)), (n, x.dtype)
+        m = rng.random(n) < 0.1
+        assert np.array_equal(np.flatnonzero(m), cp.asnumpy(gpu_mod.flatnonzero(cp.asarray(m))))
+
+
+@pytest.mark.parametrize("pack_row_max", [1 << 16, 1000], ids=["warp-a-row", "heavy-rows-by-entry"])
+@pytest.mark.parametrize("n_conflicts", [0, 1, 2])
+def test_extend_matches_reference(gpu, n_conflicts, pack_row_max, monkeypatch):
+    """The columnar extension gives the CPU's rows and values, in order, with and without the
+    rows' own vertices to leave out (packed buffers need no compaction; the others are packed a
+    warp a row, or an entry a thread where a row is heavier than ``_PACK_ROW_MAX``)."""
+    import cupy as cp
+    from sgsi.join import gpu as gpu_mod
+    monkeypatch.setattr(gpu_mod, "_PACK_ROW_MAX", pack_row_max)
     rng = np.random.default_rng(10 + n_conflicts)
     n_tuples, n_rows = 300, 2000
     scount = rng.integers(0, 40, n_tuples)
@@ -466,6 +519,7 @@ def test_refine_drop_matches_reference(tmp_path, budget, window, monkeypatch):
     cpu, gpu = CpuBackend(), GpuBackend("1GB")
     nv = store.n_vertices
     dropped = kept = 0
+    jobs = []
     for direction in ("out", "in"):
         p = store.partition(store.edge_label_id("a"), direction)
         assert (p.seg_ids.size > 4) == (budget is not None)
@@ -491,7 +545,69 @@ def test_refine_drop_matches_reference(tmp_path, budget, window, monkeypatch):
                                   bits[[i for i in range(40) if i not in users]])
             dropped += int(np.unpackbits((bits ^ want).view(np.uint8)).sum())
             kept += int(np.unpackbits(want[users].view(np.uint8)).sum())
+            jobs.append((p, users, ends, needs))
     assert dropped > 1000 and kept > 1000, (dropped, kept)
+    # A round of every job above at once (both partitions, users overlapping): one read of the
+    # segments meeting the candidates for all, then each job's launches.
+    bits = np.stack([cpu.pack_bits(row) for row in rng.random((40, nv)) < 0.3])
+    want = bits.copy()
+    cpu.refine_round(store, bits, want, jobs)
+    for be in (GpuBackend("1GB"), gpu):
+        got = cp.asarray(bits)
+        be.refine_round(store, cp.asarray(bits), got, jobs)
+        assert np.array_equal(want, cp.asnumpy(got))
+    assert (want != bits).any()
+    g.close()
+
+
+@pytest.mark.parametrize("budget", [None, "64KB"])
+def test_member_kernel_matches_reference(tmp_path, budget):
+    """Later linking edges entry by entry (``member_entries``: the entry's vertex's list found in
+    each segment's PCSR, the entry binary-searched in it) against the CPU reference (membership's
+    bitsets) and a set test: one segment and many, a hub whose list spans several, vertices with
+    no list, entries in any order; segments read from the store and from the device cache."""
+    import cupy as cp
+    from sgsi.join.gpu import GpuBackend
+    from sgsi.join.stream import neighbour_lists
+    rng = np.random.default_rng(43)
+    n, m = 5000, 50000
+    src, dst = rng.integers(0, n, m), rng.integers(0, n - 500, m)   # the top 500 have no in-list
+    src[:6000] = 17                                                  # a hub
+    edges = sorted({(int(s), int(d)) for s, d in zip(src, dst) if s != d})
+    e, v = str(tmp_path / "e.parquet"), str(tmp_path / "v.parquet")
+    pq.write_table(pa.table({"src": [a for a, _ in edges], "dst": [b for _, b in edges],
+                             "label": ["ab"[(a + b) % 2] for a, b in edges]}), e)
+    pq.write_table(pa.table({"id": list(range(n)), "label": ["X"] * n}), v)
+    g = sgsi.build(str(tmp_path / "g.sgsi"), edges=e, vertices=v, memory_budget=budget)
+    store = g.store
+    cpu, gpu = CpuBackend(), GpuBackend("1GB")
+    nv = store.n_vertices
+    for direction in ("out", "in"):
+        link = type("L", (), {"label_id": store.edge_label_id("a"), "direction": direction})()
+        p = store.partition(link.label_id, link.direction)
+        assert (p.seg_ids.size > 4) == (budget is not None)
+        truth = {}
+        for lo, _hi, nb, owner in neighbour_lists(store, cpu, p, np.arange(nv, dtype=np.int32)):
+            for o, x in zip((owner + lo).tolist(), nb.tolist()):
+                truth.setdefault(o, set()).add(x)
+        n_t = 500
+        vcol = rng.integers(0, nv, n_t).astype(np.int32)
+        vcol[::7] = max(truth, key=lambda k: len(truth[k]))     # the hub (out), or the busiest (in)
+        counts = rng.integers(0, 60, n_t)
+        erow = np.repeat(np.arange(n_t), counts)
+        evals = rng.integers(0, nv, erow.size).astype(np.int32)
+        for i in range(0, erow.size, 2):              # half the entries a true neighbour, where there is one
+            lst = sorted(truth.get(int(vcol[erow[i]]), ()))
+            if lst:
+                evals[i] = lst[int(rng.integers(0, len(lst)))]
+        want = np.array([int(x) in truth.get(int(vcol[t]), ()) for t, x in zip(erow, evals)], bool)
+        ref = cpu.member(store, link, vcol, erow, evals, 1 << 20)
+        assert np.array_equal(ref, want)
+        fresh = GpuBackend("1GB")
+        for be in (fresh, gpu, gpu):
+            got = be.member(store, link, cp.asarray(vcol), cp.asarray(erow), cp.asarray(evals), 1 << 20)
+            assert got.dtype == cp.bool_ and np.array_equal(cp.asnumpy(got), want), direction
+        assert want.any() and not want.all()
     g.close()
 
 

@@ -165,6 +165,13 @@ class CpuBackend:
         firsts = np.concatenate([[0], np.cumsum(cnt[rows])[:-1]])
         hit[rows] |= np.bitwise_or.reduceat(m, firsts)
 
+    def member(self, store, link, vcol, erow, evals, cap, ecount=None, cbits=None, via=None):
+        """For each entry i: is ``evals[i]`` in N(vcol[erow[i]], l)? (:func:`sgsi.join.membership.
+        member`: the lists of the distinct linking vertices streamed into bitsets of at most
+        ``cap`` bytes). ``via``: the backend whose ``segments()`` streams them (a wrapper's)."""
+        from .membership import member
+        return member(np, via or self, store, link, vcol, erow, evals, cap, ecount=ecount, cbits=cbits)
+
     def sizes_less_own(self, row_tuple, etuple, evals, sstart, scount, cols):
         """|S(t_i)| of each row i less the row's vertices of ``cols`` found in it (int64; the
         vertices of a row differ). Tuple t's set is ``evals[sstart[t] : sstart[t] + scount[t]]``,
@@ -180,6 +187,12 @@ class CpuBackend:
         for sel, hit, _x in own_hits(np, row_tuple, etuple, evals, sstart, scount, cols):
             counts[sel] -= hit
         return counts
+
+    def refine_round(self, store, bits, keep, jobs):
+        """:meth:`refine_drop` of each job (partition, users, ends, needs) of a refinement round
+        (the GPU's one call a round)."""
+        for p, users, ends, needs in jobs:
+            self.refine_drop(store, p, bits, keep, users, ends, needs)
 
     def refine_drop(self, store, p, bits, keep, users, ends, needs):
         """One partition's part of a refinement round (``plan._refine``), in place: clears from
@@ -277,15 +290,34 @@ class CpuBackend:
         """out[0] += Σ d[i] over the i whose vertex v[i] is in bitset ``bits`` (int64)."""
         out[0] += int(np.where(self.test_bits(bits, v), d, 0).sum(dtype=np.int64))
 
-    def add_bits_degrees(self, out, bits, deg):
-        """out[0] += Σ deg[v] over the vertices v of bitset ``bits`` (``deg``: one entry per vertex)."""
-        out[0] += int(deg[self.bits_to_ids(bits, int(deg.size))].sum(dtype=np.int64))
+    def add_union_degrees(self, out, bits, jobs):
+        """out[0] += Σ over ``jobs`` (users, deg) of Σ deg[v] over the vertices v of the union of
+        the bitsets ``bits[u]`` of the users (``deg``: one entry per vertex)."""
+        for users, deg in jobs:
+            union = np.bitwise_or.reduce([bits[u] for u in users])
+            out[0] += int(deg[self.bits_to_ids(union, int(deg.size))].sum(dtype=np.int64))
 
     def piece_summary(self, deg, col):
         """(Σ deg, max deg, min col, max col, places where col descends) as Python ints, for
         non-empty arrays."""
         return (int(deg.sum()), int(deg.max()), int(col.min()), int(col.max()),
                 int(np.count_nonzero(col[1:] < col[:-1])))
+
+    def distinct_sum(self, col, deg, span):
+        """Σ deg over the distinct values of ``col`` (rows with equal values have equal deg);
+        ``span``: (min, max) of ``col``."""
+        if col.size == 0:
+            return 0
+        uniq, k = distinct_index(np, col, span)
+        by_vertex = np.zeros(uniq.size, dtype=np.int64)
+        by_vertex[k] = deg
+        return int(by_vertex.sum())
+
+    def piece_degrees(self, dense, col):
+        """(|N(v, l)| of each row's vertex ``col`` from ``dense``, every vertex's degree, as
+        int64; :meth:`piece_summary` of them), for a non-empty ``col``."""
+        deg = dense[col].astype(np.int64)
+        return deg, self.piece_summary(deg, col)
 
     def row_lists(self, groups, ci, v, cbits, conflict_cols, F, fill, gba):
         """buf_i += N_x(v_i, l) ∩ C(u) minus row i's own vertices (``conflict_cols``), for each

@@ -47,7 +47,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import membership
 from ..partition import pcsr
 from .backend import distinct_index, host_ints, nonzero_index, own_hits, prefix_sum, runs, scatter_equal
 from .plan import REFINE_ROUNDS, Link, QueryPlan, Step, refine_cost
@@ -250,12 +249,16 @@ class Engine:
         xp = self.xp
         e0 = step.links[0]
         col = chunk[e0.other]
-        deg = self._degrees(e0, col)
-        n = int(deg.size)
+        n = int(col.size)
         if n == 0:
             return
         cap = lim.gba_entries
-        total, longest, lo, hi, descents = self.backend.piece_summary(deg, col)
+        dense = self.backend.dense_degrees(self.store, self.store.partition(e0.label_id, e0.direction))
+        if dense is not None:           # the degrees gathered as the rows are summarised
+            deg, (total, longest, lo, hi, descents) = self.backend.piece_degrees(dense, col)
+        else:
+            deg = self._degrees(e0, col)
+            total, longest, lo, hi, descents = self.backend.piece_summary(deg, col)
         # A light step of several links: only where the distinct tuples would not probe
         # from their shortest lists either (SHORTEST_LIST_MIN_PROBES).
         light_max = self.backend.light_entries if len(step.links) == 1 else \
@@ -265,7 +268,7 @@ class Engine:
         if total <= cap:                # a light piece is within the cap too
             yield chunk, deg, whole
             return
-        distinct = _distinct_sum(xp, col, deg, (lo, hi))
+        distinct = self.backend.distinct_sum(col, deg, (lo, hi))
         if distinct <= cap:             # the GBA holds one buffer per distinct vertex
             yield chunk, deg, whole
             return
@@ -576,8 +579,10 @@ class Engine:
                     return 0
             value = self._subtree_counts(rows, tree, lim)
             prod = value if prod is None else _exact_product(backend, prod, value)
-        if not _exact(prod) and _max(prod) * _n_rows(rows) < _INT64_SAFE:
-            return int(prod.sum())
+        if not _exact(prod):
+            top, total = host_ints(xp, prod.max(), prod.sum()) if prod.size else (0, 0)     # one read
+            if top * _n_rows(rows) < _INT64_SAFE:               # the int64 sum did not overflow
+                return total
         return int(sum(backend.to_host(prod).tolist()))
 
     def _groups_product(self, groups, sizes):
@@ -618,7 +623,7 @@ class Engine:
         """total[at] += value (int64 ``total`` while no sum may pass int64; then the Python integers
         ``exact``, made from ``total`` once); returns ``exact``."""
         backend = self.backend
-        if exact is None and not _exact(value) and _max(value) * int(at.size) + _max(total) < _INT64_SAFE:
+        if exact is None and not _exact(value) and _sum_bound(backend.xp, value, int(at.size), total) < _INT64_SAFE:
             backend.add_at(total, at, value)
             return None
         if exact is None:
@@ -744,8 +749,8 @@ class Engine:
         """For each buffer entry (tuple erow, value evals): is it in N(vcol[tuple], l)?
         ``ecount``: entries per tuple; ``cbits``: C(u), which holds every entry. The
         bitset it builds is bounded like the GBA (``gba_entries`` int32 entries)."""
-        return membership.member(self.xp, self.backend, self.store, link, vcol, erow, evals,
-                                 cap=max(4096, 4 * lim.gba_entries), ecount=ecount, cbits=cbits)
+        return self.backend.member(self.store, link, vcol, erow, evals, cap=max(4096, 4 * lim.gba_entries),
+                                   ecount=ecount, cbits=cbits)
 
 
 class _TuplesOf:
@@ -895,6 +900,19 @@ def _max(a) -> int:
     return int(a.max()) if a.size else 0
 
 
+def _maxes(xp, *arrays) -> list:
+    """:func:`_max` of each of the int64 ``arrays``, where the backend computes, read in one transfer."""
+    if all(a.size for a in arrays):
+        return host_ints(xp, *[a.max() for a in arrays])
+    return [_max(a) for a in arrays]
+
+
+def _sum_bound(xp, value, n, total) -> int:
+    """A bound on ``total`` after adding ``n`` of ``value``'s entries to it (int64 arrays; one read)."""
+    top_value, top_total = _maxes(xp, value, total)
+    return top_value * n + top_total
+
+
 def _shared_groups(plan):
     """Groups of factored vertices that may share data vertices (counted by inclusion-exclusion)."""
     return sum(len(g.leaves) > 1 for g in plan.leaf_groups)
@@ -907,7 +925,7 @@ def _exact(a):
 
 def _exact_product(backend, a, b):
     """a * b per row: int64 while it cannot overflow, else Python integers (on the host)."""
-    if not _exact(a) and _max(a) * _max(b) < _INT64_SAFE:
+    if not _exact(a) and not _exact(b) and math.prod(_maxes(backend.xp, a, b)) < _INT64_SAFE:
         return a * b
     return backend.to_host(a).astype(object) * backend.to_host(b).astype(object)
 
@@ -948,15 +966,6 @@ def _n_rows(chunk):
 
 def _nbytes(chunk):
     return sum(int(col.nbytes) for col in chunk.values())
-
-
-def _distinct_sum(xp, col, deg, span=None):
-    """Σ deg over the distinct values of ``col`` (rows with equal values have equal deg);
-    ``span``: (min, max) of ``col`` where known."""
-    uniq, k = distinct_index(xp, col, span)
-    by_vertex = xp.zeros(uniq.size, dtype=xp.int64)
-    scatter_equal(xp, by_vertex, k, deg)
-    return int(by_vertex.sum())
 
 
 def _distinct_tuples(xp, backend, cols):

@@ -44,29 +44,44 @@ _popcount_rows = cp.ReductionKernel("uint32 x", "int64 y", "__popc(x)", "a + b",
 
 
 #: Arrays up to this long are scanned (``scan``, ``flatnonzero``) by one block in one launch;
-#: longer ones by CuPy's multi-pass scan. CuPy's costs some 40-100 us of launches and host work
-#: whatever the size, which adds up over the dozens of small scans of a light query's steps.
+#: longer ones in tiles of ``_SCAN_TILE`` values, a block a tile, in three launches. CuPy's scan
+#: costs some 40-130 us of launches and host work whatever the size (measured on the 100M
+#: walks), which adds up over the dozens of scans of a query's steps.
 _SMALL_SCAN = 1 << 16
-_SCAN_KERNELS = {np.dtype(np.int64): "scan_small_i64", np.dtype(np.int32): "scan_small_i32",
-                 np.dtype(np.bool_): "scan_small_bool"}
+_SCAN_TILE = 1 << 13
+_SCAN_KERNELS = {np.dtype(np.int64): "i64", np.dtype(np.int32): "i32", np.dtype(np.bool_): "bool"}
 
 
 def scan(a):
     """Inclusive prefix sum of a 1-D array as ``numpy.cumsum`` gives it (int64 for bool, int32 and int64)."""
-    name = _SCAN_KERNELS.get(a.dtype)
+    kind = _SCAN_KERNELS.get(a.dtype)
     n = int(a.size)
-    if name is None or n == 0 or n > _SMALL_SCAN or a.ndim != 1 or not a.flags.c_contiguous:
-        return cp.cumsum(a, dtype=cp.int64) if name is not None else cp.cumsum(a)
+    if kind is None or n == 0 or a.ndim != 1:
+        return cp.cumsum(a, dtype=cp.int64) if kind is not None else cp.cumsum(a)
+    a = cp.ascontiguousarray(a)
     out = cp.empty(n, cp.int64)
-    kernels.kernel(name)((1,), (1024,), (a, np.int64(n), out))
+    if n <= _SMALL_SCAN:
+        kernels.kernel("scan_small_" + kind)((1,), (1024,), (a, np.int64(n), out))
+        return out
+    tiles = (n + _SCAN_TILE - 1) // _SCAN_TILE
+    sums = cp.empty(tiles, cp.int64)
+    kernels.kernel("tile_sums_" + kind)((tiles,), (1024,), (a, np.int64(n), np.int64(_SCAN_TILE), sums))
+    incl = scan(sums)
+    kernels.kernel("scan_tiles_" + kind)((tiles,), (1024,), (a, np.int64(n), np.int64(_SCAN_TILE), incl, out))
     return out
 
 
 def flatnonzero(a):
     """``cp.flatnonzero``: the indices (int64) of the true entries, one host read for their number."""
     n = int(a.size)
-    if a.dtype != np.bool_ or n == 0 or n > _SMALL_SCAN or a.ndim != 1 or not a.flags.c_contiguous:
+    if a.dtype != np.bool_ or n == 0 or a.ndim != 1:
         return cp.flatnonzero(a)
+    a = cp.ascontiguousarray(a)
+    if n > _SMALL_SCAN:
+        ends = scan(a)
+        out = cp.empty(int(ends[-1]), cp.int64)
+        kernels.kernel("nonzero_at")(_grid(n), (_BLOCK,), (a, ends, np.int64(n), out))
+        return out
     out = cp.empty(n + 1, cp.int64)             # the count goes in the last slot
     kernels.kernel("nonzero_small")((1,), (1024,), (a, np.int64(n), out, out[n:]))
     return out[:int(out[n])]
@@ -150,30 +165,23 @@ def _pointers(arrays):
     return cp.asarray(np.array([a.data.ptr for a in arrays] or [0], dtype=np.uint64))
 
 
-class _PeakMemory(cp.cuda.MemoryHook):
-    """Tracks the bytes a backend's memory pool has handed out on this thread, and their peak."""
+class _PeakMemory:
+    """Context of one query on a backend: the most bytes its memory pool held while the query ran
+    (``stats["device_peak_bytes"]``). The pool's use is read after each allocation made through
+    :meth:`GpuBackend.run` (its allocator while the context is open): the peak is reached at one.
+    A CuPy ``MemoryHook`` saw each allocation and free too, at four Python calls a pair."""
 
-    name = "sgsi_peak_memory"
-
-    def __init__(self, stats, pool):
-        self.stats = stats
-        self.pool = pool
+    def __init__(self, backend):
+        self.backend = backend
 
     def __enter__(self):
-        self.now = self.peak = self.pool.used_bytes()
-        return super().__enter__()
+        self.backend._peak = self.backend.pool.used_bytes()
+        return self
 
     def __exit__(self, *exc):
-        self.stats["device_peak_bytes"] = self.peak
-        return super().__exit__(*exc)
-
-    def malloc_postprocess(self, device_id, size, mem_size, mem_ptr, pmem_id):
-        self.now += mem_size
-        if self.now > self.peak:
-            self.peak = self.now
-
-    def free_postprocess(self, device_id, mem_size, mem_ptr, pmem_id):
-        self.now -= mem_size
+        self.backend.stats["device_peak_bytes"] = self.backend._peak
+        self.backend._peak = None
+        return False
 
 
 class GpuOverlaps(Overlaps):
@@ -229,12 +237,13 @@ class GpuBackend:
         self.load_balance = None        # None: follow SGSI_LOAD_BALANCE (0 = one warp per row)
         self._costs = None
         self._summary_start = None
+        self._peak = None               # the pool's most bytes in use during a query (_PeakMemory)
         # h2d_bytes: every copy to the device (segments, signatures, labels, degree index);
         # h2d_segment_bytes: the segment copies, through the pinned buffers; h2d_seconds: the time
         # those took on the copy stream (CUDA events); stage_seconds: host time filling the buffers.
         # h2d_mapped_bytes: the part of h2d_segment_bytes copied straight from registered maps;
         # stream_seconds: device time from a stream's start to the end of the join's work on its
-        # last segment (summed over streams; nested streams overlap).
+        # last segment (summed over the streams that copy a segment; nested streams overlap).
         self.stats = {"segments": 0, "segment_bytes": 0, "h2d_bytes": 0, "h2d_segment_bytes": 0,
                       "h2d_mapped_bytes": 0, "h2d_seconds": 0.0, "stage_seconds": 0.0, "stream_seconds": 0.0,
                       "cache_hits": 0, "expand_seconds": 0.0}
@@ -314,13 +323,13 @@ class GpuBackend:
     def measuring_memory(self):
         """Context of one query: sets ``stats["device_peak_bytes"]``, the most device memory this
         backend's pool held while it ran (its segment cache included)."""
-        return _PeakMemory(self.stats, self.pool)
+        return _PeakMemory(self)
 
     def run(self, fn, *args):
         """``fn(*args)`` with every CuPy allocation taken from this backend's pool. Past the
         pool's limit the query stops with a BudgetError (a query whose fixed state, such as
         its candidate bitsets, outgrows the allowance, or a step that outgrows its estimate)."""
-        with cp.cuda.using_allocator(self.pool.malloc):
+        with cp.cuda.using_allocator(self.pool.malloc if self._peak is None else self._malloc_measured):
             try:
                 return fn(*args)
             except cp.cuda.memory.OutOfMemoryError as e:
@@ -331,6 +340,14 @@ class GpuBackend:
                                   f"limited to {format_size(self.pool_limit)} (memory budget "
                                   f"{format_size(self.budget)} + {format_size(POOL_ALLOWANCE)}); "
                                   f"use a larger memory budget") from e
+
+    def _malloc_measured(self, size):
+        """``pool.malloc``, keeping the most bytes the pool has held (see :class:`_PeakMemory`)."""
+        mem = self.pool.malloc(size)
+        used = self.pool.used_bytes()
+        if used > self._peak:
+            self._peak = used
+        return mem
 
     def _pinned_buffer(self, slot, nbytes):
         buf = self._pinned[slot]
@@ -415,6 +432,23 @@ class GpuBackend:
         seg_ids = [int(s) for s in seg_ids]
         if not seg_ids:
             return
+        if all((store.path, "segment", s) in self._cache for s in seg_ids):
+            # Every segment on the device already: nothing to copy, overlap or time (a stream's
+            # events cost more host time than a launch on its segment).
+            for i, seg in enumerate(seg_ids):
+                hit = self._cached((store.path, "segment", seg))
+                if hit is None:             # dropped by a nested stream since: the rest copied
+                    for j, groups, ci in self._timed_stream(store, seg_ids[i:]):
+                        yield i + j, groups, ci
+                    return
+                self.stats["segments"] += 1
+                self.stats["segment_bytes"] += hit[0].nbytes + hit[1].nbytes
+                yield i, hit[0], hit[1]
+            return
+        yield from self._timed_stream(store, seg_ids)
+
+    def _timed_stream(self, store, seg_ids):
+        """:meth:`segments` with copies: the stream's device time is taken by CUDA events."""
         # The stream's span on the device: from its start on either stream to the end of the
         # join's work on its last segment (CUDA events, timed once they are done).
         starts = (cp.cuda.get_current_stream().record(), self.copy_stream.record())
@@ -578,25 +612,48 @@ class GpuBackend:
         return out
 
     def refine_drop(self, store, p, bits, keep, users, ends, needs):
-        """One partition's part of a refinement round (reference: CpuBackend.refine_drop), with
-        no id list, a window of ``REFINE_WINDOW`` vertices at a time (its hit words, 4 bytes a
-        vertex, bounded): one ``refine_hits`` launch per segment over its source range in the
-        window, then one ``refine_drop`` for every user over the window's words. A partition of
-        several segments not all on the device reads only those meeting the users' candidates
-        (one ``segments_meeting`` launch, one read); one on the device reads them all (a launch
-        costs less than the read). The arguments (users, ends, needs) go to the device as one
-        array. A segment spanning two windows is read in both."""
+        """One partition's part of a refinement round (reference: CpuBackend.refine_drop):
+        :meth:`refine_round` of that one job."""
+        self.refine_round(store, bits, keep, [(p, users, ends, needs)])
+
+    def refine_round(self, store, bits, keep, jobs):
+        """A refinement round's jobs (partition, users, ends, needs) (reference:
+        CpuBackend.refine_round), with no id list, a window of ``REFINE_WINDOW`` vertices at a
+        time (its hit words, 4 bytes a vertex, bounded): per job, one ``refine_hits`` launch per
+        segment over its source range in the window, then one ``refine_drop`` for every user
+        over the window's words. A partition of several segments not all on the device reads
+        only those meeting the users' candidates (one ``segments_meeting`` launch a job, one read
+        for the round); one on the device reads them all (a launch costs less than the read).
+        The jobs' arguments (users, ends, needs) go to the device as one array. A segment
+        spanning two windows is read in both."""
+        if not jobs:
+            return
+        words = int(bits.shape[1])
+        records = [list(users) + list(ends) + [int(x) for x in needs] for _p, users, ends, needs in jobs]
+        at = np.cumsum([0] + [len(r) for r in records])
+        table = cp.asarray(np.array([x for r in records for x in r], dtype=np.uint32))
+        args = [table[at[j]:at[j + 1]] for j in range(len(jobs))]
+        sels = [np.arange(p.seg_ids.size) for p, *_rest in jobs]
+        asks = [j for j, (p, *_rest) in enumerate(jobs)
+                if p.seg_ids.size > 1 and not all((store.path, "segment", int(s)) in self._cache for s in p.seg_ids)]
+        if asks:
+            fat = np.cumsum([0] + [jobs[j][0].seg_ids.size for j in asks])
+            flags = cp.zeros(int(fat[-1]), cp.uint8)
+            for j, f0, f1 in zip(asks, fat[:-1], fat[1:]):
+                p, users = jobs[j][0], jobs[j][1]
+                kernels.kernel("segments_meeting")(_grid(words), (_BLOCK,),
+                                                   (bits, np.int64(words), args[j], np.int32(len(users)),
+                                                    segment_ranges(store, self, p), np.int32(f1 - f0), flags[f0:f1]))
+            meets = self.to_host(flags)
+            for j, f0, f1 in zip(asks, fat[:-1], fat[1:]):
+                sels[j] = np.flatnonzero(meets[f0:f1])
+        for (p, users, ends, _needs), a, sel in zip(jobs, args, sels):
+            self._refine_partition(store, p, bits, keep, a, np.int32(len(users)), np.int32(len(ends)), sel)
+
+    def _refine_partition(self, store, p, bits, keep, args, nu, ne, sel):
+        """One job of :meth:`refine_round` over the segments ``sel`` of partition ``p``."""
         n = store.n_vertices
         words = int(bits.shape[1])
-        nu, ne = np.int32(len(users)), np.int32(len(ends))
-        args = cp.asarray(np.array(list(users) + list(ends) + [int(x) for x in needs], dtype=np.uint32))
-        sel = np.arange(p.seg_ids.size)
-        if sel.size > 1 and not all((store.path, "segment", int(s)) in self._cache for s in p.seg_ids):
-            flags = cp.zeros(sel.size, cp.uint8)
-            kernels.kernel("segments_meeting")(_grid(words), (_BLOCK,),
-                                               (bits, np.int64(words), args, nu, segment_ranges(store, self, p),
-                                                np.int32(sel.size), flags))
-            sel = np.flatnonzero(self.to_host(flags))
         first, last = p.first_src[sel], p.last_src[sel]
         for base in range(0, n, REFINE_WINDOW):
             top = min(n, base + REFINE_WINDOW) - 1                # the window's vertices: [base, top]
@@ -613,6 +670,31 @@ class GpuBackend:
                                           (keep, np.int64(words), np.int64(w0), np.int64(w1 - w0), args, nu, ne, hit,
                                            np.int64(base), np.int64(n)))
 
+    def member(self, store, link, vcol, erow, evals, cap, ecount=None, cbits=None, via=None):
+        """For each entry i: is ``evals[i]`` in N(vcol[erow[i]], l)? (reference:
+        CpuBackend.member): one ``member_entries`` launch per segment of the link's partition
+        meeting the tuples' vertices, a thread per entry finding its vertex's list in the
+        segment's PCSR and binary-searching the entry in it. No bitset: ``cap``, ``ecount``
+        and ``cbits`` are not needed. ``via``: the backend whose ``segments()`` streams them."""
+        n = int(evals.size)
+        found = cp.zeros(n, dtype=cp.bool_)
+        p = store.partition(link.label_id, link.direction)
+        if n == 0 or p.seg_ids.size == 0:
+            return found
+        vcol = cp.ascontiguousarray(vcol.astype(cp.int32, copy=False))
+        erow = cp.ascontiguousarray(erow.astype(cp.int64, copy=False))
+        evals = cp.ascontiguousarray(evals.astype(cp.int32, copy=False))
+        sel = np.arange(p.seg_ids.size)
+        if sel.size > 1:                # the segments meeting the vertices' range (one read)
+            lo, hi = (int(x) for x in cp.asnumpy(cp.stack([vcol.min(), vcol.max()])))
+            sel = np.flatnonzero((p.first_src <= hi) & (p.last_src >= lo))
+        for i, groups, ci in (via or self).segments(store, p.seg_ids[sel]):
+            kernels.kernel("member_entries")(_grid(n), (_BLOCK,),
+                                             (groups, np.int64(groups.shape[0]), np.int32(groups.shape[1]), ci,
+                                              np.int32(p.first_src[sel[i]]), np.int32(p.last_src[sel[i]]), vcol,
+                                              erow, evals, np.int64(n), found))
+        return found
+
     def add_bits_weight(self, out, bits, v, d):
         """out[0] += Σ d[i] over the i whose vertex v[i] is in ``bits`` (reference:
         CpuBackend.add_bits_weight): one ``bits_weight`` kernel, where a test, a select and a
@@ -624,29 +706,62 @@ class GpuBackend:
                                       (bits, cp.ascontiguousarray(v.astype(cp.int32, copy=False)),
                                        cp.ascontiguousarray(d.astype(cp.int64, copy=False)), np.int64(n), out))
 
-    def add_bits_degrees(self, out, bits, deg):
-        """out[0] += Σ deg[v] over the bitset's vertices (reference: CpuBackend.add_bits_degrees):
-        one ``bits_degrees`` kernel over the words."""
-        words = min(int(bits.size), (int(deg.size) + 31) // 32)
+    def distinct_sum(self, col, deg, span):
+        """Σ deg over the distinct values of ``col`` (reference: CpuBackend.distinct_sum): a
+        bit a value of ``span`` (min, max), one ``distinct_sum`` kernel, one read."""
+        n = int(col.size)
+        if n == 0:
+            return 0
+        lo, hi = span
+        seen = cp.zeros((hi - lo + 32) // 32, cp.uint32)
+        out = cp.zeros(1, cp.int64)
+        kernels.kernel("distinct_sum")((min(_grid(n)[0], 4096),), (_BLOCK,),
+                                       (cp.ascontiguousarray(col.astype(cp.int32, copy=False)),
+                                        cp.ascontiguousarray(deg.astype(cp.int64, copy=False)), np.int64(n),
+                                        np.int32(lo), seen, out))
+        return int(out[0])
+
+    def add_union_degrees(self, out, bits, jobs):
+        """out[0] += Σ over ``jobs`` (users, deg) of Σ deg[v] over the union of the users' bitsets
+        (reference: CpuBackend.add_union_degrees): one ``union_degrees`` launch for all, its
+        arguments (the bitsets' and degrees' addresses, the users) in one table."""
+        if not jobs:
+            return
+        k = len(bits)
+        words = min(int(bits[0].size), (int(jobs[0][1].size) + 31) // 32)
         if words == 0:
             return
-        kernels.kernel("bits_degrees")((min(_grid(words)[0], 1024),), (_BLOCK,),
-                                       (bits, np.int64(words), cp.ascontiguousarray(deg.astype(cp.int32, copy=False)),
-                                        out))
+        bits = [cp.ascontiguousarray(b) for b in bits]          # alive until the launch is issued
+        held = [cp.ascontiguousarray(deg.astype(cp.int32, copy=False)) for _users, deg in jobs]
+        records = [[int(d.data.ptr), len(users)] + [int(u) for u in users] for (users, _deg), d in zip(jobs, held)]
+        starts = k + len(jobs) + np.cumsum([0] + [len(r) for r in records[:-1]])
+        args = cp.asarray(np.array([int(b.data.ptr) for b in bits] + list(starts) + [x for r in records for x in r],
+                                   dtype=np.int64))
+        kernels.kernel("union_degrees")((min(_grid(words)[0], 1024), len(jobs)), (_BLOCK,),
+                                        (args, np.int32(k), np.int64(words), out))
 
     def piece_summary(self, deg, col):
         """(Σ deg, max deg, min col, max col, places where col descends) as Python ints
         (reference: CpuBackend.piece_summary): one ``piece_summary`` kernel and one read, where
         the reductions took a dozen launches and two reads."""
-        n = int(deg.size)
+        return self._summary(cp.ascontiguousarray(deg.astype(cp.int64, copy=False)), col, None)
+
+    def piece_degrees(self, dense, col):
+        """(the rows' degrees ``dense[col]`` as int64, :meth:`piece_summary` of them) (reference:
+        CpuBackend.piece_degrees): the degrees are gathered by the summary's kernel."""
+        deg = cp.empty(int(col.size), cp.int64)
+        return deg, self._summary(deg, col, cp.ascontiguousarray(dense.astype(cp.int32, copy=False)))
+
+    def _summary(self, deg, col, dense):
+        n = int(col.size)
         if self._summary_start is None:         # the reductions' identities, copied on the device
             self._summary_start = cp.asarray(np.array([0, -1, np.iinfo(np.int64).max, np.iinfo(np.int64).min, 0],
                                                       np.int64))
         out = self._summary_start.copy()
         grid = min(_grid(n)[0], 1024)
         kernels.kernel("piece_summary")((grid,), (_BLOCK,),
-                                        (cp.ascontiguousarray(deg.astype(cp.int64, copy=False)),
-                                         cp.ascontiguousarray(col.astype(cp.int32, copy=False)), np.int64(n), out))
+                                        (deg, cp.ascontiguousarray(col.astype(cp.int32, copy=False)), np.int64(n), out,
+                                         np.uint64(0) if dense is None else dense))
         return [int(x) for x in cp.asnumpy(out)]
 
     def row_lists(self, groups, ci, v, cbits, conflict_cols, F, fill, gba):
@@ -703,7 +818,9 @@ class GpuBackend:
     def extend(self, row_tuple, per_row, evals, sstart, scount, conflict_cols, sizes=None):
         """Columnar extension of one slice (reference: CpuBackend.extend), Prealloc-Combine:
         the rows' outputs are sized by a prefix sum of |S(t_i)|, written by the load-balanced
-        expansion kernels, then compacted past the rows' own vertices. ``sizes``: (the prefix
+        expansion kernels, which leave out the rows' own vertices; the rows' buffers are then
+        packed (``pack_rows``: one scan, one read, one launch, a warp a row; past
+        ``_PACK_ROW_MAX`` entries in a row, a thread an entry). ``sizes``: (the prefix
         sum, its total, the largest |S(t_i)|) when the caller has read them already."""
         m = int(row_tuple.size)
         if sizes is None:
@@ -720,6 +837,8 @@ class GpuBackend:
                          heaviest=heaviest)
         if not conflict_cols:           # every entry kept: the rows' buffers are already packed
             return row_scan(per_row, total=total), out_vals
+        if heaviest <= _PACK_ROW_MAX:   # a warp a row
+            return self.pack_rows(out_vals, F, rfill)
         erow = self.repeat_index(rfill)
         if erow.size == 0:
             return erow, out_vals[:0]
@@ -868,6 +987,8 @@ class GpuBackend:
 
 
 _BLOCK_ROW = 1024
+#: Most entries of one row that ``extend`` packs with a warp a row (``pack_rows``).
+_PACK_ROW_MAX = 1 << 16
 #: Vertices whose refinement hits (4 bytes each) one pass of ``GpuBackend.refine_drop`` holds:
 #: 64 MB, whatever the graph (a multiple of 32: a window's bitset words are its own).
 REFINE_WINDOW = 1 << 24

@@ -116,6 +116,45 @@ __device__ __forceinline__ long long warp_keep_list(const int* __restrict__ src,
     return out;
 }
 
+// PCSR lookup of vertex vv by one thread: warp_pcsr_find's walk over the group's pairs and its
+// overflow chain, a pair at a time.
+__device__ __forceinline__ longlong2 pcsr_find(const int* __restrict__ groups, long long n_groups, int theta,
+                                               int vv) {
+    if (vv < 0 || n_groups == 0) return make_longlong2(0, 0);
+    long long g = pcsr_group(vv, n_groups);
+    while (true) {
+        const int* pairs = groups + g * theta * 2;
+        for (int k = 0; k < theta - 1; ++k)
+            if (pairs[2 * k] == vv) return make_longlong2(pairs[2 * k + 1], pairs[2 * k + 3]);
+        int gid = pairs[2 * (theta - 1)];
+        if (gid < 0) return make_longlong2(0, 0);
+        g = gid;
+    }
+}
+
+// A later linking edge, entry by entry (reference: sgsi.join.membership.member): the thread of
+// entry i, whose tuple's vertex v = vcol[erow[i]] lies in this segment's source range [lo, hi],
+// finds v's list in the segment's PCSR (the threads of one tuple read the same group) and
+// binary-searches evals[i] in it (lists are sorted); a hit sets found[i]. A list may continue in
+// the next segment: the launches over the segments OR their hits.
+extern "C" __global__ void member_entries(const int* __restrict__ groups, long long n_groups, int theta,
+                                          const int* __restrict__ ci, int lo, int hi,
+                                          const int* __restrict__ vcol, const long long* __restrict__ erow,
+                                          const int* __restrict__ evals, long long n, bool* __restrict__ found) {
+    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n || found[i]) return;
+    int v = vcol[erow[i]];
+    if (v < lo || v > hi) return;
+    longlong2 se = pcsr_find(groups, n_groups, theta, v);
+    long long a = se.x, b = se.y;
+    int x = evals[i];
+    while (a < b) {
+        long long m = (a + b) >> 1;
+        if (ci[m] < x) a = m + 1; else b = m;
+    }
+    if (a < se.y && ci[a] == x) found[i] = true;
+}
+
 // PCSR lookup (reference: sgsi.partition.pcsr.lookup): one warp per query vertex.
 extern "C" __global__ void pcsr_lookup(const int* __restrict__ groups, long long n_groups, int theta,
                                        const int* __restrict__ v, long long n,
@@ -150,12 +189,15 @@ extern "C" __global__ void row_lists(const int* __restrict__ groups, long long n
 // (sum of deg, max of deg, min of col, max of col, places where col descends) of a piece,
 // into out[0..4] (which holds 0, -1, INT64_MAX, INT64_MIN, 0) (reference:
 // CpuBackend.piece_summary): a grid-stride loop, warp shuffles, one atomic per warp and value.
-extern "C" __global__ void piece_summary(const long long* __restrict__ deg, const int* __restrict__ col,
-                                         long long n, long long* __restrict__ out) {
+// With ``dense`` (every vertex's degree, int32) the rows' degrees are gathered from it as they are
+// summed, and written to deg (reference: CpuBackend.piece_degrees).
+extern "C" __global__ void piece_summary(long long* __restrict__ deg, const int* __restrict__ col,
+                                         long long n, long long* __restrict__ out, const int* __restrict__ dense) {
     long long sum = 0, mx = -1, lo = 0x7fffffffffffffffLL, hi = -0x7fffffffffffffffLL - 1, desc = 0;
     long long stride = (long long)gridDim.x * blockDim.x;
     for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
-        long long d = deg[i], v = col[i];
+        long long d, v = col[i];
+        if (dense) deg[i] = d = dense[v]; else d = deg[i];
         sum += d;
         mx = d > mx ? d : mx;
         lo = v < lo ? v : lo;
@@ -193,15 +235,22 @@ extern "C" __global__ void bits_weight(const unsigned int* __restrict__ bits, co
     if ((threadIdx.x & 31) == 0 && sum) atomicAdd((unsigned long long*)out, (unsigned long long)sum);
 }
 
-// out[0] += sum of deg[v] over the vertices v of the bitset (reference:
-// CpuBackend.add_bits_degrees): a grid-stride loop over the words, each thread summing its
+// out[0] += sum over jobs j of sum of deg_j[v] over the vertices v of the union of the job's users'
+// bitsets (reference: CpuBackend.add_union_degrees), all jobs in one launch, one grid row a job.
+// args: the k bitsets' addresses, then each job's offset in args; a job's record there holds the
+// address of its degrees (int32, one a vertex), its number of users, then the users (bitset
+// indices). A grid-stride loop over the words (those of n_vertices), each thread summing its
 // words' set bits, warp shuffles, one atomic per warp.
-extern "C" __global__ void bits_degrees(const unsigned int* __restrict__ bits, long long words,
-                                        const int* __restrict__ deg, long long* __restrict__ out) {
+extern "C" __global__ void union_degrees(const long long* __restrict__ args, int k, long long words,
+                                         long long* __restrict__ out) {
+    const long long* job = args + args[k + blockIdx.y];
+    const int* deg = (const int*)job[0];
+    int n_users = (int)job[1];
     long long sum = 0;
     long long stride = (long long)gridDim.x * blockDim.x;
     for (long long w = (long long)blockIdx.x * blockDim.x + threadIdx.x; w < words; w += stride) {
-        unsigned int m = bits[w];
+        unsigned int m = 0;
+        for (int q = 0; q < n_users; ++q) m |= ((const unsigned int*)args[job[2 + q]])[w];
         while (m) {
             sum += deg[(w << 5) + __ffs(m) - 1];
             m &= m - 1;
@@ -367,6 +416,59 @@ __device__ __forceinline__ void scan_small(const T* __restrict__ x, long long n,
 extern "C" __global__ void scan_small_i64(const long long* x, long long n, long long* out) { scan_small(x, n, out); }
 extern "C" __global__ void scan_small_i32(const int* x, long long n, long long* out) { scan_small(x, n, out); }
 extern "C" __global__ void scan_small_bool(const bool* x, long long n, long long* out) { scan_small(x, n, out); }
+
+// A large array's prefix sum in tiles of ``tile`` values, one block a tile (gpu.scan's path past
+// one block): tile_sums sums each tile, the tiles' sums are scanned, then scan_tiles scans each
+// tile in rounds of one value a thread (coalesced), from the sum of the tiles before it
+// (``incl``: their inclusive scan).
+template <typename T>
+__device__ __forceinline__ void tile_sums(const T* __restrict__ x, long long n, long long tile,
+                                          long long* __restrict__ sums) {
+    long long a = (long long)blockIdx.x * tile, b = a + tile < n ? a + tile : n;
+    long long s = 0;
+    for (long long i = a + threadIdx.x; i < b; i += blockDim.x) s += (long long)x[i];
+    long long total;
+    block_exclusive_scan(s, &total);
+    if (threadIdx.x == 0) sums[blockIdx.x] = total;
+}
+template <typename T>
+__device__ __forceinline__ void scan_tiles(const T* __restrict__ x, long long n, long long tile,
+                                           const long long* __restrict__ incl, long long* __restrict__ out) {
+    long long t0 = (long long)blockIdx.x * tile, t1 = t0 + tile < n ? t0 + tile : n;
+    long long carry = blockIdx.x ? incl[blockIdx.x - 1] : 0;
+    for (long long base = t0; base < t1; base += blockDim.x) {     // a round of consecutive values
+        long long i = base + threadIdx.x;
+        long long v = i < t1 ? (long long)x[i] : 0;
+        long long total;
+        long long before = block_exclusive_scan(v, &total);
+        if (i < t1) out[i] = carry + before + v;
+        carry += total;
+        __syncthreads();                      // block_exclusive_scan's shared sums are rewritten next round
+    }
+}
+extern "C" __global__ void tile_sums_i64(const long long* x, long long n, long long tile, long long* sums) {
+    tile_sums(x, n, tile, sums);
+}
+extern "C" __global__ void tile_sums_i32(const int* x, long long n, long long tile, long long* sums) {
+    tile_sums(x, n, tile, sums);
+}
+extern "C" __global__ void tile_sums_bool(const bool* x, long long n, long long tile, long long* sums) {
+    tile_sums(x, n, tile, sums);
+}
+extern "C" __global__ void scan_tiles_i64(const long long* x, long long n, long long tile, const long long* incl,
+                                          long long* out) { scan_tiles(x, n, tile, incl, out); }
+extern "C" __global__ void scan_tiles_i32(const int* x, long long n, long long tile, const long long* incl,
+                                          long long* out) { scan_tiles(x, n, tile, incl, out); }
+extern "C" __global__ void scan_tiles_bool(const bool* x, long long n, long long tile, const long long* incl,
+                                           long long* out) { scan_tiles(x, n, tile, incl, out); }
+
+// Indices of the true entries of a bool array, given the inclusive scan of its entries (gpu.
+// flatnonzero past one block; reference: numpy.flatnonzero): entry i, if true, is index ends[i] - 1.
+extern "C" __global__ void nonzero_at(const bool* __restrict__ x, const long long* __restrict__ ends, long long n,
+                                      long long* __restrict__ out) {
+    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n && x[i]) out[ends[i] - 1] = i;
+}
 
 // Indices of the true entries of a small bool array, in order, and how many (gpu.flatnonzero's
 // one-launch path; reference: numpy.flatnonzero). One block, runs of consecutive entries.
@@ -727,6 +829,26 @@ extern "C" __global__ void distinct_of_marks(const bool* __restrict__ mark, cons
     long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < r && mark[i]) uniq[rank[i] - 1] = (int)(i + lo);
     if (i < n) idx[i] = rank[v[i] - lo] - 1;
+}
+
+// out[0] += the sum of deg over the distinct values of col in [lo, lo + 32 * words), rows with
+// equal values having equal deg (reference: CpuBackend.distinct_sum): the row that sets its
+// value's bit in ``seen`` (an atomicOr that finds it unset) adds its deg. A row whose value
+// repeats the row before it, or whose bit it reads set, makes no atomic (a hub's repeats).
+extern "C" __global__ void distinct_sum(const int* __restrict__ col, const long long* __restrict__ deg,
+                                        long long n, int lo, unsigned int* __restrict__ seen,
+                                        long long* __restrict__ out) {
+    long long sum = 0;
+    long long stride = (long long)gridDim.x * blockDim.x;
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+        int v = col[i];
+        if (i > 0 && col[i - 1] == v) continue;
+        unsigned int k = (unsigned int)(v - lo), bit = 1u << (k & 31);
+        if (seen[k >> 5] & bit) continue;
+        if (!(atomicOr(&seen[k >> 5], bit) & bit)) sum += deg[i];
+    }
+    for (int o = 16; o > 0; o >>= 1) sum += __shfl_down_sync(FULL, sum, o);
+    if ((threadIdx.x & 31) == 0 && sum) atomicAdd((unsigned long long*)out, (unsigned long long)sum);
 }
 
 // out[idx[i]] = val[i] where equal indices carry equal values (reference:

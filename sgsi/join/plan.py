@@ -396,7 +396,8 @@ def _refine(store, backend, bits, inc):
     the pattern, the lists of its users' candidates are read once, streamed
     segment by segment through the PCSR; each vertex gets one bit per other end
     u' (a neighbour in C(u')), and a candidate of u survives when it has the
-    bits of all of u's ends (``backend.refine_drop``). Sound for isomorphism and
+    bits of all of u's ends (``backend.refine_drop``, every partition's in one
+    ``backend.refine_round``). Sound for isomorphism and
     homomorphism alike.
 
     Returns the new bitsets and whether any of them shrank.
@@ -404,6 +405,7 @@ def _refine(store, backend, bits, inc):
     xp = backend.xp
     stacked = xp.stack(bits)                                     # (pattern vertices, words)
     keep = stacked.copy()
+    jobs = []
     for (lab, direction), pairs in _by_partition(inc).items():
         ends = sorted({b for _, b in pairs})
         p = store.partition(lab, direction)
@@ -412,7 +414,8 @@ def _refine(store, backend, bits, inc):
             needs = {a: sum(1 << k for k, b in enumerate(chunk) if (a, b) in pairs) for a, _ in pairs}
             users = sorted(a for a, need in needs.items() if need)
             if users:
-                backend.refine_drop(store, p, stacked, keep, users, chunk, [needs[a] for a in users])
+                jobs.append((p, users, chunk, [needs[a] for a in users]))
+    backend.refine_round(store, stacked, keep, jobs)
     changed = bool((keep != stacked).any())
     return [keep[i] for i in range(len(bits))], changed
 
@@ -441,16 +444,19 @@ def refine_cost(store, backend, plan: QueryPlan) -> int:
     """
     xp = backend.xp
     total = xp.zeros(1, dtype=xp.int64)             # summed where the backend computes, read once
+    dense_jobs = []                                 # (users, every vertex's degree kept on the device)
     for (lab, direction), pairs in _by_partition(plan.incident).items():
-        union = _union(plan.candidates, sorted({a for a, _b in pairs}))
+        users = sorted({a for a, _b in pairs})
         p = store.partition(lab, direction)
         dense = backend.dense_degrees(store, p)
-        if dense is not None:                       # every vertex's degree, kept on the device
-            backend.add_bits_degrees(total, union, dense)
+        if dense is not None:
+            dense_jobs.append((users, dense))
             continue
+        union = _union(plan.candidates, users)
         for bid in p.idx_batches:
             v, d = degree_index(store, backend, bid)
             backend.add_bits_weight(total, union, v, d)
+    backend.add_union_degrees(total, plan.candidates, dense_jobs)
     return int(total[0])
 
 
