@@ -13,6 +13,12 @@ same memory budget (``--budget``; on the GPU 16GB unless given, since the
 default, half the free memory, would differ between them). Prints min /
 median ms per tree, the ratio of the minima and the median of the paired
 ratios B/A; every count must be equal across trees.
+
+Two processes of one tree need not be equally fast: on an H100 host (session 24)
+the same tree in both slots measured B/A 1.28 and 1.13 on two light (host-bound)
+walks. ``--pairs N`` runs the comparison in N fresh pairs of processes, each pair
+started in the other order (A first, then B first, ...), and pools their times:
+a slot's luck then falls on both trees.
 """
 
 from __future__ import annotations
@@ -87,6 +93,8 @@ def main(argv=None):
     ap.add_argument("--warm", type=int, default=2, help="untimed counts per query and tree, first")
     ap.add_argument("--reps", type=int, default=8, help="timed counts per query and tree, interleaved")
     ap.add_argument("--only", type=int, nargs="*", default=None, help="indices of the queries to run")
+    ap.add_argument("--pairs", type=int, default=1,
+                    help="fresh pairs of serving processes, started in alternating order; times pooled")
     ap.add_argument("--data", default=DATA_DIR)
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     ap.add_argument("--store", help=argparse.SUPPRESS)
@@ -102,34 +110,45 @@ def main(argv=None):
     queries = walk_queries(gdir, args)
     if args.only is not None:
         queries = [queries[i] for i in args.only]
-    trees = [_Tree(t, store, args) for t in args.trees]
-    a, b = trees
-    report(f"A = {a.tree}, B = {b.tree}; {args.reps} timed counts per tree, interleaved A B B A ..., "
-           f"after {args.warm} untimed; budget {args.budget or 'default'}; ms")
+    times = {(qi, t): [] for qi in range(len(queries)) for t in "AB"}
+    paired = {qi: [] for qi in range(len(queries))}
+    matches = {}
+    for pair in range(args.pairs):
+        order = "AB" if pair % 2 == 0 else "BA"
+        started = {}
+        try:
+            for name in order:
+                started[name] = _Tree(args.trees["AB".index(name)], store, args)
+            a, b = started["A"], started["B"]
+            for qi, (k, pat) in enumerate(queries):
+                counts = set() if qi not in matches else {matches[qi]}
+                for tree in (a, b):
+                    for _ in range(args.warm):
+                        counts.add(tree.count(pat)[0])
+                here = {a: [], b: []}
+                for i in range(args.reps):
+                    for tree in ((a, b) if i % 2 == 0 else (b, a)):
+                        n, s = tree.count(pat)
+                        counts.add(n)
+                        here[tree].append(s)
+                if len(counts) != 1:
+                    raise SystemExit(f"COUNT MISMATCH on query {qi}: {counts}")
+                matches[qi] = counts.pop()
+                times[qi, "A"] += here[a]
+                times[qi, "B"] += here[b]
+                paired[qi] += [y / x for x, y in zip(here[a], here[b])]
+        finally:
+            for tree in started.values():
+                tree.close()
+    report(f"A = {args.trees[0]}, B = {args.trees[1]}; {args.reps} timed counts per tree, interleaved A B B A ..., "
+           f"after {args.warm} untimed; {args.pairs} pair(s) of processes; budget {args.budget or 'default'}; ms")
     report("| query | matches | A min / median | B min / median | B/A of the minima | B/A paired (median) |")
     report("|---|---:|---:|---:|---:|---:|")
-    try:
-        for qi, (k, pat) in enumerate(queries):
-            counts = set()
-            for tree in trees:
-                for _ in range(args.warm):
-                    counts.add(tree.count(pat)[0])
-            times = {a: [], b: []}
-            for i in range(args.reps):
-                for tree in ((a, b) if i % 2 == 0 else (b, a)):
-                    n, s = tree.count(pat)
-                    counts.add(n)
-                    times[tree].append(s)
-            if len(counts) != 1:
-                raise SystemExit(f"COUNT MISMATCH on query {qi}: {counts}")
-            ta, tb = times[a], times[b]
-            paired = statistics.median(y / x for x, y in zip(ta, tb))
-            report(f"| {qi}: {k} vertices | {counts.pop():,} | {min(ta) * 1e3:.1f} / {statistics.median(ta) * 1e3:.1f} | "
-                   f"{min(tb) * 1e3:.1f} / {statistics.median(tb) * 1e3:.1f} | {min(tb) / min(ta):.2f} | {paired:.2f} |")
-    finally:
-        for tree in trees:
-            tree.close()
-
+    for qi, (k, _pat) in enumerate(queries):
+        ta, tb = times[qi, "A"], times[qi, "B"]
+        report(f"| {qi}: {k} vertices | {matches[qi]:,} | {min(ta) * 1e3:.1f} / {statistics.median(ta) * 1e3:.1f} | "
+               f"{min(tb) * 1e3:.1f} / {statistics.median(tb) * 1e3:.1f} | {min(tb) / min(ta):.2f} | "
+               f"{statistics.median(paired[qi]):.2f} |")
 
 if __name__ == "__main__":
     main()

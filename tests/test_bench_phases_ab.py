@@ -27,10 +27,11 @@ def test_phases_times_each_phase_and_restores_them(tmp_path, capsys):
 
 
 def test_ab_interleaves_both_trees_and_compares_counts(tmp_path):
+    """Two pairs of processes (started in either order), their times pooled per query."""
     tree = str(Path(__file__).resolve().parents[1])
     got = subprocess.run([sys.executable, str(BENCH / "ab.py"), "--trees", tree, tree, "--edges", "3e4",
                           "--sizes", "4", "--queries", "2", "--device", "cpu", "--warm", "1", "--reps", "3",
-                          "--data", str(tmp_path / "data")],
+                          "--pairs", "2", "--data", str(tmp_path / "data")],
                          capture_output=True, text=True, check=True)
     rows = [line for line in got.stdout.splitlines() if line.startswith("| 0:") or line.startswith("| 1:")]
     assert len(rows) == 2

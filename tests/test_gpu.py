@@ -101,14 +101,14 @@ def _hub_ids(rng, n, high):
 
 @pytest.mark.parametrize("n", [1, 31, 32, 33, 1000, 100_003])
 def test_warp_aggregated_writes_match_numpy(gpu, n):
-    """distinct_index (mark_ids, distinct_of_marks), scatter_equal, bincount (count_ids) and
+    """distinct_index (mark_bits, distinct_of_bits), scatter_equal, bincount (count_ids) and
     add_at (add_ids) against NumPy on ids with hubs and runs."""
     import cupy as cp
     from sgsi.join.backend import distinct_index, scatter_equal
     rng = np.random.default_rng(n)
     high = max(4, n // 3)
     ids = _hub_ids(rng, n, high)
-    for dtype in (np.int32, np.int64):            # int32: mark_ids and distinct_of_marks
+    for dtype in (np.int32, np.int64):            # int32: mark_bits and distinct_of_bits
         for shift in (0, 1000):                    # lo at 0 and past it
             got = distinct_index(cp, cp.asarray((ids + shift).astype(dtype)))
             want = distinct_index(np, (ids + shift).astype(dtype))
@@ -428,7 +428,7 @@ def test_row_lists_and_pack_rows_match_reference(gpu, n_conflicts):
 @pytest.mark.parametrize("n", [1, 2, 31, 1023, 1024, 1025, 5000, 65536, 65537, 300000])
 def test_scan_and_flatnonzero_match_numpy(n):
     """The one-block scan and nonzero (small arrays) and the tiled ones (large) give NumPy's values
-    and dtypes, on int64, int32 and bool input, and on a strided view."""
+    and dtypes, on int64, int32 and bool input, and on a strided view; the exclusive scan too."""
     import cupy as cp
     from sgsi.join.gpu import flatnonzero, scan
     rng = np.random.default_rng(n)
@@ -436,6 +436,7 @@ def test_scan_and_flatnonzero_match_numpy(n):
         got = scan(cp.asarray(x))
         assert got.dtype == np.cumsum(x).dtype and np.array_equal(np.cumsum(x), cp.asnumpy(got))
         assert np.array_equal(np.cumsum(x[::2]), cp.asnumpy(scan(cp.asarray(x)[::2])))
+        assert np.array_equal(np.cumsum(x) - x, cp.asnumpy(scan(cp.asarray(x), exclusive=True)))
     mask = rng.random(n) < 0.4
     for m in (mask, np.zeros(n, bool), np.ones(n, bool)):
         got = flatnonzero(cp.asarray(m))
@@ -457,6 +458,8 @@ def test_scan_in_tiles_matches_numpy(tile, small, monkeypatch):
         for x in (rng.integers(-5, 1 << 40, n), rng.integers(0, 7, n).astype(np.int32), rng.random(n) < 0.3):
             got = gpu_mod.scan(cp.asarray(x))
             assert got.dtype == np.int64 and np.array_equal(np.cumsum(x), cp.asnumpy(got)), (n, x.dtype)
+            before = gpu_mod.scan(cp.asarray(x), exclusive=True)
+            assert np.array_equal(np.cumsum(x) - x, cp.asnumpy(before)), (n, x.dtype)
         m = rng.random(n) < 0.1
         assert np.array_equal(np.flatnonzero(m), cp.asnumpy(gpu_mod.flatnonzero(cp.asarray(m))))
 

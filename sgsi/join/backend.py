@@ -462,6 +462,15 @@ def prefix_sum(xp, a):
     return scan(a)
 
 
+def exclusive_sum(xp, a):
+    """``cumsum(a) - a`` (each value's sum before it) where the backend computes (on the GPU in
+    the scan's own launches)."""
+    if xp is np:
+        return np.cumsum(a) - a
+    from .gpu import scan
+    return scan(a, exclusive=True)
+
+
 def nonzero_index(xp, a):
     """``flatnonzero`` where the backend computes (on the GPU, one launch for small bool arrays)."""
     if xp is np:
@@ -484,7 +493,7 @@ def host_ints(xp, *scalars):
     """Python ints of scalars computed where the backend computes, read in one transfer."""
     if xp is np:
         return [int(s) for s in scalars]
-    return [int(s) for s in xp.asnumpy(xp.stack([s.astype(xp.int64) for s in scalars]))]
+    return [int(s) for s in xp.asnumpy(xp.stack([s.astype(xp.int64, copy=False) for s in scalars]))]
 
 
 def distinct_index(xp, values, span=None):

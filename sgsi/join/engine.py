@@ -48,7 +48,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..partition import pcsr
-from .backend import distinct_index, host_ints, nonzero_index, own_hits, prefix_sum, runs, scatter_equal
+from .backend import (distinct_index, exclusive_sum, host_ints, nonzero_index, own_hits, prefix_sum, runs,
+                      scatter_equal)
 from .plan import REFINE_ROUNDS, Link, QueryPlan, Step, refine_cost
 from .stream import degree_index, neighbour_lists, segments_of, segments_spanning
 
@@ -392,9 +393,14 @@ class Engine:
         """
         xp, backend = self.xp, self.backend
         t = _TuplesOf(xp, backend, piece, step, how)
-        d0deg = xp.zeros(int(t.d0.size), dtype=xp.int64)
-        row_d = t.row_tuple if t.tuple_d is None else t.tuple_d[t.row_tuple]
-        scatter_equal(xp, d0deg, row_d, deg)      # rows carry |N(v'_i, l0)| already
+        e0 = step.links[0]
+        dense = backend.dense_degrees(self.store, self.store.partition(e0.label_id, e0.direction))
+        if dense is not None:                     # every vertex's degree on the device: a gather
+            d0deg = xp.take(dense, t.d0).astype(xp.int64)
+        else:
+            d0deg = xp.zeros(int(t.d0.size), dtype=xp.int64)
+            row_d = t.row_tuple if t.tuple_d is None else t.tuple_d[t.row_tuple]
+            scatter_equal(xp, d0deg, row_d, deg)  # rows carry |N(v'_i, l0)| already
         first = self._gather(step.links[0], t.d0, t.tuple_d, d0deg, step)
         lists = [first]
         if len(step.links) > 1:
@@ -468,7 +474,7 @@ class Engine:
             keep = nonzero_index(xp, alive)
             etuple, evals = xp.take(etuple, keep), xp.take(evals, keep)
         scount = backend.bincount(etuple, int(tuples[0].size))
-        return _Sets(row_tuple, etuple, evals, scount, prefix_sum(xp, scount) - scount)
+        return _Sets(row_tuple, etuple, evals, scount, exclusive_sum(xp, scount))
 
     def _charge(self, work):
         """Count one step's ``work`` (buffer entries plus rows); past the limit, before any
@@ -494,7 +500,7 @@ class Engine:
         n = int(deg.size)
         self._stats["light_steps"] += 1
         counts = counts and len(step.links) == 1
-        F = prefix_sum(xp, deg) - deg
+        F = exclusive_sum(xp, deg)
         gba = None if counts else xp.empty(light.total, dtype=xp.int32)
         fill = xp.zeros(n, dtype=xp.int64)
         e0 = step.links[0]
@@ -837,7 +843,7 @@ def _packed(xp, backend, s):
     if s.etuple is not None:
         return s
     etuple, evals = _entries(xp, backend, s.evals, s.sstart, s.scount)
-    return _Sets(s.row_tuple, etuple, evals, s.scount, prefix_sum(xp, s.scount) - s.scount)
+    return _Sets(s.row_tuple, etuple, evals, s.scount, exclusive_sum(xp, s.scount))
 
 
 @dataclass

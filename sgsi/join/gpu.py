@@ -52,22 +52,25 @@ _SCAN_TILE = 1 << 13
 _SCAN_KERNELS = {np.dtype(np.int64): "i64", np.dtype(np.int32): "i32", np.dtype(np.bool_): "bool"}
 
 
-def scan(a):
-    """Inclusive prefix sum of a 1-D array as ``numpy.cumsum`` gives it (int64 for bool, int32 and int64)."""
+def scan(a, exclusive=False):
+    """Inclusive prefix sum of a 1-D array as ``numpy.cumsum`` gives it (int64 for bool, int32 and
+    int64); ``exclusive``: each value's sum before it (``cumsum(a) - a``) in the same launches."""
     kind = _SCAN_KERNELS.get(a.dtype)
     n = int(a.size)
     if kind is None or n == 0 or a.ndim != 1:
-        return cp.cumsum(a, dtype=cp.int64) if kind is not None else cp.cumsum(a)
+        out = cp.cumsum(a, dtype=cp.int64) if kind is not None else cp.cumsum(a)
+        return out - a if exclusive else out
     a = cp.ascontiguousarray(a)
     out = cp.empty(n, cp.int64)
     if n <= _SMALL_SCAN:
-        kernels.kernel("scan_small_" + kind)((1,), (1024,), (a, np.int64(n), out))
+        kernels.kernel("scan_small_" + kind)((1,), (1024,), (a, np.int64(n), out, np.int32(exclusive)))
         return out
     tiles = (n + _SCAN_TILE - 1) // _SCAN_TILE
     sums = cp.empty(tiles, cp.int64)
     kernels.kernel("tile_sums_" + kind)((tiles,), (1024,), (a, np.int64(n), np.int64(_SCAN_TILE), sums))
     incl = scan(sums)
-    kernels.kernel("scan_tiles_" + kind)((tiles,), (1024,), (a, np.int64(n), np.int64(_SCAN_TILE), incl, out))
+    kernels.kernel("scan_tiles_" + kind)((tiles,), (1024,), (a, np.int64(n), np.int64(_SCAN_TILE), incl, out,
+                                                            np.int32(exclusive)))
     return out
 
 
@@ -88,19 +91,24 @@ def flatnonzero(a):
 
 
 def distinct_dense(values, lo, r):
-    """``distinct_index`` of int32 ``values`` within [lo, lo + r): the marks of the values
-    (``mark_ids``: each element writes only where its mark is not set yet, where a plain scatter
-    serialises on a hub's repeats), one scan, one host read of their number, and one kernel
-    writing the distinct values and each element's index among them (``distinct_of_marks``)."""
+    """``distinct_index`` of int32 ``values`` within [lo, lo + r): a bit a value (``mark_bits``:
+    an element sets its bit only where it reads unset, where a plain scatter serialises on a
+    hub's repeats), the words' set bits counted and scanned, one host read of their number, and
+    one kernel writing the distinct values and each element's index among them
+    (``distinct_of_bits``). The bits and their words' ranks take r/8 and r/4 bytes, where a
+    byte and a rank a value took 9r."""
     values = cp.ascontiguousarray(values)
     n = int(values.size)
-    mark = cp.zeros(r, dtype=bool)
-    kernels.kernel("mark_ids")(_grid(n), (_BLOCK,), (values, np.int64(n), np.int32(lo), mark))
-    rank = scan(mark)
-    uniq = cp.empty(int(rank[-1]), cp.int32)
+    words = (r + 31) // 32
+    bits = cp.zeros(words, dtype=cp.uint32)
+    kernels.kernel("mark_bits")(_grid(n), (_BLOCK,), (values, np.int64(n), np.int32(lo), bits))
+    counts = cp.empty(words, cp.int64)
+    kernels.kernel("word_counts")(_grid(words), (_BLOCK,), (bits, np.int64(words), np.int64(32 * words), counts))
+    wend = scan(counts)
+    uniq = cp.empty(int(wend[-1]), cp.int32)
     idx = cp.empty(n, cp.int64)
-    kernels.kernel("distinct_of_marks")(_grid(max(n, r)), (_BLOCK,), (mark, rank, np.int64(r), np.int32(lo), values,
-                                                                       np.int64(n), uniq, idx))
+    kernels.kernel("distinct_of_bits")(_grid(max(n, words)), (_BLOCK,),
+                                       (bits, wend, np.int64(words), np.int32(lo), values, np.int64(n), uniq, idx))
     return uniq, idx
 
 
@@ -647,18 +655,21 @@ class GpuBackend:
             meets = self.to_host(flags)
             for j, f0, f1 in zip(asks, fat[:-1], fat[1:]):
                 sels[j] = np.flatnonzero(meets[f0:f1])
+        # Bit k of hit[v - base]: v has a neighbour in bits[ends[k]]. refine_drop zeroes the
+        # words it has read: one array serves every job and window of the round.
+        hit = cp.zeros(min(store.n_vertices, REFINE_WINDOW), cp.uint32)
         for (p, users, ends, _needs), a, sel in zip(jobs, args, sels):
-            self._refine_partition(store, p, bits, keep, a, np.int32(len(users)), np.int32(len(ends)), sel)
+            self._refine_partition(store, p, bits, keep, a, np.int32(len(users)), np.int32(len(ends)), sel, hit)
 
-    def _refine_partition(self, store, p, bits, keep, args, nu, ne, sel):
-        """One job of :meth:`refine_round` over the segments ``sel`` of partition ``p``."""
+    def _refine_partition(self, store, p, bits, keep, args, nu, ne, sel, hit):
+        """One job of :meth:`refine_round` over the segments ``sel`` of partition ``p`` (``hit``:
+        the round's zeroed hit words)."""
         n = store.n_vertices
         words = int(bits.shape[1])
         first, last = p.first_src[sel], p.last_src[sel]
         for base in range(0, n, REFINE_WINDOW):
             top = min(n, base + REFINE_WINDOW) - 1                # the window's vertices: [base, top]
             here = sel[(first <= top) & (last >= base)]
-            hit = cp.zeros(top - base + 1, cp.uint32)             # bit k: a neighbour in bits[ends[k]]
             for i, groups, ci in self.segments(store, p.seg_ids[here]):
                 lo, hi = max(base, int(p.first_src[here[i]])), min(top, int(p.last_src[here[i]]))
                 kernels.kernel("refine_hits")(_grid(((hi >> 5) - (lo >> 5) + 1) * 32), (_BLOCK,),
@@ -861,7 +872,7 @@ class GpuBackend:
         lcount = cp.stack([L.count[L.of_tuple] for L in got]).astype(cp.int64, copy=False)
         lstart = cp.stack([L.start[L.of_tuple] for L in got]).astype(cp.int64, copy=False)
         tcnt = lcount.min(axis=0)
-        off = scan(tcnt) - tcnt
+        off = scan(tcnt, exclusive=True)
         probes = int(tcnt.sum())
         out = cp.empty(probes, cp.int32)
         kept = cp.zeros(n, cp.int64)
@@ -973,7 +984,7 @@ class GpuBackend:
         for col in conflict_cols:
             ok &= vals != col[rid]
         cs = scan(ok)
-        first = scan(cnt) - cnt                              # each row's first entry
+        first = scan(cnt, exclusive=True)                   # each row's first entry
         before = cp.where(first > 0, cs[cp.maximum(first - 1, 0)], 0)
         rank = cs - 1 - before[local]
         gba[(F[rid] + fill[rid] + rank)[ok]] = vals[ok]

@@ -400,8 +400,10 @@ __device__ __forceinline__ long long block_exclusive_scan(long long v, long long
 // Inclusive prefix sum of a small array in one block (gpu.scan's one-launch path; reference:
 // numpy.cumsum): each thread sums a run of consecutive values, the block scans the runs' sums,
 // then each thread writes its run.
+// ``exclusive``: each value's sum before it (out[i] - x[i]) instead.
 template <typename T>
-__device__ __forceinline__ void scan_small(const T* __restrict__ x, long long n, long long* __restrict__ out) {
+__device__ __forceinline__ void scan_small(const T* __restrict__ x, long long n, long long* __restrict__ out,
+                                           int exclusive) {
     long long per = (n + blockDim.x - 1) / blockDim.x;
     long long a = threadIdx.x * per, b = a + per < n ? a + per : n;
     long long s = 0;
@@ -409,13 +411,20 @@ __device__ __forceinline__ void scan_small(const T* __restrict__ x, long long n,
     long long total;
     long long run = block_exclusive_scan(s, &total);
     for (long long i = a; i < b; ++i) {
-        run += (long long)x[i];
-        out[i] = run;
+        long long v = (long long)x[i];
+        run += v;
+        out[i] = exclusive ? run - v : run;
     }
 }
-extern "C" __global__ void scan_small_i64(const long long* x, long long n, long long* out) { scan_small(x, n, out); }
-extern "C" __global__ void scan_small_i32(const int* x, long long n, long long* out) { scan_small(x, n, out); }
-extern "C" __global__ void scan_small_bool(const bool* x, long long n, long long* out) { scan_small(x, n, out); }
+extern "C" __global__ void scan_small_i64(const long long* x, long long n, long long* out, int exclusive) {
+    scan_small(x, n, out, exclusive);
+}
+extern "C" __global__ void scan_small_i32(const int* x, long long n, long long* out, int exclusive) {
+    scan_small(x, n, out, exclusive);
+}
+extern "C" __global__ void scan_small_bool(const bool* x, long long n, long long* out, int exclusive) {
+    scan_small(x, n, out, exclusive);
+}
 
 // A large array's prefix sum in tiles of ``tile`` values, one block a tile (gpu.scan's path past
 // one block): tile_sums sums each tile, the tiles' sums are scanned, then scan_tiles scans each
@@ -433,7 +442,8 @@ __device__ __forceinline__ void tile_sums(const T* __restrict__ x, long long n, 
 }
 template <typename T>
 __device__ __forceinline__ void scan_tiles(const T* __restrict__ x, long long n, long long tile,
-                                           const long long* __restrict__ incl, long long* __restrict__ out) {
+                                           const long long* __restrict__ incl, long long* __restrict__ out,
+                                           int exclusive) {
     long long t0 = (long long)blockIdx.x * tile, t1 = t0 + tile < n ? t0 + tile : n;
     long long carry = blockIdx.x ? incl[blockIdx.x - 1] : 0;
     for (long long base = t0; base < t1; base += blockDim.x) {     // a round of consecutive values
@@ -441,7 +451,7 @@ __device__ __forceinline__ void scan_tiles(const T* __restrict__ x, long long n,
         long long v = i < t1 ? (long long)x[i] : 0;
         long long total;
         long long before = block_exclusive_scan(v, &total);
-        if (i < t1) out[i] = carry + before + v;
+        if (i < t1) out[i] = carry + before + (exclusive ? 0 : v);
         carry += total;
         __syncthreads();                      // block_exclusive_scan's shared sums are rewritten next round
     }
@@ -456,11 +466,11 @@ extern "C" __global__ void tile_sums_bool(const bool* x, long long n, long long 
     tile_sums(x, n, tile, sums);
 }
 extern "C" __global__ void scan_tiles_i64(const long long* x, long long n, long long tile, const long long* incl,
-                                          long long* out) { scan_tiles(x, n, tile, incl, out); }
+                                          long long* out, int exclusive) { scan_tiles(x, n, tile, incl, out, exclusive); }
 extern "C" __global__ void scan_tiles_i32(const int* x, long long n, long long tile, const long long* incl,
-                                          long long* out) { scan_tiles(x, n, tile, incl, out); }
+                                          long long* out, int exclusive) { scan_tiles(x, n, tile, incl, out, exclusive); }
 extern "C" __global__ void scan_tiles_bool(const bool* x, long long n, long long tile, const long long* incl,
-                                           long long* out) { scan_tiles(x, n, tile, incl, out); }
+                                           long long* out, int exclusive) { scan_tiles(x, n, tile, incl, out, exclusive); }
 
 // Indices of the true entries of a bool array, given the inclusive scan of its entries (gpu.
 // flatnonzero past one block; reference: numpy.flatnonzero): entry i, if true, is index ends[i] - 1.
@@ -552,10 +562,10 @@ extern "C" __global__ void refine_hits(const int* __restrict__ groups, long long
 // the bitsets (reference: CpuBackend.refine_drop): one thread per word; for each pattern vertex
 // args[i] (i < n_users) with need args[n_users + n_ends + i], the vertices of its row of `keep`
 // whose hit (hit[v - hit_base]) lacks a bit of the need are cleared (the thread owns the
-// word: no atomics).
+// word: no atomics). The word's hits are then zeroed, for the round's next partition.
 extern "C" __global__ void refine_drop(unsigned int* __restrict__ keep, long long words, long long w0,
                                        long long n_words, const int* __restrict__ args, int n_users, int n_ends,
-                                       const unsigned int* __restrict__ hit, long long hit_base, long long n) {
+                                       unsigned int* __restrict__ hit, long long hit_base, long long n) {
     long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (t >= n_words) return;
     long long w = w0 + t;
@@ -572,6 +582,7 @@ extern "C" __global__ void refine_drop(unsigned int* __restrict__ keep, long lon
         }
         *word = x;
     }
+    for (long long v = w << 5; v < (w << 5) + 32 && v < n; ++v) hit[v - hit_base] = 0u;
 }
 
 // Which segments of a partition hold a candidate of any pattern vertex of users[0 : n_users]
@@ -810,25 +821,39 @@ extern "C" __global__ void intersect_lists(long long n_tuples, int n_lists, cons
 // target does not hold the value yet: the repeats of a hub read it instead, which does not
 // serialise (a stale read only writes the value once more).
 
-// mark[v[i] - lo] = true for every i (reference: the CPU's mark[v - lo] = True in
-// sgsi.join.backend.distinct_index).
-extern "C" __global__ void mark_ids(const int* __restrict__ v, long long n, int lo, bool* __restrict__ mark) {
+// Bit v[i] - lo of ``bits`` set for every i (reference: the CPU's mark[v - lo] = True in
+// sgsi.join.backend.distinct_index), an atomicOr only where the bit reads unset.
+extern "C" __global__ void mark_bits(const int* __restrict__ v, long long n, int lo, unsigned int* __restrict__ bits) {
     long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
     int k = v[i];
-    if ((i == 0 || v[i - 1] != k) && !mark[k - lo]) mark[k - lo] = true;
+    if (i > 0 && v[i - 1] == k) return;
+    unsigned int j = (unsigned int)(k - lo), bit = 1u << (j & 31);
+    if (!(bits[j >> 5] & bit)) atomicOr(&bits[j >> 5], bit);
 }
 
-// The distinct values of v and each element's index among them, from the marks of the values
-// over [lo, lo + r) (mark_ids) and their inclusive prefix sum rank (reference: the CPU's
-// sgsi.join.backend.distinct_index): thread j < r writes j + lo to uniq[rank[j] - 1] where j
-// is marked; thread i < n writes rank[v[i] - lo] - 1 to idx[i].
-extern "C" __global__ void distinct_of_marks(const bool* __restrict__ mark, const long long* __restrict__ rank,
-                                             long long r, int lo, const int* __restrict__ v, long long n,
-                                             int* __restrict__ uniq, long long* __restrict__ idx) {
+// The distinct values of v and each element's index among them, from the bits of the values
+// over [lo, lo + 32 * words) (mark_bits) and the inclusive prefix sum of the words' set bits
+// wend (reference: the CPU's sgsi.join.backend.distinct_index): thread w < words writes the
+// values of its word's bits from uniq[wend[w] - popc(word)]; thread i < n writes to idx[i] the
+// rank of v[i]'s bit.
+extern "C" __global__ void distinct_of_bits(const unsigned int* __restrict__ bits, const long long* __restrict__ wend,
+                                            long long words, int lo, const int* __restrict__ v, long long n,
+                                            int* __restrict__ uniq, long long* __restrict__ idx) {
     long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < r && mark[i]) uniq[rank[i] - 1] = (int)(i + lo);
-    if (i < n) idx[i] = rank[v[i] - lo] - 1;
+    if (i < words) {
+        unsigned int m = bits[i];
+        long long at = wend[i] - __popc(m);
+        while (m) {
+            uniq[at++] = (int)(lo + (i << 5) + __ffs(m) - 1);
+            m &= m - 1;
+        }
+    }
+    if (i < n) {
+        unsigned int j = (unsigned int)(v[i] - lo), w = j >> 5;
+        unsigned int m = bits[w];
+        idx[i] = wend[w] - __popc(m) + __popc(m & ((1u << (j & 31)) - 1u));
+    }
 }
 
 // out[0] += the sum of deg over the distinct values of col in [lo, lo + 32 * words), rows with

@@ -1,0 +1,40 @@
+"""The GPU kernels' source, checked where there is no GPU (CI): a kernel name defined twice
+fails the whole module's compilation on the device, and a kernel launched under a name the
+source lacks fails at its first use."""
+
+import os
+import re
+
+from sgsi.join import kernels
+
+GPU_PY = os.path.join(os.path.dirname(kernels.__file__), "gpu.py")
+
+
+def _defined():
+    return re.findall(r'extern "C" __global__ void (\w+)\(', kernels._SOURCE)
+
+
+def _launched():
+    """Kernel names gpu.py launches: literal ones, and those built from a prefix and the scan
+    kinds of ``_SCAN_KERNELS``."""
+    with open(GPU_PY) as f:
+        src = f.read()
+    names = set(re.findall(r'kernels\.kernel\("(\w+)"\)', src))
+    table = re.search(r"_SCAN_KERNELS = \{(.*?)\}", src, re.S).group(1)
+    kinds = re.findall(r':\s*"(\w+)"', table)
+    for prefix in re.findall(r'kernels\.kernel\("(\w+_)" \+ kind\)', src):
+        names |= {prefix + k for k in kinds}
+    return names
+
+
+def test_kernel_names_are_defined_once():
+    names = _defined()
+    assert len(names) > 30
+    assert sorted(n for n in set(names) if names.count(n) > 1) == []
+
+
+def test_launched_kernels_are_defined_and_defined_kernels_launched():
+    defined, launched = set(_defined()), _launched()
+    assert {"scan_small_bool", "scan_tiles_i64", "member_entries"} <= launched
+    assert sorted(launched - defined) == []          # a launch of a kernel the source lacks
+    assert sorted(defined - launched) == []          # a kernel nothing launches
