@@ -753,8 +753,9 @@ class Engine:
 
     def _member(self, link, vcol, erow, evals, lim, ecount, cbits):
         """For each buffer entry (tuple erow, value evals): is it in N(vcol[tuple], l)?
-        ``ecount``: entries per tuple; ``cbits``: C(u), which holds every entry. The
-        bitset it builds is bounded like the GBA (``gba_entries`` int32 entries)."""
+        ``ecount``: entries per tuple; ``cbits``: C(u), which holds every entry. The CPU's
+        bitsets (membership) are bounded like the GBA (``gba_entries`` int32 entries); the GPU
+        binary-searches each entry in its list (no bitset)."""
         return self.backend.member(self.store, link, vcol, erow, evals, cap=max(4096, 4 * lim.gba_entries),
                                    ecount=ecount, cbits=cbits)
 

@@ -9,6 +9,10 @@ no sort of the entries. The bitset is bounded by ``cap`` bytes; wider value
 ranges are tested in blocks of linking vertices, and a single row too wide
 for the cap falls back to a binary search of (vertex, neighbour) keys.
 
+This is the CPU backend's way (``CpuBackend.member``) and the reference of the GPU's,
+which binary-searches each entry in its vertex's list, segment by segment
+(``GpuBackend.member``, the ``member_entries`` kernel).
+
 Where the lists are already in memory, sorted, as ranks of a small value
 space (the engine's gathered lists, see ``Engine._sets_whole``),
 :func:`lists_bitset` and :func:`in_rows` do the same test without streaming.
