@@ -183,7 +183,7 @@ class CpuBackend:
             return counts
         if etuple is None:
             etuple, evals = self.repeat_index(scount), evals[pcsr.ragged_indices(sstart, scount, np)]
-            sstart = np.cumsum(scount) - scount
+            sstart = exclusive_sum(np, scount)
         for sel, hit, _x in own_hits(np, row_tuple, etuple, evals, sstart, scount, cols):
             counts[sel] -= hit
         return counts

@@ -254,7 +254,7 @@ class Engine:
         if n == 0:
             return
         cap = lim.gba_entries
-        dense = self.backend.dense_degrees(self.store, self.store.partition(e0.label_id, e0.direction))
+        dense = self._dense_degrees(e0)
         if dense is not None:           # the degrees gathered as the rows are summarised
             deg, (total, longest, lo, hi, descents) = self.backend.piece_degrees(dense, col)
         else:
@@ -303,6 +303,10 @@ class Engine:
 
     # -- one join step -------------------------------------------------------------
 
+    def _dense_degrees(self, link):
+        """|N(v, l)| of every vertex where the backend keeps it (the GPU), else None."""
+        return self.backend.dense_degrees(self.store, self.store.partition(link.label_id, link.direction))
+
     def _degrees(self, link, v):
         """|N(v, l)| for each entry of ``v``, from the partition's degree index."""
         xp = self.xp
@@ -311,7 +315,7 @@ class Engine:
         deg = xp.zeros(v.shape, dtype=xp.int64)
         if v.size == 0 or p.idx_batches.size == 0:
             return deg
-        dense = backend.dense_degrees(store, p)
+        dense = self._dense_degrees(link)
         if dense is not None:                   # kept on the device: one gather
             return xp.take(dense, v).astype(xp.int64)
         lo, hi = host_ints(xp, v.min(), v.max())
@@ -393,10 +397,8 @@ class Engine:
         """
         xp, backend = self.xp, self.backend
         t = _TuplesOf(xp, backend, piece, step, how)
-        e0 = step.links[0]
-        dense = backend.dense_degrees(self.store, self.store.partition(e0.label_id, e0.direction))
-        if dense is not None:                     # every vertex's degree on the device: a gather
-            d0deg = xp.take(dense, t.d0).astype(xp.int64)
+        if self._dense_degrees(step.links[0]) is not None:     # every vertex's degree on the device
+            d0deg = self._degrees(step.links[0], t.d0)          # a gather
         else:
             d0deg = xp.zeros(int(t.d0.size), dtype=xp.int64)
             row_d = t.row_tuple if t.tuple_d is None else t.tuple_d[t.row_tuple]

@@ -25,8 +25,8 @@ import numpy as np
 
 from ..partition import pcsr
 from . import balance, kernels
-from .backend import Overlaps
-from .stream import degree_index, segment_ranges
+from .backend import Overlaps, host_ints
+from .stream import degree_index, segment_ranges, spanning
 
 _BLOCK = 256
 #: Longest list of a vertex in one segment that gather_lists gives one warp; longer ones get a block.
@@ -165,6 +165,13 @@ def _pointer(a, dtype, held):
     a = cp.ascontiguousarray(cp.asarray(a, dtype=dtype))
     held.append(a)
     return int(a.data.ptr)
+
+
+def _record_table(head, records):
+    """One int64 device array a kernel reads its arguments from: ``head``, then where each of
+    ``records`` starts in the array, then the records back to back."""
+    starts = len(head) + len(records) + np.cumsum([0] + [len(r) for r in records[:-1]])
+    return cp.asarray(np.array(list(head) + list(starts) + [x for r in records for x in r], dtype=np.int64))
 
 
 def _pointers(arrays):
@@ -440,7 +447,7 @@ class GpuBackend:
         seg_ids = [int(s) for s in seg_ids]
         if not seg_ids:
             return
-        if all((store.path, "segment", s) in self._cache for s in seg_ids):
+        if self._resident(store, seg_ids):
             # Every segment on the device already: nothing to copy, overlap or time (a stream's
             # events cost more host time than a launch on its segment).
             for i, seg in enumerate(seg_ids):
@@ -454,6 +461,10 @@ class GpuBackend:
                 yield i, hit[0], hit[1]
             return
         yield from self._timed_stream(store, seg_ids)
+
+    def _resident(self, store, seg_ids):
+        """Whether every segment of ``seg_ids`` is in the device cache."""
+        return all((store.path, "segment", int(s)) in self._cache for s in seg_ids)
 
     def _timed_stream(self, store, seg_ids):
         """:meth:`segments` with copies: the stream's device time is taken by CUDA events."""
@@ -642,8 +653,7 @@ class GpuBackend:
         table = cp.asarray(np.array([x for r in records for x in r], dtype=np.uint32))
         args = [table[at[j]:at[j + 1]] for j in range(len(jobs))]
         sels = [np.arange(p.seg_ids.size) for p, *_rest in jobs]
-        asks = [j for j, (p, *_rest) in enumerate(jobs)
-                if p.seg_ids.size > 1 and not all((store.path, "segment", int(s)) in self._cache for s in p.seg_ids)]
+        asks = [j for j, (p, *_rest) in enumerate(jobs) if p.seg_ids.size > 1 and not self._resident(store, p.seg_ids)]
         if asks:
             fat = np.cumsum([0] + [jobs[j][0].seg_ids.size for j in asks])
             flags = cp.zeros(int(fat[-1]), cp.uint8)
@@ -697,8 +707,7 @@ class GpuBackend:
         evals = cp.ascontiguousarray(evals.astype(cp.int32, copy=False))
         sel = np.arange(p.seg_ids.size)
         if sel.size > 1:                # the segments meeting the vertices' range (one read)
-            lo, hi = (int(x) for x in cp.asnumpy(cp.stack([vcol.min(), vcol.max()])))
-            sel = np.flatnonzero((p.first_src <= hi) & (p.last_src >= lo))
+            sel = spanning(p, *host_ints(cp, vcol.min(), vcol.max()))
         for i, groups, ci in (via or self).segments(store, p.seg_ids[sel]):
             kernels.kernel("member_entries")(_grid(n), (_BLOCK,),
                                              (groups, np.int64(groups.shape[0]), np.int32(groups.shape[1]), ci,
@@ -742,12 +751,9 @@ class GpuBackend:
         words = min(int(bits[0].size), (int(jobs[0][1].size) + 31) // 32)
         if words == 0:
             return
-        bits = [cp.ascontiguousarray(b) for b in bits]          # alive until the launch is issued
-        held = [cp.ascontiguousarray(deg.astype(cp.int32, copy=False)) for _users, deg in jobs]
-        records = [[int(d.data.ptr), len(users)] + [int(u) for u in users] for (users, _deg), d in zip(jobs, held)]
-        starts = k + len(jobs) + np.cumsum([0] + [len(r) for r in records[:-1]])
-        args = cp.asarray(np.array([int(b.data.ptr) for b in bits] + list(starts) + [x for r in records for x in r],
-                                   dtype=np.int64))
+        held = []
+        records = [[_pointer(deg, cp.int32, held), len(users)] + [int(u) for u in users] for users, deg in jobs]
+        args = _record_table([_pointer(b, cp.uint32, held) for b in bits], records)
         kernels.kernel("union_degrees")((min(_grid(words)[0], 1024), len(jobs)), (_BLOCK,),
                                         (args, np.int32(k), np.int64(words), out))
 
@@ -819,8 +825,7 @@ class GpuBackend:
                 for col, q in pairs:
                     record += [_pointer(col, cp.uint32, held), int(q)]
                 records.append(record + [len(masks)] + [_pointer(m, cp.bool_, held) for m in masks])
-            starts = k + np.cumsum([0] + [len(r) for r in records[:-1]])        # each record's offset
-            args = cp.asarray(np.array(list(starts) + [x for r in records for x in r], dtype=np.int64))
+            args = _record_table([], records)
             threads = count + start % 32
             kernels.kernel("candidate_bits")(((threads + _BLOCK - 1) // _BLOCK, k), (_BLOCK,),
                                              (args, np.int64(start), np.int64(count), np.int64(words), out))
@@ -838,7 +843,7 @@ class GpuBackend:
             cum = scan(per_row)
             # The output's size and the heaviest row's, in one read: the load balance needs no
             # histogram when no row is heavy (balance.warps_suffice).
-            total, heaviest = (int(x) for x in cp.asnumpy(cp.stack([cum[-1], per_row.max()]))) if m else (0, 0)
+            total, heaviest = host_ints(cp, cum[-1], per_row.max()) if m else (0, 0)
         else:
             cum, total, heaviest = sizes
         F = cum - per_row                       # where each row's output starts
@@ -1000,7 +1005,7 @@ class GpuBackend:
 _BLOCK_ROW = 1024
 #: Most entries of one row that ``extend`` packs with a warp a row (``pack_rows``).
 _PACK_ROW_MAX = 1 << 16
-#: Vertices whose refinement hits (4 bytes each) one pass of ``GpuBackend.refine_drop`` holds:
+#: Vertices whose refinement hits (4 bytes each) one pass of ``GpuBackend.refine_round`` holds:
 #: 64 MB, whatever the graph (a multiple of 32: a window's bitset words are its own).
 REFINE_WINDOW = 1 << 24
 

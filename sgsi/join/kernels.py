@@ -821,6 +821,14 @@ extern "C" __global__ void intersect_lists(long long n_tuples, int n_lists, cons
 // target does not hold the value yet: the repeats of a hub read it instead, which does not
 // serialise (a stale read only writes the value once more).
 
+// Sets bit j of ``bits``; true for the one caller that set it. A bit read set already costs no
+// atomic (the repeats of a hub's id read it instead of serialising on its word).
+__device__ __forceinline__ bool claim_bit(unsigned int* bits, unsigned int j) {
+    unsigned int bit = 1u << (j & 31);
+    if (bits[j >> 5] & bit) return false;
+    return !(atomicOr(&bits[j >> 5], bit) & bit);
+}
+
 // Bit v[i] - lo of ``bits`` set for every i (reference: the CPU's mark[v - lo] = True in
 // sgsi.join.backend.distinct_index), an atomicOr only where the bit reads unset.
 extern "C" __global__ void mark_bits(const int* __restrict__ v, long long n, int lo, unsigned int* __restrict__ bits) {
@@ -828,8 +836,7 @@ extern "C" __global__ void mark_bits(const int* __restrict__ v, long long n, int
     if (i >= n) return;
     int k = v[i];
     if (i > 0 && v[i - 1] == k) return;
-    unsigned int j = (unsigned int)(k - lo), bit = 1u << (j & 31);
-    if (!(bits[j >> 5] & bit)) atomicOr(&bits[j >> 5], bit);
+    claim_bit(bits, (unsigned int)(k - lo));
 }
 
 // The distinct values of v and each element's index among them, from the bits of the values
@@ -858,8 +865,8 @@ extern "C" __global__ void distinct_of_bits(const unsigned int* __restrict__ bit
 
 // out[0] += the sum of deg over the distinct values of col in [lo, lo + 32 * words), rows with
 // equal values having equal deg (reference: CpuBackend.distinct_sum): the row that sets its
-// value's bit in ``seen`` (an atomicOr that finds it unset) adds its deg. A row whose value
-// repeats the row before it, or whose bit it reads set, makes no atomic (a hub's repeats).
+// value's bit in ``seen`` (claim_bit) adds its deg. A row whose value repeats the row before it
+// makes no test.
 extern "C" __global__ void distinct_sum(const int* __restrict__ col, const long long* __restrict__ deg,
                                         long long n, int lo, unsigned int* __restrict__ seen,
                                         long long* __restrict__ out) {
@@ -868,9 +875,7 @@ extern "C" __global__ void distinct_sum(const int* __restrict__ col, const long 
     for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
         int v = col[i];
         if (i > 0 && col[i - 1] == v) continue;
-        unsigned int k = (unsigned int)(v - lo), bit = 1u << (k & 31);
-        if (seen[k >> 5] & bit) continue;
-        if (!(atomicOr(&seen[k >> 5], bit) & bit)) sum += deg[i];
+        if (claim_bit(seen, (unsigned int)(v - lo))) sum += deg[i];
     }
     for (int o = 16; o > 0; o >>= 1) sum += __shfl_down_sync(FULL, sum, o);
     if ((threadIdx.x & 31) == 0 && sum) atomicAdd((unsigned long long*)out, (unsigned long long)sum);

@@ -60,11 +60,15 @@ def segment_ranges(store, backend, p):
                            lambda: backend.to_device(np.stack([p.first_src, p.last_src + 1]).astype(np.int32)))
 
 
+def spanning(p, lo, hi):
+    """Positions, in partition ``p``, of the segments whose source range meets [lo, hi]."""
+    return np.flatnonzero((p.first_src <= hi) & (p.last_src >= lo))
+
+
 def segments_spanning(store, backend, p, lo, hi):
     """The segments of partition ``p`` whose source range meets [lo, hi], in order, on the
     backend: yields ``(groups, ci)`` (for vertices that come unsorted, with repeats)."""
-    sel = np.flatnonzero((p.first_src <= hi) & (p.last_src >= lo))
-    for _i, groups, ci in backend.segments(store, p.seg_ids[sel]):
+    for _i, groups, ci in backend.segments(store, p.seg_ids[spanning(p, lo, hi)]):
         yield groups, ci
 
 
