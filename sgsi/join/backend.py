@@ -201,7 +201,7 @@ class CpuBackend:
         candidate bitsets, one row per pattern vertex; ``keep[a]`` lies within ``bits[a]``.
         The GPU kernels ``segments_meeting``, ``refine_hits`` and ``refine_drop``'s reference:
         the users' candidates as ids, their lists looked up segment by segment."""
-        ids = self.bits_to_ids(np.bitwise_or.reduce(bits[users], axis=0), store.n_vertices)
+        ids = self.bits_to_ids(union_bits(bits, users), store.n_vertices)
         if ids.size == 0:
             return
         far = np.ascontiguousarray(bits[ends])
@@ -294,8 +294,7 @@ class CpuBackend:
         """out[0] += Σ over ``jobs`` (users, deg) of Σ deg[v] over the vertices v of the union of
         the bitsets ``bits[u]`` of the users (``deg``: one entry per vertex)."""
         for users, deg in jobs:
-            union = np.bitwise_or.reduce([bits[u] for u in users])
-            out[0] += int(deg[self.bits_to_ids(union, int(deg.size))].sum(dtype=np.int64))
+            out[0] += int(deg[self.bits_to_ids(union_bits(bits, users), int(deg.size))].sum(dtype=np.int64))
 
     def piece_summary(self, deg, col):
         """(Σ deg, max deg, min col, max col, places where col descends) as Python ints, for
@@ -452,6 +451,15 @@ def own_hits(xp, row_tuple, etuple, evals, sstart, scount, cols):
         q = (row_tuple[sel].astype(xp.int64) << 32) | x.astype(xp.int64)
         pos = xp.minimum(xp.searchsorted(skeys, q), skeys.size - 1)
         yield sel, skeys[pos] == q, x
+
+
+def union_bits(bits, users):
+    """The union of the candidate bitsets ``bits[u]`` of the pattern vertices ``users`` (read
+    only: one user's is its own bitset)."""
+    union = bits[users[0]]
+    for u in users[1:]:
+        union = union | bits[u]
+    return union
 
 
 def prefix_sum(xp, a):

@@ -27,6 +27,7 @@ import numpy as np
 from ..partition import signatures
 from ..pattern import Pattern
 from ..storage.format import ANY_LABEL
+from .backend import union_bits
 from .stream import degree_index
 
 
@@ -420,14 +421,6 @@ def _refine(store, backend, bits, inc):
     return [keep[i] for i in range(len(bits))], changed
 
 
-def _union(bits, users):
-    """The union of the candidate bitsets ``bits[u]`` of the pattern vertices ``users``."""
-    union = bits[users[0]]
-    for u in users[1:]:
-        union = union | bits[u]
-    return union
-
-
 def _by_partition(inc):
     """(label, direction) -> the (vertex, other end) pairs of the incident edges read through it."""
     by_partition = {}
@@ -452,7 +445,7 @@ def refine_cost(store, backend, plan: QueryPlan) -> int:
         if dense is not None:
             dense_jobs.append((users, dense))
             continue
-        union = _union(plan.candidates, users)
+        union = union_bits(plan.candidates, users)
         for bid in p.idx_batches:
             v, d = degree_index(store, backend, bid)
             backend.add_bits_weight(total, union, v, d)
