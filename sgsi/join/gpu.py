@@ -687,7 +687,7 @@ class GpuBackend:
                                                bits, np.int64(words), args, nu, ne, np.int32(lo), np.int32(hi),
                                                np.int64(base), hit))
             w0, w1 = base >> 5, (top >> 5) + 1
-            kernels.kernel("refine_drop")(_grid(w1 - w0), (_BLOCK,),
+            kernels.kernel("refine_drop")(_grid((w1 - w0) * 32), (_BLOCK,),
                                           (keep, np.int64(words), np.int64(w0), np.int64(w1 - w0), args, nu, ne, hit,
                                            np.int64(base), np.int64(n)))
 

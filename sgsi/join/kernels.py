@@ -559,30 +559,27 @@ extern "C" __global__ void refine_hits(const int* __restrict__ groups, long long
 }
 
 // The drop of a refinement round for one partition, over the words w0 .. w0 + n_words - 1 of
-// the bitsets (reference: CpuBackend.refine_drop): one thread per word; for each pattern vertex
-// args[i] (i < n_users) with need args[n_users + n_ends + i], the vertices of its row of `keep`
-// whose hit (hit[v - hit_base]) lacks a bit of the need are cleared (the thread owns the
-// word: no atomics). The word's hits are then zeroed, for the round's next partition.
+// the bitsets (reference: CpuBackend.refine_drop): one warp per word, a lane per vertex v of
+// it, so the hits are read and zeroed coalesced (a thread per word read and zeroed 32 hits
+// each, 32 cache lines a warp instruction). For each pattern vertex args[i] (i < n_users) with
+// need args[n_users + n_ends + i], v stays in its row of `keep` only where its hit
+// (hit[v - hit_base]) has every bit of the need: a ballot of the lanes, and lane 0 masks the
+// word (the warp owns it: no atomics). The hits are then zeroed, for the round's next partition.
 extern "C" __global__ void refine_drop(unsigned int* __restrict__ keep, long long words, long long w0,
                                        long long n_words, const int* __restrict__ args, int n_users, int n_ends,
                                        unsigned int* __restrict__ hit, long long hit_base, long long n) {
     long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (t >= n_words) return;
-    long long w = w0 + t;
+    if ((t >> 5) >= n_words) return;              // whole warps: the grid is 32 threads a word
+    int lane = threadIdx.x & 31;
+    long long w = w0 + (t >> 5), v = (w << 5) + lane;
+    unsigned int h = v < n ? hit[v - hit_base] : 0u;
     const unsigned int* needs = (const unsigned int*)(args + n_users + n_ends);
     for (int i = 0; i < n_users; ++i) {
         unsigned int need = needs[i];
-        unsigned int* word = keep + (long long)args[i] * words + w;
-        unsigned int x = *word, left = x;
-        while (left) {
-            int b = __ffs(left) - 1;
-            left &= left - 1u;
-            long long v = (w << 5) + b;
-            if (v >= n || (hit[v - hit_base] & need) != need) x &= ~(1u << b);
-        }
-        *word = x;
+        unsigned int m = __ballot_sync(FULL, v < n && (h & need) == need);
+        if (lane == 0) keep[(long long)args[i] * words + w] &= m;
     }
-    for (long long v = w << 5; v < (w << 5) + 32 && v < n; ++v) hit[v - hit_base] = 0u;
+    if (v < n) hit[v - hit_base] = 0u;
 }
 
 // Which segments of a partition hold a candidate of any pattern vertex of users[0 : n_users]
