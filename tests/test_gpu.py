@@ -90,6 +90,27 @@ def test_overlaps_kernel_matches_reference(gpu):
         assert answers > 0
 
 
+def test_counts_and_overlaps_match_reference(gpu):
+    """GpuBackend.counts_and_overlaps (the popcounts and every pair's overlap in one read) against
+    the CPU's, then against the pairs of bitsets appended after it (learnt by later launches)."""
+    import cupy as cp
+    from sgsi.join.backend import CpuBackend
+    rng = np.random.default_rng(12)
+    for words in (1, 3, 2049, 70001):
+        host = [np.where(rng.random(words) < p, rng.integers(0, 2**32, words), 0).astype(np.uint32)
+                for p in (0.0, 0.001, 0.01, 0.5, 0.001)]
+        dev = [cp.asarray(b) for b in host]
+        counts, got = gpu.counts_and_overlaps(dev)
+        want_counts, ref = CpuBackend().counts_and_overlaps(host)
+        assert counts == want_counts == [int(np.unpackbits(b.view(np.uint8)).sum()) for b in host]
+        for b in (host[1] | host[2], np.zeros(words, np.uint32)):
+            host.append(b)
+            dev.append(cp.asarray(b))
+        for u in range(len(host)):
+            for w in range(len(host)):
+                assert got(u, w) == ref(u, w) == bool((host[u] & host[w]).any())
+
+
 def _hub_ids(rng, n, high):
     """n ids below ``high``: runs of one hub, a few other hubs spread out, and rare ids."""
     ids = rng.integers(0, high, n)

@@ -370,6 +370,11 @@ class CpuBackend:
         """The set bits of each bitset, as Python integers."""
         return [self.popcount(b) for b in bitsets]
 
+    def counts_and_overlaps(self, bits):
+        """(:meth:`popcounts` of the candidate bitsets ``bits``, their :meth:`overlaps`): what the
+        planner asks of them, in one call (the GPU's reads both at once)."""
+        return self.popcounts(bits), self.overlaps(bits)
+
     def test_bits(self, bits, v):
         """Membership of vertex ids ``v`` in a bitset."""
         v = v.astype(np.int64, copy=False)

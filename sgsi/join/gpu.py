@@ -209,21 +209,31 @@ class GpuOverlaps(Overlaps):
         self.seen = 0                   # bits[:seen] are known against each other
 
     def _learn(self, key):
+        out = cp.zeros((len(self.bits) - self.seen) * len(self.bits), cp.int32)
+        self._launch(out)
+        self._record(cp.asnumpy(out))
+
+    def _launch(self, out):
+        """Queue ``bitset_overlaps`` of the bitsets not seen yet against every bitset, into ``out``
+        (int32, zeroed, a row of ``len(bits)`` per new bitset)."""
         new, every = self.bits[self.seen:], self.bits
         words = int(every[0].size)
+        if not words:
+            return
         per_pair = max(1, min(64, (words + 8 * _BLOCK - 1) // (8 * _BLOCK)))
-        pairs = len(new) * len(every)
-        out = cp.zeros(pairs, cp.int32)
-        if words:
-            kernels.kernel("bitset_overlaps")((pairs * per_pair,), (_BLOCK,),
-                                              (_pointers(new), _pointers(every), np.int32(len(every)),
-                                               np.int64(words), np.int32(per_pair), out))
-        hits = cp.asnumpy(out).reshape(len(new), len(every))
-        for i in range(len(new)):
+        pointers = _pointers(every)
+        kernels.kernel("bitset_overlaps")((len(new) * len(every) * per_pair,), (_BLOCK,),
+                                          (pointers[self.seen:], pointers, np.int32(len(every)),
+                                           np.int64(words), np.int32(per_pair), out))
+
+    def _record(self, hits):
+        """Keep the answers ``hits`` (on the host) of a :meth:`_launch`: the new bitsets are seen."""
+        hits = hits.reshape(len(self.bits) - self.seen, len(self.bits))
+        for i in range(hits.shape[0]):
             u = self.seen + i
-            for w in range(len(every)):
+            for w in range(len(self.bits)):
                 self.known[(min(u, w), max(u, w))] = bool(hits[i, w])
-        self.seen = len(every)
+        self.seen = len(self.bits)
 
 
 class GpuBackend:
@@ -581,6 +591,19 @@ class GpuBackend:
 
     def popcount(self, bits):
         return self.popcounts([bits])[0]
+
+    def counts_and_overlaps(self, bits):
+        """(:meth:`popcounts` of ``bits``, their :meth:`overlaps` with every pair known) in one read
+        (reference: CpuBackend.counts_and_overlaps): the popcount reduction and the
+        ``bitset_overlaps`` launch write one buffer, where each took a read of its own."""
+        k = len(bits)
+        meets = GpuOverlaps(bits)
+        buf = cp.zeros(k + (k * k + 1) // 2, cp.int64)          # the counts, then k * k int32 answers
+        _popcount_rows(cp.stack(bits), axis=1, out=buf[:k])
+        meets._launch(buf[k:].view(cp.int32)[:k * k])
+        host = cp.asnumpy(buf)
+        meets._record(host[k:].view(np.int32)[:k * k])
+        return [int(x) for x in host[:k]], meets
 
     def popcounts(self, bitsets):
         """The set bits of each bitset (equal sizes), as Python integers: one reduction, one read."""

@@ -160,9 +160,8 @@ def make_plan(store, pattern: Pattern, backend, injective=True, refine_rounds=RE
         bits, changed = _refine(store, backend, bits, inc)
         if not changed:
             break
-    counts = backend.popcounts(bits)
+    counts, meets = backend.counts_and_overlaps(bits)
     order = _order(store, pattern, inc, counts)
-    meets = backend.overlaps(bits)
     groups, trees = _factored_vertices(pattern, meets, injective, order) if factor_leaves else ([], [])
     tail = [u for g in groups for u in g] + [u for root, kids in trees for u in [root] + [w for g in kids for w in g]]
     order = [u for u in order if u not in tail] + tail
