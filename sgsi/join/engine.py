@@ -708,15 +708,23 @@ class Engine:
         """|S_B \\ m_row| of a block's step for each row of ``rows`` (int64), in slices of at most
         ``chunk_rows`` rows (the rows of a weighted subtree, its root's distinct vertices, may
         be more)."""
+        xp = self.xp
         n = _n_rows(rows)
-        per_row = self.xp.zeros(n, dtype=self.xp.int64)
+        per_row = None
         cap = lim.chunk_rows
         for a in range(0, n, cap):
             part = rows if n <= cap else {u: col[a:a + cap] for u, col in rows.items()}
             for piece, sets in self._pieces_with_sets(part, step, lim, counts=True):
-                # A hub's rows get their sets in windows: their counts add up.
-                per_row[piece[_ROW]] += self._row_counts(piece, sets, step)
-        return per_row
+                counts = self._row_counts(piece, sets, step).astype(xp.int64, copy=False)
+                if piece is rows:
+                    # The rows as they came (their _ROW is 0 .. n - 1): the counts are per row
+                    # already, with no zeroed array and scatter. A hub's windows add up.
+                    per_row = counts if per_row is None else per_row + counts
+                    continue
+                if per_row is None:
+                    per_row = xp.zeros(n, dtype=xp.int64)
+                per_row[piece[_ROW]] += counts      # a hub's rows get their sets in windows: they add up
+        return xp.zeros(n, dtype=xp.int64) if per_row is None else per_row
 
     def _extension(self, piece, s, step: Step, lim: Limits, keep=None):
         """Columnar extension (Algorithm 6), row i taking S(t_i) \\ m_i: yields the new
