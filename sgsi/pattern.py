@@ -713,7 +713,7 @@ def _parse_cached(text: str) -> Pattern:
     """:func:`parse_pattern`, its result kept for the texts asked for most recently (a
     :class:`Pattern` is immutable). A query repeated, as a dashboard or a benchmark does, is
     not parsed again: the parse takes 107-171 us on the 8- and 12-vertex walks of
-    bench/gpu_vs_cpu.py (the development machine), 1.5-2% of a light count on the GPU, and a
+    bench/gpu_vs_cpu.py (the development machine), 1-3% of a light count on the GPU, and a
     cached one about 1 us. Errors are not kept: a bad text raises each time."""
     return parse_pattern(text)
 

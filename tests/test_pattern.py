@@ -248,6 +248,22 @@ def test_load_pattern_text():
     assert load_pattern("(a)-->(b)") == parse_pattern("(a)-->(b)")
 
 
+def test_load_pattern_text_is_parsed_once():
+    """A repeated text gets the Pattern parsed the first time (immutable, so shared); a bad
+    text raises every time; a text past the cached length is parsed each time, alike."""
+    text = "(a:A)-[:R]->(b)<-[:S]-(c), (c)--(a)"
+    first = load_pattern(text)
+    assert load_pattern(text) is first
+    assert first == parse_pattern(text)
+    for _ in range(2):
+        with pytest.raises(PatternError, match="position"):
+            load_pattern("(a)-[:R->(b)")
+    long = ", ".join(f"(v{i})-->(v{i + 1})" for i in range(400))
+    assert len(long) > 4096
+    assert load_pattern(long) == parse_pattern(long)
+    assert load_pattern(long) is not load_pattern(long)
+
+
 def test_load_pattern_benchmark_file():
     path = BENCH / "yeast" / "queries" / "query_dense_4_1.graph"
     assert load_pattern(path) == read_query_file(path)
