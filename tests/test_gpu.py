@@ -53,8 +53,13 @@ def test_bit_kernels_match_reference(gpu):
         v = rng.integers(0, n, 500).astype(np.int32)
         assert np.array_equal(cpu.test_bits(ref, v), cp.asnumpy(gpu.test_bits(got, cp.asarray(v))))
         assert np.array_equal(cpu.bits_to_ids(ref, n), cp.asnumpy(gpu.bits_to_ids(got, n)))
+        assert np.array_equal(cpu.bits_to_ids(ref, n), cp.asnumpy(gpu.bits_to_ids(got, n, int(mask.sum()))))
         for cut in (n, max(0, n - 40), n - n % 32):          # bits at and past n are not ids
-            assert np.array_equal(cpu.bits_to_ids(~ref, cut), cp.asnumpy(gpu.bits_to_ids(~got, cut)))
+            want = cpu.bits_to_ids(~ref, cut)
+            assert np.array_equal(want, cp.asnumpy(gpu.bits_to_ids(~got, cut)))
+            assert np.array_equal(want, cp.asnumpy(gpu.bits_to_ids(~got, cut, int(want.size))))
+            # a count short of the bits: the first ``count`` ids, nothing written past them
+            assert np.array_equal(want[:3], cp.asnumpy(gpu.bits_to_ids(~got, cut, min(3, int(want.size)))))
         assert cpu.popcount(ref) == gpu.popcount(got) == int(mask.sum())
         assert gpu.popcounts([got, cp.zeros_like(got), ~got]) == cpu.popcounts([ref, np.zeros_like(ref), ~ref])
     counts = rng.integers(0, 5, 1000)
@@ -109,6 +114,34 @@ def test_counts_and_overlaps_match_reference(gpu):
         for u in range(len(host)):
             for w in range(len(host)):
                 assert got(u, w) == ref(u, w) == bool((host[u] & host[w]).any())
+
+
+def test_stack_rows_and_read_ints_match_numpy(gpu):
+    """gpu.stack_rows (one launch for up to 8 arrays of 4- or 8-byte elements, cp.stack past
+    that) against numpy.stack, views and empty arrays included; gpu.read_ints (one launch
+    gathering up to 8 scalars, any integer dtype) against the scalars read one by one."""
+    import cupy as cp
+    from sgsi.join import gpu as g
+    from sgsi.join.backend import host_ints
+    rng = np.random.default_rng(13)
+    for dtype in (np.int32, np.uint32, np.int64, np.int8):
+        for n in (0, 1, 255, 70001):
+            for k in (1, 2, 3, 8, 9):
+                host = [rng.integers(0, 100, 2 * n).astype(dtype)[::2] for _ in range(k)]     # strided views
+                dev = [cp.asarray(rng.integers(0, 100, 2 * n).astype(dtype))[::2] for _ in range(k)]
+                for h, d in zip(host, dev):
+                    d[...] = cp.asarray(h)
+                got = g.stack_rows(dev)
+                assert got.dtype == dtype and got.shape == (k, n)
+                assert np.array_equal(cp.asnumpy(got), np.stack(host))
+    for k in (1, 2, 5, 8, 9):
+        arrays = [cp.asarray(rng.integers(-2**40, 2**40, 50)) for _ in range(k)]
+        scalars = [a.max() if i % 3 == 0 else a[i % 50] if i % 3 == 1 else (a[:7] > 0).sum().astype(cp.int32)
+                   for i, a in enumerate(arrays)]
+        want = [int(s) for s in scalars]
+        assert g.read_ints(scalars) == want
+        assert host_ints(cp, *scalars) == want
+    assert g.read_ints([]) == []
 
 
 def _hub_ids(rng, n, high):
@@ -377,8 +410,10 @@ def test_distinct_sum_matches_reference(gpu, n):
         assert gpu.distinct_sum(cp.asarray(c), cp.asarray(deg), span) == want
 
 
-@pytest.mark.parametrize("n", [1, 31, 33, 1000, 300_001])
+@pytest.mark.parametrize("n", [1, 31, 33, 1000, 1025, 65_536, 65_537, 300_001])
 def test_piece_summary_matches_reference(gpu, n):
+    """Both paths of the summary (one block up to 65,536 rows, with the rows' offsets; atomics
+    past that), against the reference; the offsets are the degrees' exclusive prefix sum."""
     import cupy as cp
     rng = np.random.default_rng(n)
     deg = rng.integers(0, 10**9, n).astype(np.int64)
@@ -393,9 +428,15 @@ def test_piece_summary_matches_reference(gpu, n):
     # The degrees gathered from every vertex's (piece_degrees), rows repeating vertices.
     dense = rng.integers(0, 2**31 - 1, 5000).astype(np.int32)
     v = rng.integers(0, 5000, n).astype(np.int32)
-    want_deg, want = CpuBackend().piece_degrees(dense, v)
-    deg, summary = gpu.piece_degrees(cp.asarray(dense), cp.asarray(v))
+    want_deg, want, none = CpuBackend().piece_degrees(dense, v)
+    deg, summary, offsets = gpu.piece_degrees(cp.asarray(dense), cp.asarray(v))
+    assert none is None
     assert deg.dtype == cp.int64 and np.array_equal(cp.asnumpy(deg), want_deg) and list(summary) == list(want)
+    if n <= 65_536:
+        assert offsets.dtype == cp.int64 and offsets.shape == (n,)
+        assert np.array_equal(cp.asnumpy(offsets), np.cumsum(want_deg) - want_deg)
+    else:
+        assert offsets is None
 
 
 @pytest.mark.parametrize("n_conflicts", [0, 1, 2, 17])

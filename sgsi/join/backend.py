@@ -142,8 +142,9 @@ class CpuBackend:
         """For each output slot of ``repeat(x, counts)``, the index into x."""
         return np.repeat(np.arange(counts.size), counts)
 
-    def bits_to_ids(self, bits, n):
-        """Sorted vertex ids (int32) whose bit is set."""
+    def bits_to_ids(self, bits, n, count=None):
+        """Sorted vertex ids (int32) whose bit is set (``count``: how many are below n, where
+        the caller knows it; the GPU then reads no total)."""
         ids = np.flatnonzero(np.unpackbits(bits.view(np.uint8), bitorder="little"))
         return ids[ids < n].astype(np.int32)
 
@@ -314,9 +315,10 @@ class CpuBackend:
 
     def piece_degrees(self, dense, col):
         """(|N(v, l)| of each row's vertex ``col`` from ``dense``, every vertex's degree, as
-        int64; :meth:`piece_summary` of them), for a non-empty ``col``."""
+        int64; :meth:`piece_summary` of them; their exclusive prefix sum where the backend found
+        it on the way, else None), for a non-empty ``col``."""
         deg = dense[col].astype(np.int64)
-        return deg, self.piece_summary(deg, col)
+        return deg, self.piece_summary(deg, col), None
 
     def row_lists(self, groups, ci, v, cbits, conflict_cols, F, fill, gba):
         """buf_i += N_x(v_i, l) ∩ C(u) minus row i's own vertices (``conflict_cols``), for each
@@ -506,7 +508,8 @@ def host_ints(xp, *scalars):
     """Python ints of scalars computed where the backend computes, read in one transfer."""
     if xp is np:
         return [int(s) for s in scalars]
-    return [int(s) for s in xp.asnumpy(xp.stack([s.astype(xp.int64, copy=False) for s in scalars]))]
+    from .gpu import read_ints
+    return read_ints(scalars)
 
 
 def distinct_index(xp, values, span=None):

@@ -217,7 +217,8 @@ class Engine:
     def _roots(self, lim, held):
         """Chunks of the first pattern vertex's candidates."""
         first = self.plan.order[0]
-        ids_all = self.backend.bits_to_ids(self.plan.candidates[first], self.store.n_vertices)
+        ids_all = self.backend.bits_to_ids(self.plan.candidates[first], self.store.n_vertices,
+                                           self.plan.candidate_counts[first])
         held[0] = int(ids_all.nbytes)
         rows = lim.chunk_rows
         for a in range(0, int(ids_all.size), rows):
@@ -255,8 +256,9 @@ class Engine:
             return
         cap = lim.gba_entries
         dense = self._dense_degrees(e0)
+        offsets = None
         if dense is not None:           # the degrees gathered as the rows are summarised
-            deg, (total, longest, lo, hi, descents) = self.backend.piece_degrees(dense, col)
+            deg, (total, longest, lo, hi, descents), offsets = self.backend.piece_degrees(dense, col)
         else:
             deg = self._degrees(e0, col)
             total, longest, lo, hi, descents = self.backend.piece_summary(deg, col)
@@ -265,7 +267,7 @@ class Engine:
         light_max = self.backend.light_entries if len(step.links) == 1 else \
             min(self.backend.light_entries, SHORTEST_LIST_MIN_PROBES - 1)
         light = total <= min(cap, lim.chunk_rows, light_max) and longest <= LIGHT_MAX_LIST
-        whole = _How("light" if light else "tuples", total, lo, hi, descents == 0)
+        whole = _How("light" if light else "tuples", total, lo, hi, descents == 0, offsets)
         if total <= cap:                # a light piece is within the cap too
             yield chunk, deg, whole
             return
@@ -502,7 +504,7 @@ class Engine:
         n = int(deg.size)
         self._stats["light_steps"] += 1
         counts = counts and len(step.links) == 1
-        F = exclusive_sum(xp, deg)
+        F = light.offsets if light.offsets is not None else exclusive_sum(xp, deg)
         gba = None if counts else xp.empty(light.total, dtype=xp.int32)
         fill = xp.zeros(n, dtype=xp.int64)
         e0 = step.links[0]
@@ -884,6 +886,7 @@ class _How:
     lo: int | None = None
     hi: int | None = None
     ascending: bool | None = None
+    offsets: object = None          # the rows' exclusive prefix sum of their degrees, where found
 
 
 #: Whether a subtree of one leaf is counted from its root's sets and weights, not by extending

@@ -149,12 +149,53 @@ def row_scan(counts, starts=None, total=None):
     return scan(mark)
 
 
-def _conflict_table(conflict_cols):
+#: Most arrays :func:`stack_rows` and scalars :func:`read_ints` take in one launch (the kernels'
+#: pointer arguments); more go through CuPy's stack.
+_STACK_MAX = 8
+
+
+def stack_rows(arrays):
+    """``cp.stack(arrays)`` of 1-D arrays of one dtype and size: one ``stack_rows_4`` or
+    ``stack_rows_8`` launch (the arrays as pointer arguments) for up to ``_STACK_MAX`` arrays of
+    4- or 8-byte elements, where CuPy's stack costs some 70 us of host time (measured on one
+    H100's host, bench/scratch/op_costs.py); others through ``cp.stack``."""
+    k = len(arrays)
+    dtype = arrays[0].dtype if k else None
+    if not 0 < k <= _STACK_MAX or dtype.itemsize not in (4, 8) or \
+            any(a.ndim != 1 or a.dtype != dtype or a.size != arrays[0].size for a in arrays):
+        return cp.stack(arrays)
+    n = int(arrays[0].size)
+    out = cp.empty((k, n), dtype)
+    if n:
+        arrays = [cp.ascontiguousarray(a) for a in arrays]
+        args = arrays + [arrays[0]] * (_STACK_MAX - k) + [np.int64(n), out]
+        fn = kernels.kernel("stack_rows_4") if dtype.itemsize == 4 else kernels.kernel("stack_rows_8")
+        fn(((n + _BLOCK - 1) // _BLOCK, k), (_BLOCK,), tuple(args))
+    return out
+
+
+def read_ints(scalars):
+    """Python ints of device scalars (0-d arrays) in one read (reference: backend.host_ints):
+    ``gather_scalars`` launches, each gathering up to ``_STACK_MAX`` of them into one array, where
+    stacking them cost CuPy's stack (some 70 us of host time)."""
+    scalars = [cp.ascontiguousarray(s.astype(cp.int64, copy=False)) for s in scalars]
+    k = len(scalars)
+    if k == 0:
+        return []
+    out = cp.empty(k, cp.int64)
+    for a in range(0, k, _STACK_MAX):
+        part = scalars[a:a + _STACK_MAX]
+        kernels.kernel("gather_scalars")((1,), (32,), tuple(part + [part[0]] * (_STACK_MAX - len(part))
+                                                            + [np.int32(len(part)), out[a:]]))
+    return [int(x) for x in cp.asnumpy(out)]
+
+
+def _conflict_table(conflict_cols, placeholder):
     """The rows' own vertices as the kernels read them: one int32 row per conflict column
-    (a 1 x 1 placeholder where there is none)."""
+    (``placeholder``, a 1 x 1 zero, where there is none)."""
     if not conflict_cols:
-        return cp.zeros((1, 1), cp.int32)
-    return cp.ascontiguousarray(cp.stack(conflict_cols).astype(cp.int32, copy=False))
+        return placeholder
+    return stack_rows([c.astype(cp.int32, copy=False) for c in conflict_cols])
 
 
 def _pointer(a, dtype, held):
@@ -262,6 +303,8 @@ class GpuBackend:
         self.load_balance = None        # None: follow SGSI_LOAD_BALANCE (0 = one warp per row)
         self._costs = None
         self._summary_start = None
+        with cp.cuda.using_allocator(self.pool.malloc):
+            self._no_conflicts = cp.zeros((1, 1), cp.int32)     # the kernels' conflict table with no column
         self._peak = None               # the pool's most bytes in use during a query (_PeakMemory)
         # h2d_bytes: every copy to the device (segments, signatures, labels, degree index);
         # h2d_segment_bytes: the segment copies, through the pinned buffers; h2d_seconds: the time
@@ -571,18 +614,21 @@ class GpuBackend:
             kernels.kernel("test_bits")(_grid(v.size), (_BLOCK,), (bits, v32, np.int64(v.size), out))
         return out
 
-    def bits_to_ids(self, bits, n):
+    def bits_to_ids(self, bits, n, count=None):
         """Sorted vertex ids (int32) whose bit is set (reference: CpuBackend.bits_to_ids): the set
-        bits counted per word, a scan, one read of the total, then each word writes its ids."""
+        bits counted per word, a scan, then each word writes its ids. ``count``: the number of
+        set bits below n where the caller knows it (the plan's candidate counts), which spares
+        the read of the scan's total (a wait on the device)."""
         words = int(bits.size)
-        if words == 0:
+        if words == 0 or count == 0:
             return cp.zeros(0, cp.int32)
         counts = cp.empty(words, cp.int64)
         kernels.kernel("word_counts")(_grid(words), (_BLOCK,), (bits, np.int64(words), np.int64(n), counts))
         ends = scan(counts)
-        ids = cp.empty(int(ends[-1]), cp.int32)
+        ids = cp.empty(int(ends[-1]) if count is None else count, cp.int32)
         if ids.size:
-            kernels.kernel("word_ids")(_grid(words), (_BLOCK,), (bits, np.int64(words), np.int64(n), ends, counts, ids))
+            kernels.kernel("word_ids")(_grid(words), (_BLOCK,), (bits, np.int64(words), np.int64(n), ends, counts,
+                                                                 np.int64(ids.size), ids))
         return ids
 
     def overlaps(self, bits):
@@ -599,7 +645,7 @@ class GpuBackend:
         k = len(bits)
         meets = GpuOverlaps(bits)
         buf = cp.zeros(k + (k * k + 1) // 2, cp.int64)          # the counts, then k * k int32 answers
-        _popcount_rows(cp.stack(bits), axis=1, out=buf[:k])
+        _popcount_rows(stack_rows(bits), axis=1, out=buf[:k])
         meets._launch(buf[k:].view(cp.int32)[:k * k])
         host = cp.asnumpy(buf)
         meets._record(host[k:].view(np.int32)[:k * k])
@@ -609,7 +655,7 @@ class GpuBackend:
         """The set bits of each bitset (equal sizes), as Python integers: one reduction, one read."""
         if not bitsets:
             return []
-        return [int(x) for x in cp.asnumpy(_popcount_rows(cp.stack(bitsets), axis=1))]
+        return [int(x) for x in cp.asnumpy(_popcount_rows(stack_rows(bitsets), axis=1))]
 
     # -- kernels for the hot steps ------------------------------------------------------
     def pcsr_lookup(self, groups, v):
@@ -644,7 +690,7 @@ class GpuBackend:
         n = int(row_tuple.size)
         out = cp.empty(n, cp.int64)
         if n:
-            conf = _conflict_table(cols)
+            conf = _conflict_table(cols, self._no_conflicts)
             kernels.kernel("sizes_less_own")(_grid(n), (_BLOCK,),
                                              (cp.ascontiguousarray(row_tuple.astype(cp.int64, copy=False)),
                                               cp.ascontiguousarray(sstart.astype(cp.int64, copy=False)),
@@ -784,25 +830,34 @@ class GpuBackend:
         """(Σ deg, max deg, min col, max col, places where col descends) as Python ints
         (reference: CpuBackend.piece_summary): one ``piece_summary`` kernel and one read, where
         the reductions took a dozen launches and two reads."""
-        return self._summary(cp.ascontiguousarray(deg.astype(cp.int64, copy=False)), col, None)
+        return self._summary(cp.ascontiguousarray(deg.astype(cp.int64, copy=False)), col, None)[0]
 
     def piece_degrees(self, dense, col):
-        """(the rows' degrees ``dense[col]`` as int64, :meth:`piece_summary` of them) (reference:
-        CpuBackend.piece_degrees): the degrees are gathered by the summary's kernel."""
+        """(the rows' degrees ``dense[col]`` as int64, :meth:`piece_summary` of them, their exclusive
+        prefix sum or None) (reference: CpuBackend.piece_degrees): the degrees are gathered by the
+        summary's kernel; a piece of at most ``_SMALL_SCAN`` rows is summed in one block, which
+        writes the prefix sum too (a light step's buffer offsets)."""
         deg = cp.empty(int(col.size), cp.int64)
-        return deg, self._summary(deg, col, cp.ascontiguousarray(dense.astype(cp.int32, copy=False)))
+        summary, offsets = self._summary(deg, col, cp.ascontiguousarray(dense.astype(cp.int32, copy=False)))
+        return deg, summary, offsets
 
     def _summary(self, deg, col, dense):
+        """(the summary as Python ints, the exclusive prefix sum of deg or None)."""
         n = int(col.size)
+        col = cp.ascontiguousarray(col.astype(cp.int32, copy=False))
+        dense = np.uint64(0) if dense is None else dense
+        if n <= _SMALL_SCAN:                    # one block: no atomics, no identities copied in
+            buf = cp.empty(n + 5, cp.int64)
+            offsets, out = buf[:n], buf[n:]
+            kernels.kernel("piece_summary_small")((1,), (1024,), (deg, col, np.int64(n), out, dense, offsets))
+            return [int(x) for x in cp.asnumpy(out)], offsets
         if self._summary_start is None:         # the reductions' identities, copied on the device
             self._summary_start = cp.asarray(np.array([0, -1, np.iinfo(np.int64).max, np.iinfo(np.int64).min, 0],
                                                       np.int64))
         out = self._summary_start.copy()
         grid = min(_grid(n)[0], 1024)
-        kernels.kernel("piece_summary")((grid,), (_BLOCK,),
-                                        (deg, cp.ascontiguousarray(col.astype(cp.int32, copy=False)), np.int64(n), out,
-                                         np.uint64(0) if dense is None else dense))
-        return [int(x) for x in cp.asnumpy(out)]
+        kernels.kernel("piece_summary")((grid,), (_BLOCK,), (deg, col, np.int64(n), out, dense))
+        return [int(x) for x in cp.asnumpy(out)], None
 
     def row_lists(self, groups, ci, v, cbits, conflict_cols, F, fill, gba):
         """First link of a light piece in one segment, row by row (reference:
@@ -811,7 +866,7 @@ class GpuBackend:
         n = int(v.size)
         if n == 0 or ci.size == 0 or groups.shape[0] == 0:
             return
-        conf = _conflict_table(conflict_cols)
+        conf = _conflict_table(conflict_cols, self._no_conflicts)
         kernels.kernel("row_lists")(_grid(n * 32), (_BLOCK,),
                                     (groups, np.int64(groups.shape[0]), np.int32(groups.shape[1]), ci,
                                      cp.ascontiguousarray(v.astype(cp.int32, copy=False)), np.int64(n), cbits,
@@ -850,8 +905,9 @@ class GpuBackend:
                 records.append(record + [len(masks)] + [_pointer(m, cp.bool_, held) for m in masks])
             args = _record_table([], records)
             threads = count + start % 32
-            kernels.kernel("candidate_bits")(((threads + _BLOCK - 1) // _BLOCK, k), (_BLOCK,),
-                                             (args, np.int64(start), np.int64(count), np.int64(words), out))
+            kernels.kernel("candidate_bits")(((threads + _BLOCK - 1) // _BLOCK * k,), (_BLOCK,),
+                                             (args, np.int64(start), np.int64(count), np.int64(words), np.int32(k),
+                                              out))
         return [out[i] for i in range(k)]
 
     def extend(self, row_tuple, per_row, evals, sstart, scount, conflict_cols, sizes=None):
@@ -897,8 +953,8 @@ class GpuBackend:
         n = int(got[0].of_tuple.size)
         if n == 0:
             return cp.zeros(0, cp.int64), cp.zeros(0, cp.int32), 0, untested
-        lcount = cp.stack([L.count[L.of_tuple] for L in got]).astype(cp.int64, copy=False)
-        lstart = cp.stack([L.start[L.of_tuple] for L in got]).astype(cp.int64, copy=False)
+        lcount = stack_rows([L.count[L.of_tuple].astype(cp.int64, copy=False) for L in got])
+        lstart = stack_rows([L.start[L.of_tuple].astype(cp.int64, copy=False) for L in got])
         tcnt = lcount.min(axis=0)
         off = scan(tcnt, exclusive=True)
         probes = int(tcnt.sum())
@@ -940,7 +996,7 @@ class GpuBackend:
         fstart = fstart.astype(cp.int64, copy=False)
         fcnt = fcnt.astype(cp.int64, copy=False)
         flist = flist.astype(cp.int32, copy=False)
-        conf = _conflict_table(conflict_cols)
+        conf = _conflict_table(conflict_cols, self._no_conflicts)
         args = (flist, fstart, fcnt, conf, np.int32(len(conflict_cols)), np.int64(conf.shape[1]), F, fill, gba)
         balanced = self.load_balance
         if balanced is None:

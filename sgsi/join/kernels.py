@@ -276,10 +276,14 @@ extern "C" __global__ void pack_rows(const int* __restrict__ gba, const long lon
     }
 }
 
-// Candidate sets C(u) over one vertex segment [start, start + count), one pattern vertex per
-// grid row (reference: CpuBackend.candidate_bits). args[blockIdx.y] is where that vertex's
-// record starts in args: label, label column (0: no label test), the number of signature
-// tests, then (column, query word) per test, the number of degree masks, then the masks.
+// Candidate sets C(u) over one vertex segment [start, start + count), for k pattern vertices
+// (reference: CpuBackend.candidate_bits). Block b tests vertex b / k's slice of the segment for
+// pattern vertex y = b % k: the k blocks of a slice run side by side, so the label column and
+// the signature columns and degree masks that several pattern vertices test are read from DRAM
+// about once (the L2 serves the others), where a grid row per pattern vertex read them k times.
+// args[y] is where that vertex's record starts in args: label, label column (0: no label test),
+// the number of signature tests, then (column, query word) per test, the number of degree
+// masks, then the masks.
 // Signature columns are stored column-first, so consecutive threads read consecutive words
 // of one column: coalesced; the loads of a vertex's words are independent (all in flight at
 // once) and come before the tests. The label and degree masks are tested as the words are;
@@ -287,9 +291,10 @@ extern "C" __global__ void pack_rows(const int* __restrict__ gba, const long lon
 // 32 vertices; a word shared with the next segment is ORed in).
 #define SIG_UNROLL 8
 extern "C" __global__ void candidate_bits(const long long* __restrict__ args, long long start, long long count,
-                                          long long words, unsigned int* __restrict__ out) {
-    const long long* a = args + args[blockIdx.y];
-    long long v = (start & ~31LL) + (long long)blockIdx.x * blockDim.x + threadIdx.x;
+                                          long long words, int k, unsigned int* __restrict__ out) {
+    int y = blockIdx.x % k;
+    const long long* a = args + args[y];
+    long long v = (start & ~31LL) + (long long)(blockIdx.x / k) * blockDim.x + threadIdx.x;
     bool ok = v >= start && v < start + count;
     long long i = ok ? v - start : 0;
     const int* labels = (const int*)a[1];
@@ -315,7 +320,7 @@ extern "C" __global__ void candidate_bits(const long long* __restrict__ args, lo
     unsigned int m = __ballot_sync(FULL, ok);
     long long wd = v >> 5;
     if ((threadIdx.x & 31) == 0 && m) {
-        unsigned int* o = out + (long long)blockIdx.y * words + wd;
+        unsigned int* o = out + (long long)y * words + wd;
         if ((wd << 5) >= start && (wd << 5) + 32 <= start + count) *o = m;
         else atomicOr(o, m);
     }
@@ -352,15 +357,15 @@ extern "C" __global__ void word_counts(const unsigned int* __restrict__ bits, lo
 }
 
 // The ids of the set bits below n, in order (reference: CpuBackend.bits_to_ids): word w writes
-// its ids from ends[w] - counts[w] (an inclusive scan of word_counts).
+// its ids from ends[w] - counts[w] (an inclusive scan of word_counts); none at or past size.
 extern "C" __global__ void word_ids(const unsigned int* __restrict__ bits, long long words, long long n,
                                     const long long* __restrict__ ends, const long long* __restrict__ counts,
-                                    int* __restrict__ ids) {
+                                    long long size, int* __restrict__ ids) {
     long long w = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (w >= words) return;
     unsigned int x = word_below(bits, w, n);
     long long at = ends[w] - counts[w];
-    while (x) {
+    while (x && at < size) {
         ids[at++] = (int)(w * 32 + __ffs(x) - 1);
         x &= x - 1;
     }
@@ -424,6 +429,65 @@ extern "C" __global__ void scan_small_i32(const int* x, long long n, long long* 
 }
 extern "C" __global__ void scan_small_bool(const bool* x, long long n, long long* out, int exclusive) {
     scan_small(x, n, out, exclusive);
+}
+
+// piece_summary of a piece of at most 65,536 rows in one block (gpu.py's path for small pieces),
+// with the rows' exclusive prefix sum of deg written to F (the offsets of their buffers in a
+// light step, Engine._row_sets): each thread takes a run of consecutive rows, as scan_small does.
+// One block needs no atomics, so out needs no identities copied in first, and the offsets need
+// no scan launch of their own.
+extern "C" __global__ void piece_summary_small(long long* __restrict__ deg, const int* __restrict__ col,
+                                               long long n, long long* __restrict__ out,
+                                               const int* __restrict__ dense, long long* __restrict__ F) {
+    __shared__ long long part[4][32];
+    long long per = (n + blockDim.x - 1) / blockDim.x;
+    long long a = threadIdx.x * per, b = a + per < n ? a + per : n;
+    long long sum = 0, mx = -1, lo = 0x7fffffffffffffffLL, hi = -0x7fffffffffffffffLL - 1, desc = 0;
+    for (long long i = a; i < b; ++i) {
+        long long d, v = col[i];
+        if (dense) deg[i] = d = dense[v]; else d = deg[i];
+        sum += d;
+        mx = d > mx ? d : mx;
+        lo = v < lo ? v : lo;
+        hi = v > hi ? v : hi;
+        desc += i > 0 && col[i] < col[i - 1];
+    }
+    long long total;
+    long long run = block_exclusive_scan(sum, &total);
+    for (long long i = a; i < b; ++i) {
+        F[i] = run;
+        run += deg[i];
+    }
+    for (int o = 16; o > 0; o >>= 1) {
+        desc += __shfl_down_sync(FULL, desc, o);
+        long long t = __shfl_down_sync(FULL, mx, o);
+        mx = t > mx ? t : mx;
+        t = __shfl_down_sync(FULL, lo, o);
+        lo = t < lo ? t : lo;
+        t = __shfl_down_sync(FULL, hi, o);
+        hi = t > hi ? t : hi;
+    }
+    int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, n_warps = (blockDim.x + 31) >> 5;
+    if (lane == 0) {
+        part[0][wid] = mx;
+        part[1][wid] = lo;
+        part[2][wid] = hi;
+        part[3][wid] = desc;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        for (int w = 1; w < n_warps; ++w) {
+            mx = part[0][w] > mx ? part[0][w] : mx;
+            lo = part[1][w] < lo ? part[1][w] : lo;
+            hi = part[2][w] > hi ? part[2][w] : hi;
+            desc += part[3][w];
+        }
+        out[0] = total;
+        out[1] = mx;
+        out[2] = lo;
+        out[3] = hi;
+        out[4] = desc;
+    }
 }
 
 // A large array's prefix sum in tiles of ``tile`` values, one block a tile (gpu.scan's path past
@@ -962,6 +1026,46 @@ extern "C" __global__ void expand_rows(const long long* __restrict__ rows, const
     long long out = warp_keep_list(flist + s, c, nullptr, conflicts, n_conflicts, table_rows, row,
                                    F[row] + fill[row], gba);
     if (lane == 0) fill[row] = out - F[row];
+}
+
+// Up to 8 arrays of n elements (4 or 8 bytes each), given by pointer, as the rows of one
+// k x n array (reference: numpy.stack): grid row j copies array j. CuPy's stack takes some
+// 70 us of host time (a device table of the arrays, copied in); this is one launch.
+template <typename T>
+__device__ __forceinline__ void stack_rows(const T* a0, const T* a1, const T* a2, const T* a3, const T* a4,
+                                           const T* a5, const T* a6, const T* a7, long long n, T* out) {
+    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    int j = blockIdx.y;
+    const T* a = j == 0 ? a0 : j == 1 ? a1 : j == 2 ? a2 : j == 3 ? a3 : j == 4 ? a4 : j == 5 ? a5 : j == 6 ? a6 : a7;
+    out[(long long)j * n + i] = a[i];
+}
+
+extern "C" __global__ void stack_rows_4(const unsigned int* a0, const unsigned int* a1, const unsigned int* a2,
+                                        const unsigned int* a3, const unsigned int* a4, const unsigned int* a5,
+                                        const unsigned int* a6, const unsigned int* a7, long long n,
+                                        unsigned int* __restrict__ out) {
+    stack_rows(a0, a1, a2, a3, a4, a5, a6, a7, n, out);
+}
+
+extern "C" __global__ void stack_rows_8(const unsigned long long* a0, const unsigned long long* a1,
+                                        const unsigned long long* a2, const unsigned long long* a3,
+                                        const unsigned long long* a4, const unsigned long long* a5,
+                                        const unsigned long long* a6, const unsigned long long* a7, long long n,
+                                        unsigned long long* __restrict__ out) {
+    stack_rows(a0, a1, a2, a3, a4, a5, a6, a7, n, out);
+}
+
+// Up to 8 int64 scalars, given by pointer, into out[0 : k] (reference: numpy.stack of them), for
+// one host read of them all.
+extern "C" __global__ void gather_scalars(const long long* s0, const long long* s1, const long long* s2,
+                                         const long long* s3, const long long* s4, const long long* s5,
+                                         const long long* s6, const long long* s7, int k, long long* out) {
+    int j = threadIdx.x;
+    if (j >= k) return;
+    const long long* s = j == 0 ? s0 : j == 1 ? s1 : j == 2 ? s2 : j == 3 ? s3 : j == 4 ? s4 : j == 5 ? s5 :
+                         j == 6 ? s6 : s7;
+    out[j] = *s;
 }
 """
 
