@@ -605,6 +605,15 @@ def test_refine_cost_is_the_lists_refinement_reads(tmp_path):
                 d[np.asarray(v)] = np.asarray(k)
             return d
     assert refine_cost(g.store, DenseDegrees(), plan) == want
+    assert plan.refine_cost is None                     # the CPU finds it when it is asked for
+
+    class Early(DenseDegrees):          # finds it with the candidate counts, as the GPU does
+        early_refine_cost = True
+    early = make_plan(g.store, load_pattern(pattern), Early(), refine_rounds=0)
+    assert early.refine_cost == want and refine_cost(g.store, Early(), early) == want
+    assert early.candidate_counts == plan.candidate_counts and early.order == plan.order
+    # A refined plan is not weighed against refining again: it finds none.
+    assert make_plan(g.store, load_pattern(pattern), Early(), refine_rounds=2).refine_cost is None
     g.close()
 
 

@@ -114,12 +114,22 @@ def test_counts_and_overlaps_match_reference(gpu):
         for u in range(len(host)):
             for w in range(len(host)):
                 assert got(u, w) == ref(u, w) == bool((host[u] & host[w]).any())
+        # With refine_cost's jobs: the union degrees in the same read.
+        host, dev = host[:5], dev[:5]
+        deg = rng.integers(0, 1000, words * 32 - 5).astype(np.int32)
+        jobs = [([0, 3], deg), ([2], deg[::-1].copy()), ([1, 2, 3, 4], deg)]
+        counts, got, cost = gpu.counts_and_overlaps(dev, [(u, cp.asarray(d)) for u, d in jobs])
+        want_counts, _ref, want = CpuBackend().counts_and_overlaps(host, jobs)
+        assert counts == want_counts and got(1, 2) == bool((host[1] & host[2]).any())
+        assert cost == want == sum(int(d[np.flatnonzero(np.unpackbits(np.bitwise_or.reduce([host[x] for x in u]).view(
+            np.uint8), bitorder="little")[:d.size])].sum()) for u, d in jobs)
 
 
 def test_stack_rows_and_read_ints_match_numpy(gpu):
     """gpu.stack_rows (one launch for up to 8 arrays of 4- or 8-byte elements, cp.stack past
-    that) against numpy.stack, views and empty arrays included; gpu.read_ints (one launch
-    gathering up to 8 scalars, any integer dtype) against the scalars read one by one."""
+    that) against numpy.stack, views and empty arrays included; take_columns against numpy.take;
+    gpu.read_ints (gathering up to 8 scalars a launch, any integer dtype) against the scalars
+    read one by one."""
     import cupy as cp
     from sgsi.join import gpu as g
     from sgsi.join.backend import host_ints
@@ -134,6 +144,19 @@ def test_stack_rows_and_read_ints_match_numpy(gpu):
                 got = g.stack_rows(dev)
                 assert got.dtype == dtype and got.shape == (k, n)
                 assert np.array_equal(cp.asnumpy(got), np.stack(host))
+    # Gathered at an index (take_columns: one launch per dtype for up to 8 arrays), mixed dtypes
+    # and sizes, repeated and unsorted indices, int32 and int64 indices, none at all.
+    from sgsi.join.backend import take_columns
+    for k in (1, 2, 3, 9, 17):
+        host = [rng.integers(-2**31, 2**31 - 1, int(rng.integers(1, 3000))).astype(
+            (np.int32, np.int64, np.uint32, np.int8)[i % 4]) for i in range(k)]
+        m = min(a.size for a in host)
+        for idx in (rng.integers(0, m, 777), rng.integers(0, m, 5000).astype(np.int32), np.zeros(0, np.int64)):
+            want = [np.take(a, idx) for a in host]
+            got = take_columns(cp, [cp.asarray(a) for a in host], cp.asarray(idx))
+            assert [g.dtype for g in got] == [w.dtype for w in want]
+            assert all(np.array_equal(cp.asnumpy(g), w) for g, w in zip(got, want))
+            assert all(np.array_equal(a, b) for a, b in zip(take_columns(np, host, idx), want))
     for k in (1, 2, 5, 8, 9):
         arrays = [cp.asarray(rng.integers(-2**40, 2**40, 50)) for _ in range(k)]
         scalars = [a.max() if i % 3 == 0 else a[i % 50] if i % 3 == 1 else (a[:7] > 0).sum().astype(cp.int32)
@@ -410,9 +433,9 @@ def test_distinct_sum_matches_reference(gpu, n):
         assert gpu.distinct_sum(cp.asarray(c), cp.asarray(deg), span) == want
 
 
-@pytest.mark.parametrize("n", [1, 31, 33, 1000, 1025, 65_536, 65_537, 300_001])
+@pytest.mark.parametrize("n", [1, 31, 33, 1000, 1025, 4096, 4097, 65_537, 300_001])
 def test_piece_summary_matches_reference(gpu, n):
-    """Both paths of the summary (one block up to 65,536 rows, with the rows' offsets; atomics
+    """Both paths of the summary (one block up to 4,096 rows, with the rows' offsets; atomics
     past that), against the reference; the offsets are the degrees' exclusive prefix sum."""
     import cupy as cp
     rng = np.random.default_rng(n)
@@ -432,7 +455,7 @@ def test_piece_summary_matches_reference(gpu, n):
     deg, summary, offsets = gpu.piece_degrees(cp.asarray(dense), cp.asarray(v))
     assert none is None
     assert deg.dtype == cp.int64 and np.array_equal(cp.asnumpy(deg), want_deg) and list(summary) == list(want)
-    if n <= 65_536:
+    if n <= 4096:
         assert offsets.dtype == cp.int64 and offsets.shape == (n,)
         assert np.array_equal(cp.asnumpy(offsets), np.cumsum(want_deg) - want_deg)
     else:

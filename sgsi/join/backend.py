@@ -59,6 +59,9 @@ class CpuBackend:
     #: Low on the CPU: NumPy reads a list once per row that holds its vertex, and rows
     #: share vertices, where the distinct tuples read it once.
     light_entries = 1 << 12
+    #: Whether the planner finds refine_cost with the candidate counts (plan.make_plan): where a
+    #: read costs a wait on the device; here it is found only once a join outgrows its sets.
+    early_refine_cost = False
 
     def __init__(self):
         self.stats = {"segments": 0, "segment_bytes": 0}
@@ -372,10 +375,15 @@ class CpuBackend:
         """The set bits of each bitset, as Python integers."""
         return [self.popcount(b) for b in bitsets]
 
-    def counts_and_overlaps(self, bits):
+    def counts_and_overlaps(self, bits, cost_jobs=None):
         """(:meth:`popcounts` of the candidate bitsets ``bits``, their :meth:`overlaps`): what the
-        planner asks of them, in one call (the GPU's reads both at once)."""
-        return self.popcounts(bits), self.overlaps(bits)
+        planner asks of them, in one call (the GPU's reads both at once); with ``cost_jobs``
+        also Σ of :meth:`add_union_degrees` over them (plan.refine_cost)."""
+        if cost_jobs is None:
+            return self.popcounts(bits), self.overlaps(bits)
+        total = np.zeros(1, dtype=np.int64)
+        self.add_union_degrees(total, bits, cost_jobs)
+        return self.popcounts(bits), self.overlaps(bits), int(total[0])
 
     def test_bits(self, bits, v):
         """Membership of vertex ids ``v`` in a bitset."""
@@ -502,6 +510,15 @@ def scatter_equal(xp, out, idx, values):
         return
     from .gpu import scatter_equal as gpu_scatter_equal
     gpu_scatter_equal(out, idx, values)
+
+
+def take_columns(xp, arrays, idx):
+    """``[xp.take(a, idx) for a in arrays]`` (1-D arrays); on the GPU the arrays of one dtype in
+    one launch (gpu.take_columns)."""
+    if xp is np:
+        return [np.take(a, idx) for a in arrays]
+    from .gpu import take_columns as gpu_take_columns
+    return gpu_take_columns(arrays, idx)
 
 
 def host_ints(xp, *scalars):

@@ -49,7 +49,7 @@ import numpy as np
 
 from ..partition import pcsr
 from .backend import (distinct_index, exclusive_sum, host_ints, nonzero_index, own_hits, prefix_sum, runs,
-                      scatter_equal)
+                      scatter_equal, take_columns)
 from .plan import REFINE_ROUNDS, Link, QueryPlan, Step, refine_cost
 from .stream import degree_index, neighbour_lists, segments_of, segments_spanning
 
@@ -736,7 +736,7 @@ class Engine:
         xp, backend = self.xp, self.backend
         if isinstance(s, _RowSets):                       # a light piece: its entries are the output
             if s.total:
-                out = {u: xp.take(col, s.erow) for u, col in piece.items() if keep is None or u in keep}
+                out = _taken(xp, piece, s.erow, keep)
                 out[step.vertex] = s.evals
                 yield out
             return
@@ -759,7 +759,7 @@ class Engine:
                                         sizes)
             if erow.size == 0:
                 continue
-            out = {u: xp.take(col[a:b], erow) for u, col in piece.items() if keep is None or u in keep}
+            out = _taken(xp, {u: col[a:b] for u, col in piece.items() if keep is None or u in keep}, erow)
             out[step.vertex] = vals
             yield out
 
@@ -975,9 +975,17 @@ def _rows_kept(xp, rows, sizes, keep):
     idx = nonzero_index(xp, keep)
     if int(idx.size) > 3 * n // 4:
         return rows, sizes
-    rows = {u: xp.take(col, idx) for u, col in rows.items() if u != _ROW}
+    names = [u for u in rows if u != _ROW]
+    taken = take_columns(xp, [rows[u] for u in names] + list(sizes.values()), idx)
+    rows = dict(zip(names, taken))
     rows[_ROW] = xp.arange(int(idx.size), dtype=xp.int64)
-    return rows, {k: xp.take(v, idx) for k, v in sizes.items()}
+    return rows, dict(zip(sizes, taken[len(names):]))
+
+
+def _taken(xp, chunk, idx, keep=None):
+    """The columns of ``chunk`` (those of the vertices ``keep``; None: all) taken at ``idx``."""
+    names = [u for u in chunk if keep is None or u in keep]
+    return dict(zip(names, take_columns(xp, [chunk[u] for u in names], idx)))
 
 
 def _n_rows(chunk):

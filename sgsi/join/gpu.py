@@ -149,28 +149,56 @@ def row_scan(counts, starts=None, total=None):
     return scan(mark)
 
 
+#: Pieces of up to this many rows are summarised by one block (``piece_summary_small``), which
+#: writes their degrees' prefix sum too. A thread takes a run of rows, so past a few rows a thread
+#: the block is slower than the grid's kernel: 37 us a launch measured on light steps of up to
+#: 65,536 rows (one H100), where the grid's took 11 us.
+_SUMMARY_ONE_BLOCK = 1 << 12
+
+
 #: Most arrays :func:`stack_rows` and scalars :func:`read_ints` take in one launch (the kernels'
 #: pointer arguments); more go through CuPy's stack.
 _STACK_MAX = 8
 
 
-def stack_rows(arrays):
-    """``cp.stack(arrays)`` of 1-D arrays of one dtype and size: one ``stack_rows_4`` or
-    ``stack_rows_8`` launch (the arrays as pointer arguments) for up to ``_STACK_MAX`` arrays of
-    4- or 8-byte elements, where CuPy's stack costs some 70 us of host time (measured on one
-    H100's host, bench/scratch/op_costs.py); others through ``cp.stack``."""
+def stack_rows(arrays, idx=None):
+    """``cp.stack(arrays)`` of 1-D arrays of one dtype and size (``idx``: of ``cp.take(a, idx)``
+    of arrays of one dtype): one ``stack_rows_4`` or ``stack_rows_8`` launch (the arrays as
+    pointer arguments) for up to ``_STACK_MAX`` arrays of 4- or 8-byte elements, where CuPy's
+    stack costs some 70 us of host time and its take some 20 us an array (measured on one H100's
+    host, bench/scratch/op_costs.py); others through CuPy."""
     k = len(arrays)
     dtype = arrays[0].dtype if k else None
     if not 0 < k <= _STACK_MAX or dtype.itemsize not in (4, 8) or \
-            any(a.ndim != 1 or a.dtype != dtype or a.size != arrays[0].size for a in arrays):
-        return cp.stack(arrays)
-    n = int(arrays[0].size)
+            any(a.ndim != 1 or a.dtype != dtype or (idx is None and a.size != arrays[0].size) for a in arrays):
+        return cp.stack(arrays if idx is None else [cp.take(a, idx) for a in arrays])
+    n = int(arrays[0].size if idx is None else idx.size)
     out = cp.empty((k, n), dtype)
     if n:
         arrays = [cp.ascontiguousarray(a) for a in arrays]
-        args = arrays + [arrays[0]] * (_STACK_MAX - k) + [np.int64(n), out]
+        at = np.uint64(0) if idx is None else cp.ascontiguousarray(idx.astype(cp.int64, copy=False))
+        args = arrays + [arrays[0]] * (_STACK_MAX - k) + [at, np.int64(n), out]
         fn = kernels.kernel("stack_rows_4") if dtype.itemsize == 4 else kernels.kernel("stack_rows_8")
         fn(((n + _BLOCK - 1) // _BLOCK, k), (_BLOCK,), tuple(args))
+    return out
+
+
+def take_columns(arrays, idx):
+    """``[cp.take(a, idx) for a in arrays]`` (1-D arrays): the arrays of one dtype gathered by one
+    :func:`stack_rows` launch for up to ``_STACK_MAX`` of them, each taken as a row of its output."""
+    out = [None] * len(arrays)
+    by_dtype = {}
+    for i, a in enumerate(arrays):
+        by_dtype.setdefault(a.dtype, []).append(i)
+    for members in by_dtype.values():
+        for a in range(0, len(members), _STACK_MAX):
+            part = members[a:a + _STACK_MAX]
+            if len(part) == 1:
+                out[part[0]] = cp.take(arrays[part[0]], idx)
+                continue
+            rows = stack_rows([arrays[i] for i in part], idx)
+            for r, i in enumerate(part):
+                out[i] = rows[r]
     return out
 
 
@@ -285,6 +313,7 @@ class GpuBackend:
     #: the launches and host reads of finding the distinct tuples (the lists rows share stay
     #: in L2; 2^26 int32 entries are 256 MB read, a fraction of a millisecond).
     light_entries = 1 << 26
+    early_refine_cost = True
 
     def __init__(self, memory_budget=None):
         from .. import budget as budget_mod
@@ -638,18 +667,23 @@ class GpuBackend:
     def popcount(self, bits):
         return self.popcounts([bits])[0]
 
-    def counts_and_overlaps(self, bits):
-        """(:meth:`popcounts` of ``bits``, their :meth:`overlaps` with every pair known) in one read
-        (reference: CpuBackend.counts_and_overlaps): the popcount reduction and the
-        ``bitset_overlaps`` launch write one buffer, where each took a read of its own."""
+    def counts_and_overlaps(self, bits, cost_jobs=None):
+        """(:meth:`popcounts` of ``bits``, their :meth:`overlaps` with every pair known[, the
+        union degrees of ``cost_jobs``]) in one read (reference: CpuBackend.counts_and_overlaps):
+        the popcount reduction, the ``bitset_overlaps`` launch and the ``union_degrees`` launch
+        write one buffer, where each took a read of its own."""
         k = len(bits)
         meets = GpuOverlaps(bits)
-        buf = cp.zeros(k + (k * k + 1) // 2, cp.int64)          # the counts, then k * k int32 answers
+        pairs = (k * k + 1) // 2
+        buf = cp.zeros(k + pairs + 1, cp.int64)      # the counts, k * k int32 answers, the cost
         _popcount_rows(stack_rows(bits), axis=1, out=buf[:k])
-        meets._launch(buf[k:].view(cp.int32)[:k * k])
+        meets._launch(buf[k:k + pairs].view(cp.int32)[:k * k])
+        if cost_jobs is not None:
+            self.add_union_degrees(buf[k + pairs:], bits, cost_jobs)
         host = cp.asnumpy(buf)
-        meets._record(host[k:].view(np.int32)[:k * k])
-        return [int(x) for x in host[:k]], meets
+        meets._record(host[k:k + pairs].view(np.int32)[:k * k])
+        counts = [int(x) for x in host[:k]]
+        return (counts, meets) if cost_jobs is None else (counts, meets, int(host[-1]))
 
     def popcounts(self, bitsets):
         """The set bits of each bitset (equal sizes), as Python integers: one reduction, one read."""
@@ -817,14 +851,15 @@ class GpuBackend:
         if not jobs:
             return
         k = len(bits)
-        words = min(int(bits[0].size), (int(jobs[0][1].size) + 31) // 32)
+        n = int(jobs[0][1].size)            # every job's degrees: one a vertex
+        words = min(int(bits[0].size), (n + 31) // 32)
         if words == 0:
             return
         held = []
         records = [[_pointer(deg, cp.int32, held), len(users)] + [int(u) for u in users] for users, deg in jobs]
         args = _record_table([_pointer(b, cp.uint32, held) for b in bits], records)
         kernels.kernel("union_degrees")((min(_grid(words)[0], 1024), len(jobs)), (_BLOCK,),
-                                        (args, np.int32(k), np.int64(words), out))
+                                        (args, np.int32(k), np.int64(words), np.int64(n), out))
 
     def piece_summary(self, deg, col):
         """(Σ deg, max deg, min col, max col, places where col descends) as Python ints
@@ -835,7 +870,7 @@ class GpuBackend:
     def piece_degrees(self, dense, col):
         """(the rows' degrees ``dense[col]`` as int64, :meth:`piece_summary` of them, their exclusive
         prefix sum or None) (reference: CpuBackend.piece_degrees): the degrees are gathered by the
-        summary's kernel; a piece of at most ``_SMALL_SCAN`` rows is summed in one block, which
+        summary's kernel; a piece of at most ``_SUMMARY_ONE_BLOCK`` rows is summed in one block, which
         writes the prefix sum too (a light step's buffer offsets)."""
         deg = cp.empty(int(col.size), cp.int64)
         summary, offsets = self._summary(deg, col, cp.ascontiguousarray(dense.astype(cp.int32, copy=False)))
@@ -846,7 +881,7 @@ class GpuBackend:
         n = int(col.size)
         col = cp.ascontiguousarray(col.astype(cp.int32, copy=False))
         dense = np.uint64(0) if dense is None else dense
-        if n <= _SMALL_SCAN:                    # one block: no atomics, no identities copied in
+        if n <= _SUMMARY_ONE_BLOCK:             # one block: no atomics, no identities copied in
             buf = cp.empty(n + 5, cp.int64)
             offsets, out = buf[:n], buf[n:]
             kernels.kernel("piece_summary_small")((1,), (1024,), (deg, col, np.int64(n), out, dense, offsets))
@@ -905,9 +940,8 @@ class GpuBackend:
                 records.append(record + [len(masks)] + [_pointer(m, cp.bool_, held) for m in masks])
             args = _record_table([], records)
             threads = count + start % 32
-            kernels.kernel("candidate_bits")(((threads + _BLOCK - 1) // _BLOCK * k,), (_BLOCK,),
-                                             (args, np.int64(start), np.int64(count), np.int64(words), np.int32(k),
-                                              out))
+            kernels.kernel("candidate_bits")(((threads + _BLOCK - 1) // _BLOCK, k), (_BLOCK,),
+                                             (args, np.int64(start), np.int64(count), np.int64(words), out))
         return [out[i] for i in range(k)]
 
     def extend(self, row_tuple, per_row, evals, sstart, scount, conflict_cols, sizes=None):

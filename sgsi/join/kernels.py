@@ -239,9 +239,10 @@ extern "C" __global__ void bits_weight(const unsigned int* __restrict__ bits, co
 // bitsets (reference: CpuBackend.add_union_degrees), all jobs in one launch, one grid row a job.
 // args: the k bitsets' addresses, then each job's offset in args; a job's record there holds the
 // address of its degrees (int32, one a vertex), its number of users, then the users (bitset
-// indices). A grid-stride loop over the words (those of n_vertices), each thread summing its
-// words' set bits, warp shuffles, one atomic per warp.
-extern "C" __global__ void union_degrees(const long long* __restrict__ args, int k, long long words,
+// indices). A grid-stride loop over the words of the n vertices (every job's degrees have n
+// entries; bits at or past n are not read), each thread summing its words' set bits, warp
+// shuffles, one atomic per warp.
+extern "C" __global__ void union_degrees(const long long* __restrict__ args, int k, long long words, long long n,
                                          long long* __restrict__ out) {
     const long long* job = args + args[k + blockIdx.y];
     const int* deg = (const int*)job[0];
@@ -251,6 +252,8 @@ extern "C" __global__ void union_degrees(const long long* __restrict__ args, int
     for (long long w = (long long)blockIdx.x * blockDim.x + threadIdx.x; w < words; w += stride) {
         unsigned int m = 0;
         for (int q = 0; q < n_users; ++q) m |= ((const unsigned int*)args[job[2 + q]])[w];
+        long long left = n - (w << 5);
+        if (left < 32) m &= left <= 0 ? 0u : (1u << left) - 1u;
         while (m) {
             sum += deg[(w << 5) + __ffs(m) - 1];
             m &= m - 1;
@@ -276,14 +279,10 @@ extern "C" __global__ void pack_rows(const int* __restrict__ gba, const long lon
     }
 }
 
-// Candidate sets C(u) over one vertex segment [start, start + count), for k pattern vertices
-// (reference: CpuBackend.candidate_bits). Block b tests vertex b / k's slice of the segment for
-// pattern vertex y = b % k: the k blocks of a slice run side by side, so the label column and
-// the signature columns and degree masks that several pattern vertices test are read from DRAM
-// about once (the L2 serves the others), where a grid row per pattern vertex read them k times.
-// args[y] is where that vertex's record starts in args: label, label column (0: no label test),
-// the number of signature tests, then (column, query word) per test, the number of degree
-// masks, then the masks.
+// Candidate sets C(u) over one vertex segment [start, start + count), one pattern vertex per
+// grid row (reference: CpuBackend.candidate_bits). args[blockIdx.y] is where that vertex's
+// record starts in args: label, label column (0: no label test), the number of signature
+// tests, then (column, query word) per test, the number of degree masks, then the masks.
 // Signature columns are stored column-first, so consecutive threads read consecutive words
 // of one column: coalesced; the loads of a vertex's words are independent (all in flight at
 // once) and come before the tests. The label and degree masks are tested as the words are;
@@ -291,10 +290,9 @@ extern "C" __global__ void pack_rows(const int* __restrict__ gba, const long lon
 // 32 vertices; a word shared with the next segment is ORed in).
 #define SIG_UNROLL 8
 extern "C" __global__ void candidate_bits(const long long* __restrict__ args, long long start, long long count,
-                                          long long words, int k, unsigned int* __restrict__ out) {
-    int y = blockIdx.x % k;
-    const long long* a = args + args[y];
-    long long v = (start & ~31LL) + (long long)(blockIdx.x / k) * blockDim.x + threadIdx.x;
+                                          long long words, unsigned int* __restrict__ out) {
+    const long long* a = args + args[blockIdx.y];
+    long long v = (start & ~31LL) + (long long)blockIdx.x * blockDim.x + threadIdx.x;
     bool ok = v >= start && v < start + count;
     long long i = ok ? v - start : 0;
     const int* labels = (const int*)a[1];
@@ -320,7 +318,7 @@ extern "C" __global__ void candidate_bits(const long long* __restrict__ args, lo
     unsigned int m = __ballot_sync(FULL, ok);
     long long wd = v >> 5;
     if ((threadIdx.x & 31) == 0 && m) {
-        unsigned int* o = out + (long long)y * words + wd;
+        unsigned int* o = out + (long long)blockIdx.y * words + wd;
         if ((wd << 5) >= start && (wd << 5) + 32 <= start + count) *o = m;
         else atomicOr(o, m);
     }
@@ -431,7 +429,7 @@ extern "C" __global__ void scan_small_bool(const bool* x, long long n, long long
     scan_small(x, n, out, exclusive);
 }
 
-// piece_summary of a piece of at most 65,536 rows in one block (gpu.py's path for small pieces),
+// piece_summary of a piece of at most 4,096 rows in one block (gpu.py's _SUMMARY_ONE_BLOCK),
 // with the rows' exclusive prefix sum of deg written to F (the offsets of their buffers in a
 // light step, Engine._row_sets): each thread takes a run of consecutive rows, as scan_small does.
 // One block needs no atomics, so out needs no identities copied in first, and the offsets need
@@ -1028,32 +1026,34 @@ extern "C" __global__ void expand_rows(const long long* __restrict__ rows, const
     if (lane == 0) fill[row] = out - F[row];
 }
 
-// Up to 8 arrays of n elements (4 or 8 bytes each), given by pointer, as the rows of one
-// k x n array (reference: numpy.stack): grid row j copies array j. CuPy's stack takes some
-// 70 us of host time (a device table of the arrays, copied in); this is one launch.
+// Up to 8 arrays (4 or 8 bytes an element), given by pointer, gathered at idx[0 : n] (idx null:
+// their first n elements) as the rows of one k x n array (reference: numpy.stack of numpy.take):
+// grid row j writes array j. CuPy's stack takes some 70 us of host time (a device table of the
+// arrays, copied in) and its take some 20 us an array; this is one launch for them all.
 template <typename T>
 __device__ __forceinline__ void stack_rows(const T* a0, const T* a1, const T* a2, const T* a3, const T* a4,
-                                           const T* a5, const T* a6, const T* a7, long long n, T* out) {
+                                           const T* a5, const T* a6, const T* a7, const long long* idx,
+                                           long long n, T* out) {
     long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
     int j = blockIdx.y;
     const T* a = j == 0 ? a0 : j == 1 ? a1 : j == 2 ? a2 : j == 3 ? a3 : j == 4 ? a4 : j == 5 ? a5 : j == 6 ? a6 : a7;
-    out[(long long)j * n + i] = a[i];
+    out[(long long)j * n + i] = a[idx ? idx[i] : i];
 }
 
 extern "C" __global__ void stack_rows_4(const unsigned int* a0, const unsigned int* a1, const unsigned int* a2,
                                         const unsigned int* a3, const unsigned int* a4, const unsigned int* a5,
-                                        const unsigned int* a6, const unsigned int* a7, long long n,
-                                        unsigned int* __restrict__ out) {
-    stack_rows(a0, a1, a2, a3, a4, a5, a6, a7, n, out);
+                                        const unsigned int* a6, const unsigned int* a7, const long long* idx,
+                                        long long n, unsigned int* __restrict__ out) {
+    stack_rows(a0, a1, a2, a3, a4, a5, a6, a7, idx, n, out);
 }
 
 extern "C" __global__ void stack_rows_8(const unsigned long long* a0, const unsigned long long* a1,
                                         const unsigned long long* a2, const unsigned long long* a3,
                                         const unsigned long long* a4, const unsigned long long* a5,
-                                        const unsigned long long* a6, const unsigned long long* a7, long long n,
-                                        unsigned long long* __restrict__ out) {
-    stack_rows(a0, a1, a2, a3, a4, a5, a6, a7, n, out);
+                                        const unsigned long long* a6, const unsigned long long* a7,
+                                        const long long* idx, long long n, unsigned long long* __restrict__ out) {
+    stack_rows(a0, a1, a2, a3, a4, a5, a6, a7, idx, n, out);
 }
 
 // Up to 8 int64 scalars, given by pointer, into out[0 : k] (reference: numpy.stack of them), for

@@ -63,6 +63,7 @@ class QueryPlan:
     factored: int = 0           # the last ``factored`` vertices of ``order`` are counted per row (count only)
     leaf_groups: list = field(default_factory=list)   # the factored vertices, as :class:`LeafGroup`
     subtrees: list = field(default_factory=list)      # factored vertices with leaves, as :class:`Subtree`
+    refine_cost: int | None = None   # :func:`refine_cost` of this plan, where the planner found it already
 
 
 #: Most vertices a :class:`LeafGroup` counts together (its terms are the set partitions of
@@ -160,7 +161,14 @@ def make_plan(store, pattern: Pattern, backend, injective=True, refine_rounds=RE
         bits, changed = _refine(store, backend, bits, inc)
         if not changed:
             break
-    counts, meets = backend.counts_and_overlaps(bits)
+    # A backend that keeps every partition's degrees on the device finds refine_cost with the
+    # counts, in their read (the engine asks for it once the join outgrows the candidate sets).
+    cost_jobs = _dense_cost_jobs(store, backend, inc) if refine_rounds == 0 and backend.early_refine_cost else None
+    if cost_jobs is None:
+        counts, meets = backend.counts_and_overlaps(bits)
+        cost = None
+    else:
+        counts, meets, cost = backend.counts_and_overlaps(bits, cost_jobs)
     order = _order(store, pattern, inc, counts)
     groups, trees = _factored_vertices(pattern, meets, injective, order) if factor_leaves else ([], [])
     tail = [u for g in groups for u in g] + [u for root, kids in trees for u in [root] + [w for g in kids for w in g]]
@@ -173,7 +181,8 @@ def make_plan(store, pattern: Pattern, backend, injective=True, refine_rounds=RE
     subtrees = [Subtree(root, _step(store, inc, meets, root, [root], core, injective),
                         [_leaf_group(store, backend, inc, bits, meets, g, core + [root], injective) for g in kids])
                 for root, kids in trees]
-    return QueryPlan(pattern, False, order, steps, bits, counts, injective, inc, len(tail), leaf_groups, subtrees)
+    return QueryPlan(pattern, False, order, steps, bits, counts, injective, inc, len(tail), leaf_groups, subtrees,
+                     cost)
 
 
 def _step(store, inc, meets, vertex, joins, joined, injective):
@@ -434,6 +443,8 @@ def refine_cost(store, backend, plan: QueryPlan) -> int:
     For each partition the pattern uses, the degrees (from the degree
     index) of the union of its users' candidates: what refinement streams.
     """
+    if plan.refine_cost is not None:
+        return plan.refine_cost
     xp = backend.xp
     total = xp.zeros(1, dtype=xp.int64)             # summed where the backend computes, read once
     dense_jobs = []                                 # (users, every vertex's degree kept on the device)
@@ -450,6 +461,18 @@ def refine_cost(store, backend, plan: QueryPlan) -> int:
             backend.add_bits_weight(total, union, v, d)
     backend.add_union_degrees(total, plan.candidates, dense_jobs)
     return int(total[0])
+
+
+def _dense_cost_jobs(store, backend, inc):
+    """:func:`refine_cost`'s jobs (users, every vertex's degree) for ``backend.add_union_degrees``,
+    or None where a partition's degrees are not kept whole by the backend."""
+    jobs = []
+    for (lab, direction), pairs in _by_partition(inc).items():
+        dense = backend.dense_degrees(store, store.partition(lab, direction))
+        if dense is None:
+            return None
+        jobs.append((sorted({a for a, _b in pairs}), dense))
+    return jobs
 
 
 def _order(store, pattern, inc, counts):
