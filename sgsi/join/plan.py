@@ -448,10 +448,7 @@ def refine_cost(store, backend, plan: QueryPlan) -> int:
     xp = backend.xp
     total = xp.zeros(1, dtype=xp.int64)             # summed where the backend computes, read once
     dense_jobs = []                                 # (users, every vertex's degree kept on the device)
-    for (lab, direction), pairs in _by_partition(plan.incident).items():
-        users = sorted({a for a, _b in pairs})
-        p = store.partition(lab, direction)
-        dense = backend.dense_degrees(store, p)
+    for users, p, dense in _cost_partitions(store, backend, plan.incident):
         if dense is not None:
             dense_jobs.append((users, dense))
             continue
@@ -463,16 +460,19 @@ def refine_cost(store, backend, plan: QueryPlan) -> int:
     return int(total[0])
 
 
+def _cost_partitions(store, backend, inc):
+    """(users, partition, every vertex's degree where the backend keeps it, else None) of each
+    partition the pattern's incident edges ``inc`` read: :func:`refine_cost`'s terms."""
+    for (lab, direction), pairs in _by_partition(inc).items():
+        p = store.partition(lab, direction)
+        yield sorted({a for a, _b in pairs}), p, backend.dense_degrees(store, p)
+
+
 def _dense_cost_jobs(store, backend, inc):
     """:func:`refine_cost`'s jobs (users, every vertex's degree) for ``backend.add_union_degrees``,
     or None where a partition's degrees are not kept whole by the backend."""
-    jobs = []
-    for (lab, direction), pairs in _by_partition(inc).items():
-        dense = backend.dense_degrees(store, store.partition(lab, direction))
-        if dense is None:
-            return None
-        jobs.append((sorted({a for a, _b in pairs}), dense))
-    return jobs
+    jobs = [(users, dense) for users, _p, dense in _cost_partitions(store, backend, inc)]
+    return None if any(dense is None for _users, dense in jobs) else jobs
 
 
 def _order(store, pattern, inc, counts):
