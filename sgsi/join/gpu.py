@@ -924,8 +924,9 @@ class GpuBackend:
 
     def candidate_bits(self, n, parts, ands):
         """C(u) of several pattern vertices (reference: CpuBackend.candidate_bits): one
-        ``candidate_bits`` launch per vertex segment for all of them, its arguments (the
-        labels, the tests' columns and query words, the degree masks) in one table."""
+        ``candidate_bits`` launch per vertex segment for all of them, a thread per vertex, its
+        arguments (the labels, the tests' columns and query words, the degree masks) in one
+        table."""
         k = len(ands)
         words = (n + 31) // 32
         out = cp.zeros((k, words), dtype=cp.uint32)
@@ -940,8 +941,9 @@ class GpuBackend:
                 records.append(record + [len(masks)] + [_pointer(m, cp.bool_, held) for m in masks])
             args = _record_table([], records)
             threads = count + start % 32
-            kernels.kernel("candidate_bits")(((threads + _BLOCK - 1) // _BLOCK, k), (_BLOCK,),
-                                             (args, np.int64(start), np.int64(count), np.int64(words), out))
+            kernels.kernel("candidate_bits")(((threads + _BLOCK - 1) // _BLOCK,), (_BLOCK,),
+                                             (args, np.int32(k), np.int64(start), np.int64(count), np.int64(words),
+                                              out))
         return [out[i] for i in range(k)]
 
     def extend(self, row_tuple, per_row, evals, sstart, scount, conflict_cols, sizes=None):

@@ -169,21 +169,77 @@ extern "C" __global__ void pcsr_lookup(const int* __restrict__ groups, long long
 // row finds its vertex's list in one segment's PCSR (warp_pcsr_find), keeps the entries in
 // C(u) (cbits) that are none of the row's own vertices (the conflict columns, n_conflicts
 // rows of n), and appends them in order from gba[F_i + fill_i] (a warp ballot per 32);
-// with gba null it only counts them into fill_i (a count that needs no entries).
-extern "C" __global__ void row_lists(const int* __restrict__ groups, long long n_groups, int theta,
-                                     const int* __restrict__ ci, const int* __restrict__ v, long long n,
-                                     const unsigned int* __restrict__ cbits,
-                                     const int* __restrict__ conflicts, int n_conflicts,
-                                     const long long* __restrict__ F, long long* __restrict__ fill,
-                                     int* __restrict__ gba) {
+// with gba null it only counts them into fill_i (a count that needs no entries). A small
+// piece's time is its longest list's: a warp reads 32 entries a round, a round of dependent
+// loads. So a block whose rows hold at most BLOCK_LONG_ROWS lists of more than BLOCK_LIST
+// entries reads those with all its threads (256 entries a round, block_append) once its warps
+// are done with their short rows; where more of its rows have long lists (rows of one hub),
+// each warp reads its own, in parallel. Launch bounds of 8 blocks an SM (32 registers): more
+// rows in flight, faster than the spills cost (session 27's replays, row_lists_probe.py).
+#define BLOCK_LIST 512
+#define BLOCK_LONG_ROWS 2
+extern "C" __global__ void __launch_bounds__(256, 8)
+row_lists(const int* __restrict__ groups, long long n_groups, int theta, const int* __restrict__ ci,
+          const int* __restrict__ v, long long n, const unsigned int* __restrict__ cbits,
+          const int* __restrict__ conflicts, int n_conflicts, const long long* __restrict__ F,
+          long long* __restrict__ fill, int* __restrict__ gba) {
+    __shared__ long long long_start[32], long_count[32], long_at[32], long_row[32];
+    __shared__ int n_long;
+    __shared__ int warp_total[32];
+    if (threadIdx.x == 0) n_long = 0;
+    __syncthreads();
     long long warp = ((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     int lane = threadIdx.x & 31;
-    if (warp >= n) return;
-    longlong2 se = warp_pcsr_find(groups, n_groups, theta, v[warp]);
-    long long c = se.y - se.x;
-    if (c == 0) return;
-    long long out = warp_keep_list(ci + se.x, c, cbits, conflicts, n_conflicts, n, warp, F[warp] + fill[warp], gba);
-    if (lane == 0) fill[warp] = out - F[warp];
+    long long start = 0, c = 0;
+    if (warp < n) {
+        longlong2 se = warp_pcsr_find(groups, n_groups, theta, v[warp]);
+        start = se.x;
+        c = se.y - se.x;
+        if (c > BLOCK_LIST) {
+            if (lane == 0) {
+                int slot = atomicAdd(&n_long, 1);
+                long_start[slot] = se.x;
+                long_count[slot] = c;
+                long_at[slot] = F[warp] + fill[warp];
+                long_row[slot] = warp;
+            }
+        } else if (c > 0) {
+            long long out = warp_keep_list(ci + se.x, c, cbits, conflicts, n_conflicts, n, warp, F[warp] + fill[warp],
+                                           gba);
+            if (lane == 0) fill[warp] = out - F[warp];
+        }
+    }
+    __syncthreads();
+    int n_block = n_long;
+    if (n_block > BLOCK_LONG_ROWS) {                // many long lists: a warp each
+        if (c > BLOCK_LIST) {
+            long long out = warp_keep_list(ci + start, c, cbits, conflicts, n_conflicts, n, warp, F[warp] + fill[warp],
+                                           gba);
+            if (lane == 0) fill[warp] = out - F[warp];
+        }
+        return;
+    }
+    for (int s = 0; s < n_block; ++s) {             // a few: the whole block, one at a time
+        const int* src = ci + long_start[s];
+        long long count = long_count[s], row = long_row[s], out = long_at[s];
+        for (long long base = 0; base < count; base += blockDim.x) {
+            long long j = base + threadIdx.x;
+            int x = 0;
+            bool ok = j < count;
+            if (ok) {
+                x = src[j];
+                if (cbits) ok = test_bit(cbits, x);
+                for (int q = 0; q < n_conflicts && ok; ++q) ok = x != conflicts[(long long)q * n + row];
+            }
+            if (gba) {
+                out += block_append(ok, x, gba, out, warp_total);
+            } else {
+                out += block_ballot_scan(__ballot_sync(FULL, ok), warp_total).y;
+                __syncthreads();                    // warp_total is rewritten by the next round
+            }
+        }
+        if (threadIdx.x == 0) fill[row] = out - F[row];
+    }
 }
 
 // (sum of deg, max of deg, min of col, max of col, places where col descends) of a piece,
@@ -279,48 +335,55 @@ extern "C" __global__ void pack_rows(const int* __restrict__ gba, const long lon
     }
 }
 
-// Candidate sets C(u) over one vertex segment [start, start + count), one pattern vertex per
-// grid row (reference: CpuBackend.candidate_bits). args[blockIdx.y] is where that vertex's
-// record starts in args: label, label column (0: no label test), the number of signature
-// tests, then (column, query word) per test, the number of degree masks, then the masks.
-// Signature columns are stored column-first, so consecutive threads read consecutive words
-// of one column: coalesced; the loads of a vertex's words are independent (all in flight at
-// once) and come before the tests. The label and degree masks are tested as the words are;
-// each warp ballots its 32 vertices into one word of the bitset (warps start at multiples of
-// 32 vertices; a word shared with the next segment is ORed in).
+// Candidate sets C(u) over one vertex segment [start, start + count) of k pattern vertices at
+// once (reference: CpuBackend.candidate_bits): a thread per vertex tests it for each pattern
+// vertex in turn. args[j] is where pattern vertex j's record starts in args: label, label column
+// (0: no label test), the number of signature tests, then (column, query word) per test, the
+// number of degree masks, then the masks. The label is tested first and the signature words are
+// read only where it passes: labels are selective, so most of a column's cache lines are never
+// read, and the label column itself is read from DRAM once for all k (the other reads of a
+// vertex's label hit the cache). Columns are stored column-first, so the threads of a warp read
+// consecutive words; a vertex's words are loaded together before they are tested. Each warp
+// ballots its 32 vertices into one word of each bitset (warps start at multiples of 32 vertices;
+// a word shared with the next segment is ORed in).
 #define SIG_UNROLL 8
-extern "C" __global__ void candidate_bits(const long long* __restrict__ args, long long start, long long count,
-                                          long long words, unsigned int* __restrict__ out) {
-    const long long* a = args + args[blockIdx.y];
+extern "C" __global__ void candidate_bits(const long long* __restrict__ args, int k, long long start,
+                                          long long count, long long words, unsigned int* __restrict__ out) {
     long long v = (start & ~31LL) + (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    bool ok = v >= start && v < start + count;
-    long long i = ok ? v - start : 0;
-    const int* labels = (const int*)a[1];
-    int n_tests = (int)a[2];
-    const long long* t = a + 3;
-    unsigned int w[SIG_UNROLL];
-#pragma unroll
-    for (int c = 0; c < SIG_UNROLL; ++c)
-        w[c] = (ok && c < n_tests) ? ((const unsigned int*)t[2 * c])[i] : 0u;
-    if (ok && labels) ok = labels[i] == (int)a[0];
-#pragma unroll
-    for (int c = 0; c < SIG_UNROLL; ++c) {
-        unsigned int q = c < n_tests ? (unsigned int)t[2 * c + 1] : 0u;
-        ok = ok && (w[c] & q) == q;
-    }
-    for (int c = SIG_UNROLL; c < n_tests && ok; ++c) {
-        unsigned int q = (unsigned int)t[2 * c + 1];
-        ok = (((const unsigned int*)t[2 * c])[i] & q) == q;
-    }
-    const long long* d = t + 2 * n_tests;
-    int n_ands = (int)d[0];
-    for (int j = 0; j < n_ands && ok; ++j) ok = ((const bool*)d[1 + j])[v];
-    unsigned int m = __ballot_sync(FULL, ok);
+    bool inside = v >= start && v < start + count;
+    long long i = inside ? v - start : 0;
     long long wd = v >> 5;
-    if ((threadIdx.x & 31) == 0 && m) {
-        unsigned int* o = out + (long long)blockIdx.y * words + wd;
-        if ((wd << 5) >= start && (wd << 5) + 32 <= start + count) *o = m;
-        else atomicOr(o, m);
+    bool whole = (wd << 5) >= start && (wd << 5) + 32 <= start + count;
+#pragma unroll 1
+    for (int u = 0; u < k; ++u) {
+        const long long* a = args + args[u];
+        const int* labels = (const int*)a[1];
+        int n_tests = (int)a[2];
+        const long long* t = a + 3;
+        bool ok = inside;
+        if (ok && labels) ok = labels[i] == (int)a[0];
+        unsigned int w[SIG_UNROLL];
+#pragma unroll
+        for (int c = 0; c < SIG_UNROLL; ++c)
+            w[c] = (ok && c < n_tests) ? ((const unsigned int*)t[2 * c])[i] : 0u;
+#pragma unroll
+        for (int c = 0; c < SIG_UNROLL; ++c) {
+            unsigned int q = c < n_tests ? (unsigned int)t[2 * c + 1] : 0u;
+            ok = ok && (w[c] & q) == q;
+        }
+        for (int c = SIG_UNROLL; c < n_tests && ok; ++c) {
+            unsigned int q = (unsigned int)t[2 * c + 1];
+            ok = (((const unsigned int*)t[2 * c])[i] & q) == q;
+        }
+        const long long* d = t + 2 * n_tests;
+        int n_ands = (int)d[0];
+        for (int j = 0; j < n_ands && ok; ++j) ok = ((const bool*)d[1 + j])[v];
+        unsigned int m = __ballot_sync(FULL, ok);
+        if ((threadIdx.x & 31) == 0 && m) {
+            unsigned int* o = out + (long long)u * words + wd;
+            if (whole) *o = m;
+            else atomicOr(o, m);
+        }
     }
 }
 
