@@ -11,7 +11,6 @@ min / median ms per mode and the collections' number and time per generation.
 
 from __future__ import annotations
 
-import argparse
 import collections
 import gc
 import os
@@ -20,22 +19,17 @@ import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from _common import DATA_DIR, add_walk_options, ensure_importable, open_or_build, report, walk_graph, walk_queries  # noqa: E402
+from _common import ensure_importable, probe_parser, probe_walks, report  # noqa: E402
 
 ensure_importable()
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    add_walk_options(ap, edges=1e7, queries=3)
-    ap.add_argument("--only", type=int, nargs="*", default=None)
+    ap = probe_parser(__doc__)
     ap.add_argument("--counts", type=int, default=30)
     ap.add_argument("--device", default="gpu")
-    ap.add_argument("--data", default=DATA_DIR)
     args = ap.parse_args(argv)
-    gdir = walk_graph(args)
-    g = open_or_build(gdir)
-    queries = walk_queries(gdir, args)
+    _gdir, g, walks = probe_walks(args)
     sync = (lambda: None)
     if args.device == "gpu":
         import cupy
@@ -55,9 +49,7 @@ def main(argv=None):
 
     gc.callbacks.append(watch)
     report(f"objects tracked after opening: {len(gc.get_objects()):,}; thresholds {gc.get_threshold()}")
-    idx = args.only if args.only is not None else range(len(queries))
-    for qi in idx:
-        _k, pat = queries[qi]
+    for qi, pat in walks:
         for _ in range(3):
             g.count(pat, device=args.device)
         times = {"on": [], "off": []}

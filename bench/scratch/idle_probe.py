@@ -11,15 +11,13 @@ serves counts through a pipe, as gpu_vs_cpu.py times them). Every count is timed
 
 from __future__ import annotations
 
-import argparse
 import os
 import statistics
 import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from _common import (DATA_DIR, CountWorker, add_walk_options, ensure_importable, open_or_build, report,  # noqa: E402
-                     walk_graph, walk_queries)
+from _common import CountWorker, ensure_importable, probe_parser, probe_walks, report  # noqa: E402
 
 ensure_importable()
 
@@ -29,19 +27,13 @@ def _cell(ts):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    add_walk_options(ap, edges=1e7, queries=3)
-    ap.add_argument("--only", type=int, nargs="*", default=None)
+    ap = probe_parser(__doc__)
     ap.add_argument("--counts", type=int, default=8)
     ap.add_argument("--idle", type=float, default=1.0)
     ap.add_argument("--device", default="gpu")
-    ap.add_argument("--data", default=DATA_DIR)
     args = ap.parse_args(argv)
-    gdir = walk_graph(args)
-    g = open_or_build(gdir)
+    gdir, g, walks = probe_walks(args)
     store = gdir + ".sgsi"
-    queries = walk_queries(gdir, args)
-    idx = args.only if args.only is not None else range(len(queries))
     worker = CountWorker(store, args.device)
 
     def here(pat):
@@ -53,8 +45,7 @@ def main(argv=None):
         return worker.count(pat, device=args.device)[1]
 
     report("ms, min / median | here back to back | here after idle | worker back to back | worker after idle")
-    for qi in idx:
-        _k, pat = queries[qi]
+    for qi, pat in walks:
         cells = []
         for fn in (here, there):
             for _ in range(3):

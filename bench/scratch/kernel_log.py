@@ -13,14 +13,13 @@ that called it; then the device time per kernel and per calling line. CuPy's own
 
 from __future__ import annotations
 
-import argparse
 import collections
 import os
 import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from _common import DATA_DIR, add_walk_options, ensure_importable, open_or_build, report, walk_graph, walk_queries  # noqa: E402
+from _common import ensure_importable, probe_parser, probe_walks, report  # noqa: E402
 
 ensure_importable()
 
@@ -50,21 +49,14 @@ class _Logged:
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    add_walk_options(ap, edges=1e7, queries=3)
-    ap.add_argument("--only", type=int, nargs="*", default=None)
+    ap = probe_parser(__doc__)
     ap.add_argument("--out", default=None)
-    ap.add_argument("--data", default=DATA_DIR)
     args = ap.parse_args(argv)
     import cupy as cp
     from sgsi.join import kernels
-    gdir = walk_graph(args)
-    g = open_or_build(gdir)
-    queries = walk_queries(gdir, args)
-    idx = args.only if args.only is not None else range(len(queries))
+    _gdir, g, walks = probe_walks(args)
     real = kernels.kernel
-    for qi in idx:
-        _k, pat = queries[qi]
+    for qi, pat in walks:
         for _ in range(3):
             g.count(pat, device="gpu")
         log = []

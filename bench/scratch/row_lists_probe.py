@@ -17,12 +17,11 @@ faster (714 -> 546 us on walk 0's seven calls).
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from _common import DATA_DIR, add_walk_options, ensure_importable, open_or_build, report, walk_graph, walk_queries  # noqa: E402
+from _common import ensure_importable, probe_parser, probe_walks, report  # noqa: E402
 
 ensure_importable()
 
@@ -136,10 +135,7 @@ def _variants():
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    add_walk_options(ap, edges=1e7, queries=3)
-    ap.add_argument("--only", type=int, nargs="*", default=None)
-    ap.add_argument("--data", default=DATA_DIR)
+    ap = probe_parser(__doc__)
     args = ap.parse_args(argv)
     import cupy as cp
     import numpy as np
@@ -148,9 +144,7 @@ def main(argv=None):
     mod = cp.RawModule(code=kernels._SOURCE + _variants(), options=("--std=c++14",))
     variants = [("engine", 32, kernels.kernel("row_lists"))] + [
         (name, sub, mod.get_function(f"row_lists_sub_{name}")) for name, sub, _l, _b in _SHAPES]
-    gdir = walk_graph(args)
-    g = open_or_build(gdir)
-    queries = walk_queries(gdir, args)
+    _gdir, g, walks = probe_walks(args)
     real = gpu_mod.GpuBackend.row_lists
     calls = []
 
@@ -175,9 +169,7 @@ def main(argv=None):
         return best, (fill, gba)
 
     fill0_box, gba_box = [None], [None]
-    idx = args.only if args.only is not None else range(len(queries))
-    for qi in idx:
-        _k, pat = queries[qi]
+    for qi, pat in walks:
         for _ in range(2):
             g.count(pat, device="gpu")
         calls.clear()

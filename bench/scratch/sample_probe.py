@@ -11,7 +11,6 @@ share of samples in each function (inclusive, sgsi's and CuPy's frames) and on e
 
 from __future__ import annotations
 
-import argparse
 import collections
 import os
 import sys
@@ -19,7 +18,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from _common import DATA_DIR, add_walk_options, ensure_importable, open_or_build, report, walk_graph, walk_queries  # noqa: E402
+from _common import ensure_importable, probe_parser, probe_walks, report  # noqa: E402
 
 ensure_importable()
 
@@ -75,21 +74,14 @@ def sample(fn, every):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    add_walk_options(ap, edges=1e7, queries=3)
-    ap.add_argument("--only", type=int, nargs="*", default=None)
+    ap = probe_parser(__doc__)
     ap.add_argument("--counts", type=int, default=200)
     ap.add_argument("--every", type=float, default=1e-4)
     ap.add_argument("--device", default="gpu")
     ap.add_argument("--top", type=int, default=60)
-    ap.add_argument("--data", default=DATA_DIR)
     args = ap.parse_args(argv)
-    gdir = walk_graph(args)
-    g = open_or_build(gdir)
-    queries = walk_queries(gdir, args)
-    idx = args.only if args.only is not None else range(len(queries))
-    for qi in idx:
-        _k, pat = queries[qi]
+    _gdir, g, walks = probe_walks(args)
+    for qi, pat in walks:
         for _ in range(3):
             g.count(pat, device=args.device)
 

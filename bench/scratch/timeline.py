@@ -17,12 +17,11 @@ made, and the kernels, copies and memsets the device ran). Reports per query:
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from _common import DATA_DIR, add_walk_options, ensure_importable, open_or_build, report, walk_graph, walk_queries  # noqa: E402
+from _common import ensure_importable, probe_parser, probe_walks, report  # noqa: E402
 
 ensure_importable()
 
@@ -90,18 +89,11 @@ def summarise(qi, host, dev, out_dir):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    add_walk_options(ap, edges=1e7, queries=3)
-    ap.add_argument("--only", type=int, nargs="*", default=None)
+    ap = probe_parser(__doc__)
     ap.add_argument("--out", default=None)
-    ap.add_argument("--data", default=DATA_DIR)
     args = ap.parse_args(argv)
-    gdir = walk_graph(args)
-    g = open_or_build(gdir)
-    queries = walk_queries(gdir, args)
-    idx = args.only if args.only is not None else range(len(queries))
-    for qi in idx:
-        _k, pat = queries[qi]
+    _gdir, g, walks = probe_walks(args)
+    for qi, pat in walks:
         for _ in range(3):
             g.count(pat, device="gpu")
         host, dev = profile_count(lambda: g.count(pat, device="gpu"))
