@@ -11,7 +11,7 @@ GPU_PY = os.path.join(os.path.dirname(kernels.__file__), "gpu.py")
 
 
 def _defined():
-    return re.findall(r'extern "C" __global__ void (\w+)\(', kernels._SOURCE)
+    return re.findall(r'extern "C" __global__ void\s+(?:__launch_bounds__\([^)]*\)\s+)?(\w+)\(', kernels._SOURCE)
 
 
 def _launched():
