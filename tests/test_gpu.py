@@ -129,7 +129,7 @@ def test_stack_rows_and_read_ints_match_numpy(gpu):
     """gpu.stack_rows (one launch for up to 8 arrays of 4- or 8-byte elements, cp.stack past
     that) against numpy.stack, views and empty arrays included; take_columns against numpy.take;
     gpu.read_ints (gathering up to 8 scalars a launch, any integer dtype) against the scalars
-    read one by one."""
+    read one by one; backend.row_numbers against numpy.arange."""
     import cupy as cp
     from sgsi.join import gpu as g
     from sgsi.join.backend import host_ints
@@ -165,6 +165,36 @@ def test_stack_rows_and_read_ints_match_numpy(gpu):
         assert g.read_ints(scalars) == want
         assert host_ints(cp, *scalars) == want
     assert g.read_ints([]) == []
+    from sgsi.join.backend import row_numbers
+    for n in (0, 1, 1000, 70001):
+        got = row_numbers(cp, n)
+        assert got.dtype == np.int64 and np.array_equal(cp.asnumpy(got), np.arange(n))
+        assert np.array_equal(row_numbers(np, n), np.arange(n))
+
+
+@pytest.mark.parametrize("block,per,most", [(256, 16, 264), (32, 1, 3)], ids=["default", "few-blocks"])
+def test_read_reductions_match_numpy(gpu, block, per, most, monkeypatch):
+    """backend.host_reductions on the GPU (reduce_ints: up to 4 arrays a launch, blocks' partials
+    combined by the launch's last block) against NumPy: sums and maxima of negative, huge and
+    empty arrays, one array and several, past 4 (two launches), sizes a thread's share does and
+    does not divide; then again, the counter set back by the last block. Also with 32-thread
+    blocks of 1 element a thread, at most 3 blocks an array (each thread loops)."""
+    import cupy as cp
+    from sgsi.join import gpu as g
+    from sgsi.join.backend import host_reductions
+    monkeypatch.setattr(g, "_REDUCE_BLOCK", block)
+    monkeypatch.setattr(g, "_REDUCE_PER_THREAD", per)
+    monkeypatch.setattr(g, "_REDUCE_BLOCKS", most)
+    rng = np.random.default_rng(block)
+    arrays = [rng.integers(-2**50, 2**50, n) for n in (1, 31, 4097, 300_001, 0, 2_000_003)]
+    arrays += [-rng.integers(1, 2**40, 999), np.full(5000, 2**40)]
+    for pairs in ([("sum", arrays[0])], [("max", arrays[4])], [("sum", arrays[4])],
+                  [(("sum", "max")[i % 2], a) for i, a in enumerate(arrays)],
+                  [("max", arrays[6]), ("sum", arrays[7]), ("max", arrays[5]), ("sum", arrays[3])]):
+        want = host_reductions(np, *pairs)
+        assert want == [int(a.sum()) if op == "sum" else (int(a.max()) if a.size else 0) for op, a in pairs]
+        for _ in range(2):
+            assert host_reductions(cp, *[(op, cp.asarray(a)) for op, a in pairs]) == want
 
 
 def _hub_ids(rng, n, high):
@@ -433,11 +463,19 @@ def test_distinct_sum_matches_reference(gpu, n):
         assert gpu.distinct_sum(cp.asarray(c), cp.asarray(deg), span) == want
 
 
+@pytest.mark.parametrize("rounds", [(4, 1024), (3, 7)], ids=["default-tiles", "small-tiles"])
 @pytest.mark.parametrize("n", [1, 31, 33, 1000, 1025, 4096, 4097, 65_537, 300_001])
-def test_piece_summary_matches_reference(gpu, n):
-    """Both paths of the summary (one block up to 4,096 rows, with the rows' offsets; atomics
-    past that), against the reference; the offsets are the degrees' exclusive prefix sum."""
+def test_piece_summary_matches_reference(gpu, n, rounds, monkeypatch):
+    """Both paths of the summary (one block up to 4,096 rows; past that the single-pass
+    ``piece_pass``, in its default tiles and in tiles of at least 768 rows, at most 7; with the
+    offsets ``piece_pass_offsets``, tiles of 4,096 rows: 74 for 300,001 rows), against the
+    reference, with the rows' offsets (the degrees' exclusive prefix sum) up to ``_OFFSETS_MAX``
+    rows, and none past it."""
     import cupy as cp
+    from sgsi.join import gpu as gpu_mod
+    monkeypatch.setattr(gpu_mod, "_SUMMARY_ROUNDS_SUM", rounds[0])
+    monkeypatch.setattr(gpu_mod, "_SUMMARY_TILES", rounds[1])
+    monkeypatch.setattr(gpu_mod, "_OFFSETS_MAX", 1 << 22)
     rng = np.random.default_rng(n)
     deg = rng.integers(0, 10**9, n).astype(np.int64)
     col = rng.integers(0, 2**31 - 1, n).astype(np.int32)
@@ -452,14 +490,15 @@ def test_piece_summary_matches_reference(gpu, n):
     dense = rng.integers(0, 2**31 - 1, 5000).astype(np.int32)
     v = rng.integers(0, 5000, n).astype(np.int32)
     want_deg, want, none = CpuBackend().piece_degrees(dense, v)
-    deg, summary, offsets = gpu.piece_degrees(cp.asarray(dense), cp.asarray(v))
     assert none is None
-    assert deg.dtype == cp.int64 and np.array_equal(cp.asnumpy(deg), want_deg) and list(summary) == list(want)
-    if n <= 4096:
+    for _ in range(2):                      # twice: the second launch on the same state
+        deg, summary, offsets = gpu.piece_degrees(cp.asarray(dense), cp.asarray(v))
+        assert deg.dtype == cp.int64 and np.array_equal(cp.asnumpy(deg), want_deg) and list(summary) == list(want)
         assert offsets.dtype == cp.int64 and offsets.shape == (n,)
         assert np.array_equal(cp.asnumpy(offsets), np.cumsum(want_deg) - want_deg)
-    else:
-        assert offsets is None
+    monkeypatch.setattr(gpu_mod, "_OFFSETS_MAX", n - 1)
+    deg, summary, offsets = gpu.piece_degrees(cp.asarray(dense), cp.asarray(v))
+    assert offsets is None and list(summary) == list(want) and np.array_equal(cp.asnumpy(deg), want_deg)
 
 
 @pytest.mark.parametrize("n_conflicts", [0, 1, 2, 17])
@@ -500,6 +539,10 @@ def test_row_lists_and_pack_rows_match_reference(gpu, n_conflicts):
         gpu.row_lists(cp.asarray(groups), cp.asarray(ci), cp.asarray(v), cp.asarray(cbits),
                       [cp.asarray(c) for c in conflicts], cp.asarray(F), counted, None)
         assert np.array_equal(counted_ref, fill_ref) and np.array_equal(cp.asnumpy(counted), fill_ref)
+        counted = cp.asarray(before)                                     # counts only need no offsets
+        gpu.row_lists(cp.asarray(groups), cp.asarray(ci), cp.asarray(v), cp.asarray(cbits),
+                      [cp.asarray(c) for c in conflicts], None, counted, None)
+        assert np.array_equal(cp.asnumpy(counted), fill_ref)
         if n_conflicts:           # the conflicts dropped entries
             free = before.copy()
             cpu.row_lists(groups, ci, v, cbits, [], F, free, np.full(int(room.sum()), -7, np.int32))
@@ -529,24 +572,60 @@ def test_scan_and_flatnonzero_match_numpy(n):
     assert np.array_equal(np.flatnonzero(mask[1::3]), cp.asnumpy(flatnonzero(cp.asarray(mask)[1::3])))
 
 
-@pytest.mark.parametrize("tile,small", [(1 << 13, 1 << 16), (7, 1000), (1024, 64)])
-def test_scan_in_tiles_matches_numpy(tile, small, monkeypatch):
-    """Scans past one block, in tiles: the default tiles, tiles too many for one block (their
-    sums scanned in tiles again, twice for 300,000 values in tiles of 7), and tiles that one
-    block's 1,024 threads split unevenly; nonzero through them."""
+@pytest.mark.parametrize("block,small", [(512, 1 << 13), (32, 1000), (64, 64)])
+def test_single_pass_scan_matches_numpy(block, small, monkeypatch):
+    """Scans past one block, in one single-pass launch: the default tiles, tiles of 256 values
+    (blocks of 32 threads: 1,172 tiles for 300,000 values, so that a tile looks back over many
+    windows of 32), and a tile that is mostly past the end; nonzero through them. Each scan runs
+    twice in a row, as a second launch on the same state (a new epoch, the ticket set back)."""
     import cupy as cp
     from sgsi.join import gpu as gpu_mod
-    monkeypatch.setattr(gpu_mod, "_SCAN_TILE", tile)
+    monkeypatch.setattr(gpu_mod, "_SCAN_BLOCK", block)
     monkeypatch.setattr(gpu_mod, "_SMALL_SCAN", small)
-    rng = np.random.default_rng(tile)
+    rng = np.random.default_rng(block)
+    tile = block * gpu_mod._SCAN_ROUNDS
     for n in (small + 1, 3 * tile + 1, 300000):
         for x in (rng.integers(-5, 1 << 40, n), rng.integers(0, 7, n).astype(np.int32), rng.random(n) < 0.3):
-            got = gpu_mod.scan(cp.asarray(x))
-            assert got.dtype == np.int64 and np.array_equal(np.cumsum(x), cp.asnumpy(got)), (n, x.dtype)
+            for _ in range(2):
+                got = gpu_mod.scan(cp.asarray(x))
+                assert got.dtype == np.int64 and np.array_equal(np.cumsum(x), cp.asnumpy(got)), (n, x.dtype)
             before = gpu_mod.scan(cp.asarray(x), exclusive=True)
             assert np.array_equal(np.cumsum(x) - x, cp.asnumpy(before)), (n, x.dtype)
         m = rng.random(n) < 0.1
         assert np.array_equal(np.flatnonzero(m), cp.asnumpy(gpu_mod.flatnonzero(cp.asarray(m))))
+
+
+def test_single_pass_state_per_thread_and_growing():
+    """The single-pass state: a launch past its tiles grows it (fresh flags, the epoch restarted),
+    the epoch moves on with every launch, and another thread gets a state of its own whose scans
+    are right while this thread's go on."""
+    import threading
+
+    import cupy as cp
+    from sgsi.join import gpu as gpu_mod
+    x = np.arange(1 << 20, dtype=np.int64) % 7
+    want = np.cumsum(x)
+    state = gpu_mod._scan_state()
+    assert np.array_equal(cp.asnumpy(gpu_mod.scan(cp.asarray(x))), want)
+    epoch, tiles = state.epoch, state.tiles
+    assert np.array_equal(cp.asnumpy(gpu_mod.scan(cp.asarray(x))), want)
+    assert state.epoch == epoch + 1 and state.tiles == tiles
+    big = np.ones(tiles * gpu_mod._SCAN_BLOCK * gpu_mod._SCAN_ROUNDS + 1, dtype=np.int32)
+    assert int(gpu_mod.scan(cp.asarray(big))[-1]) == big.size
+    assert state.tiles > tiles and state.epoch == 1
+    seen = []
+
+    def other():
+        seen.append(gpu_mod._scan_state())
+        for _ in range(5):
+            seen.append(np.array_equal(cp.asnumpy(gpu_mod.scan(cp.asarray(x))), want))
+
+    th = threading.Thread(target=other)
+    th.start()
+    for _ in range(5):
+        assert np.array_equal(cp.asnumpy(gpu_mod.scan(cp.asarray(x))), want)
+    th.join()
+    assert seen[0] is not state and all(seen[1:])
 
 
 @pytest.mark.parametrize("pack_row_max", [1 << 16, 1000], ids=["warp-a-row", "heavy-rows-by-entry"])

@@ -327,7 +327,7 @@ class CpuBackend:
         """buf_i += N_x(v_i, l) ∩ C(u) minus row i's own vertices (``conflict_cols``), for each
         row i (repeated vertices too) whose vertex is in one segment (``groups``, ``ci``): row
         i's buffer starts at ``gba[F[i]]``, ``fill[i]`` entries are written already (in place,
-        each list in order); ``gba`` None: only ``fill`` is counted up. The first link of a
+        each list in order); ``gba`` None: only ``fill`` is counted up (``F`` may be None). The first link of a
         light piece (``Engine._row_sets``); the NumPy reference of the GPU's ``row_lists`` kernel."""
         st, en = self.pcsr_lookup(groups, v)
         cnt = en - st
@@ -527,6 +527,23 @@ def host_ints(xp, *scalars):
         return [int(s) for s in scalars]
     from .gpu import read_ints
     return read_ints(scalars)
+
+
+def row_numbers(xp, n):
+    """0, 1, ..., n - 1 as int64, where the backend computes (on the GPU one launch)."""
+    if xp is np:
+        return np.arange(n, dtype=np.int64)
+    from .gpu import arange
+    return arange(n)
+
+
+def host_reductions(xp, *pairs):
+    """Python ints of ("sum" | "max", int array) ``pairs``, reduced where the backend computes and
+    read in one transfer; the max of an empty array is 0."""
+    if xp is np:
+        return [int(a.sum()) if op == "sum" else (int(a.max()) if a.size else 0) for op, a in pairs]
+    from .gpu import read_reductions
+    return read_reductions(pairs)
 
 
 def distinct_index(xp, values, span=None):

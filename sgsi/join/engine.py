@@ -48,8 +48,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..partition import pcsr
-from .backend import (distinct_index, exclusive_sum, host_ints, nonzero_index, own_hits, prefix_sum, runs,
-                      scatter_equal, take_columns)
+from .backend import (distinct_index, exclusive_sum, host_ints, host_reductions, nonzero_index, own_hits, prefix_sum,
+                      row_numbers, runs, scatter_equal, take_columns)
 from .plan import REFINE_ROUNDS, Link, QueryPlan, Step, refine_cost
 from .stream import degree_index, neighbour_lists, segments_of, segments_spanning
 
@@ -267,7 +267,7 @@ class Engine:
         light_max = self.backend.light_entries if len(step.links) == 1 else \
             min(self.backend.light_entries, SHORTEST_LIST_MIN_PROBES - 1)
         light = total <= min(cap, lim.chunk_rows, light_max) and longest <= LIGHT_MAX_LIST
-        whole = _How("light" if light else "tuples", total, lo, hi, descents == 0, offsets)
+        whole = _How("light" if light else "tuples", total, lo, hi, descents == 0, offsets if light else None)
         if total <= cap:                # a light piece is within the cap too
             yield chunk, deg, whole
             return
@@ -504,8 +504,11 @@ class Engine:
         n = int(deg.size)
         self._stats["light_steps"] += 1
         counts = counts and len(step.links) == 1
-        F = light.offsets if light.offsets is not None else exclusive_sum(xp, deg)
-        gba = None if counts else xp.empty(light.total, dtype=xp.int32)
+        if counts:                      # nothing written: no buffers, no offsets
+            F = gba = None
+        else:
+            F = light.offsets if light.offsets is not None else exclusive_sum(xp, deg)
+            gba = xp.empty(light.total, dtype=xp.int32)
         fill = xp.zeros(n, dtype=xp.int64)
         e0 = step.links[0]
         cbits = self.plan.candidates[step.vertex]
@@ -515,7 +518,7 @@ class Engine:
                                             light.lo, light.hi):
             backend.row_lists(groups, ci, col, cbits, conflicts, F, fill, gba)
         if counts:
-            total = int(fill.sum())
+            total, = host_reductions(xp, ("sum", fill))
             self._charge(total + n)
             self._stats["entries"] += total
             return _RowSets(None, None, fill, total)
@@ -569,7 +572,7 @@ class Engine:
         xp, backend = self.xp, self.backend
         groups = self.plan.leaf_groups
         rows = dict(chunk)
-        rows[_ROW] = xp.arange(_n_rows(chunk), dtype=xp.int64)
+        rows[_ROW] = row_numbers(xp, _n_rows(chunk))
         sizes = {}                      # (group, block) -> |S_B \ m_row| per row of ``rows``
         blocks = [(gi, bi, step) for gi, g in enumerate(groups) for bi, step in enumerate(g.blocks)]
         one = [b for b in blocks if b[2].vertex in groups[b[0]].leaves]
@@ -590,7 +593,7 @@ class Engine:
             value = self._subtree_counts(rows, tree, lim)
             prod = value if prod is None else _exact_product(backend, prod, value)
         if not _exact(prod):
-            top, total = host_ints(xp, prod.max(), prod.sum()) if prod.size else (0, 0)     # one read
+            top, total = host_reductions(xp, ("max", prod), ("sum", prod))     # one read
             if top * _n_rows(rows) < _INT64_SAFE:               # the int64 sum did not overflow
                 return total
         return int(sum(backend.to_host(prod).tolist()))
@@ -648,7 +651,7 @@ class Engine:
         for out in self._extension(piece, sets, tree.step, lim, keep):
             at = out[_ROW]
             out = dict(out)
-            out[_ROW] = xp.arange(int(at.size), dtype=xp.int64)
+            out[_ROW] = row_numbers(xp, int(at.size))
             sizes = {(gi, bi): self._block_sizes(out, step, lim)
                      for gi, g in enumerate(tree.groups) for bi, step in enumerate(g.blocks)}
             yield at, self._groups_product(tree.groups, sizes)
@@ -683,7 +686,7 @@ class Engine:
             owner, hits = sets.etuple, _own_hits(xp, piece, sets, tree.step)
         uniq, idx = distinct_index(xp, sets.evals)
         own = Step(leaf_step.vertex, leaf_step.links, [r] if r in leaf_step.conflicts else [])
-        w = self._block_sizes({r: uniq, _ROW: xp.arange(int(uniq.size), dtype=xp.int64)}, own, lim)
+        w = self._block_sizes({r: uniq, _ROW: row_numbers(xp, int(uniq.size))}, own, lim)
         if _max(w) * entries >= _INT64_SAFE:
             return None
         sums = xp.zeros(n if rowwise else int(sets.scount.size), dtype=xp.int64)
@@ -693,7 +696,7 @@ class Engine:
             at = xp.minimum(xp.searchsorted(uniq, x), uniq.size - 1)
             per_row[sel] -= xp.where(hit, xp.take(w, at), 0)
         part = {u: col for u, col in piece.items() if u != _ROW}
-        part[_ROW] = xp.arange(n, dtype=xp.int64)
+        part[_ROW] = row_numbers(xp, n)
         for c in leaf_step.conflicts:
             if c == r:
                 continue
@@ -922,9 +925,7 @@ def _max(a) -> int:
 
 def _maxes(xp, *arrays) -> list:
     """:func:`_max` of each of the int64 ``arrays``, where the backend computes, read in one transfer."""
-    if all(a.size for a in arrays):
-        return host_ints(xp, *[a.max() for a in arrays])
-    return [_max(a) for a in arrays]
+    return host_reductions(xp, *[("max", a) for a in arrays])
 
 
 def _sum_bound(xp, value, n, total) -> int:
@@ -978,7 +979,7 @@ def _rows_kept(xp, rows, sizes, keep):
     names = [u for u in rows if u != _ROW]
     taken = take_columns(xp, [rows[u] for u in names] + list(sizes.values()), idx)
     rows = dict(zip(names, taken))
-    rows[_ROW] = xp.arange(int(idx.size), dtype=xp.int64)
+    rows[_ROW] = row_numbers(xp, int(idx.size))
     return rows, dict(zip(sizes, taken[len(names):]))
 
 

@@ -44,17 +44,77 @@ _popcount_rows = cp.ReductionKernel("uint32 x", "int64 y", "__popc(x)", "a + b",
 
 
 #: Arrays up to this long are scanned (``scan``, ``flatnonzero``) by one block in one launch;
-#: longer ones in tiles of ``_SCAN_TILE`` values, a block a tile, in three launches. CuPy's scan
-#: costs some 40-130 us of launches and host work whatever the size (measured on the 100M
-#: walks), which adds up over the dozens of scans of a query's steps.
-_SMALL_SCAN = 1 << 16
-_SCAN_TILE = 1 << 13
+#: longer ones in one single-pass launch (``scan_pass``: tiles of ``_SCAN_ROUNDS`` values a thread,
+#: a block a tile, each tile's prefix found by looking back at the tiles before it). CuPy's scan
+#: costs some 40-130 us of launches and host work whatever the size (measured on the 100M walks),
+#: and a scan in tiles three launches, which added up over the dozens of scans of a query's steps.
+#: One block took 87 us of device time on 50,000 values, the single pass 19.5 us on 300,000 (one
+#: H200, bench/scratch/scan_probe.py).
+_SMALL_SCAN = 1 << 13
+#: Threads of a ``scan_pass`` block (at most ``SCAN_BLOCK_MAX``), and the values each takes
+#: (``SCAN_ROUNDS`` in the kernel).
+_SCAN_BLOCK = 512
+_SCAN_ROUNDS = 8
 _SCAN_KERNELS = {np.dtype(np.int64): "i64", np.dtype(np.int32): "i32", np.dtype(np.bool_): "bool"}
+
+
+class _ScanState:
+    """What the single-pass kernels (``scan_pass``, ``piece_pass``) keep across launches: a ticket
+    counter handing their tiles out in launch order (set back to 0 by each launch's last tile), and
+    per tile a flag, ``_WIDTH`` int64 of aggregate and as many of inclusive prefix. Each launch gets
+    a new epoch, which the flags it sets carry: flags of earlier launches read as not set, so none
+    is cleared between launches.
+
+    One state per host thread and CUDA stream (:func:`_scan_state`): the launches on one stream run
+    in order, so one launch's tiles never meet another's. Its memory is allocated outside the
+    memory pools (a few bytes a tile; it outlives the queries)."""
+
+    _WIDTH = 5                         # values a tile publishes, at most (piece_pass's summary)
+    _EPOCH_END = 1 << 29               # epochs fit a flag's int32 beside 2 status bits
+
+    def __init__(self):
+        self.tiles = 0
+        self.epoch = 0
+        counters = self._zeros(2, cp.uint64)
+        self.ticket, self.done = counters[:1], counters[1:]     # done: reduce_ints' finished blocks
+
+    @staticmethod
+    def _zeros(n, dtype):
+        nbytes = n * np.dtype(dtype).itemsize
+        mem = cp.cuda.MemoryPointer(cp.cuda.Memory(nbytes), 0)     # cudaMalloc, no pool
+        mem.memset_async(0, nbytes)
+        return cp.ndarray((n,), dtype, memptr=mem)
+
+    def args(self, n_tiles):
+        """The state's kernel arguments (ticket, flags, agg, incl, epoch) for a launch of ``n_tiles``."""
+        if n_tiles > self.tiles or self.epoch + 1 >= self._EPOCH_END:
+            self.tiles = max(1024, 1 << (int(n_tiles) - 1).bit_length(), self.tiles)
+            self.flags = self._zeros(self.tiles, cp.int32)
+            self.agg = self._zeros(self.tiles * self._WIDTH, cp.int64)
+            self.incl = self._zeros(self.tiles * self._WIDTH, cp.int64)
+            self.epoch = 0
+        self.epoch += 1
+        return self.ticket, self.flags, self.agg, self.incl, np.int32(self.epoch)
+
+
+_scan_states = threading.local()
+
+
+def _scan_state() -> _ScanState:
+    """The :class:`_ScanState` of this thread on the current device and stream."""
+    states = getattr(_scan_states, "by_stream", None)
+    if states is None:
+        states = _scan_states.by_stream = {}
+    key = (cp.cuda.runtime.getDevice(), cp.cuda.get_current_stream().ptr)
+    state = states.get(key)
+    if state is None:
+        state = states[key] = _ScanState()
+    return state
 
 
 def scan(a, exclusive=False):
     """Inclusive prefix sum of a 1-D array as ``numpy.cumsum`` gives it (int64 for bool, int32 and
-    int64); ``exclusive``: each value's sum before it (``cumsum(a) - a``) in the same launches."""
+    int64); ``exclusive``: each value's sum before it (``cumsum(a) - a``) in the same launch."""
     kind = _SCAN_KERNELS.get(a.dtype)
     n = int(a.size)
     if kind is None or n == 0 or a.ndim != 1:
@@ -65,12 +125,10 @@ def scan(a, exclusive=False):
     if n <= _SMALL_SCAN:
         kernels.kernel("scan_small_" + kind)((1,), (1024,), (a, np.int64(n), out, np.int32(exclusive)))
         return out
-    tiles = (n + _SCAN_TILE - 1) // _SCAN_TILE
-    sums = cp.empty(tiles, cp.int64)
-    kernels.kernel("tile_sums_" + kind)((tiles,), (1024,), (a, np.int64(n), np.int64(_SCAN_TILE), sums))
-    incl = scan(sums)
-    kernels.kernel("scan_tiles_" + kind)((tiles,), (1024,), (a, np.int64(n), np.int64(_SCAN_TILE), incl, out,
-                                                            np.int32(exclusive)))
+    tile = _SCAN_BLOCK * _SCAN_ROUNDS
+    tiles = (n + tile - 1) // tile
+    kernels.kernel("scan_pass_" + kind)((tiles,), (_SCAN_BLOCK,), (a, np.int64(n), out, np.int32(exclusive))
+                                        + _scan_state().args(tiles))
     return out
 
 
@@ -154,6 +212,21 @@ def row_scan(counts, starts=None, total=None):
 #: the block is slower than the grid's kernel: 37 us a launch measured on light steps of up to
 #: 65,536 rows (one H100), where the grid's took 11 us.
 _SUMMARY_ONE_BLOCK = 1 << 12
+#: Rows a thread of a summary's tile (a block of 256 threads) takes: 16 where it writes the
+#: offsets too (``piece_pass_offsets``, PASS_OFFSETS_ROUNDS in the kernel; a piece of at most
+#: ``_OFFSETS_MAX`` rows); where it only sums (``piece_pass``), at least 4 and as many as keep the
+#: tiles within ``_SUMMARY_TILES``.
+_SUMMARY_ROUNDS = 16
+_SUMMARY_ROUNDS_SUM = 4
+#: Tiles a summary that only sums is cut into, at most: about one wave of 8 blocks an SM, as
+#: many as the grid-stride kernel it replaced had blocks (more tiles, each waiting on the ones
+#: before it, were 11% slower on 20M rows).
+_SUMMARY_TILES = 1024
+#: Pieces of up to this many rows get their degrees' exclusive prefix sum from the summary's kernel
+#: (the buffer offsets of a light step, which then needs no scan; ``Engine._row_sets``). The summary
+#: comes before the piece is known to be light, so every piece this small pays for the offsets (an
+#: allocation, 8 bytes a row written); larger ones, seldom light, are scanned by the light step.
+_OFFSETS_MAX = 1 << 16
 
 
 #: Most arrays :func:`stack_rows` and scalars :func:`read_ints` take in one launch (the kernels'
@@ -185,7 +258,8 @@ def stack_rows(arrays, idx=None):
 
 def take_columns(arrays, idx):
     """``[cp.take(a, idx) for a in arrays]`` (1-D arrays): the arrays of one dtype gathered by one
-    :func:`stack_rows` launch for up to ``_STACK_MAX`` of them, each taken as a row of its output."""
+    :func:`stack_rows` launch for up to ``_STACK_MAX`` of them, each taken as a row of its output
+    (one array too: CuPy's take cost 26 us of host time a call in a light count's profile)."""
     out = [None] * len(arrays)
     by_dtype = {}
     for i, a in enumerate(arrays):
@@ -193,12 +267,50 @@ def take_columns(arrays, idx):
     for members in by_dtype.values():
         for a in range(0, len(members), _STACK_MAX):
             part = members[a:a + _STACK_MAX]
-            if len(part) == 1:
+            if len(part) == 1 and arrays[part[0]].dtype.itemsize not in (4, 8):
                 out[part[0]] = cp.take(arrays[part[0]], idx)
                 continue
             rows = stack_rows([arrays[i] for i in part], idx)
             for r, i in enumerate(part):
                 out[i] = rows[r]
+    return out
+
+
+#: Threads of a ``reduce_ints`` block, the elements a thread takes at least, and the most blocks an
+#: array gets (about two waves of an H100's SMs: past that, each thread takes more).
+_REDUCE_BLOCK = 256
+_REDUCE_PER_THREAD = 16
+_REDUCE_BLOCKS = 264
+
+
+def read_reductions(pairs):
+    """Python ints of ("sum" | "max", int64 array) pairs (reference: backend.host_reductions; the
+    max of an empty array is 0), up to 4 arrays a ``reduce_ints`` launch and one read in all, where
+    each of CuPy's reductions cost some 20-30 us of host time and ``read_ints`` a gather launch more."""
+    out = []
+    for a in range(0, len(pairs), 4):
+        part = pairs[a:a + 4]
+        arrays = [cp.ascontiguousarray(x.astype(cp.int64, copy=False)) for _op, x in part]
+        k = len(arrays)
+        longest = max(int(x.size) for x in arrays)
+        blocks = max(1, min(_REDUCE_BLOCKS, -(-longest // (_REDUCE_BLOCK * _REDUCE_PER_THREAD))))
+        buf = cp.empty(k * blocks + k, cp.int64)            # the blocks' partials, then the results
+        maxes = sum(1 << j for j, (op, _x) in enumerate(part) if op == "max")
+        sizes = [np.int64(x.size) for x in arrays] + [np.int64(0)] * (4 - k)
+        kernels.kernel("reduce_ints")((blocks, k), (_REDUCE_BLOCK,),
+                                      tuple(arrays + [arrays[0]] * (4 - k) + sizes) +
+                                      (np.int32(maxes), buf, _scan_state().done, buf[k * blocks:]))
+        out.append(buf[k * blocks:])
+    host = cp.asnumpy(out[0] if len(out) == 1 else cp.concatenate(out))
+    return [int(x) for x in host]
+
+
+def arange(n):
+    """``cp.arange(n, dtype=cp.int64)`` in one ``iota_i64`` launch, where CuPy's took some 23 us of
+    host time a call (a light count's profile)."""
+    out = cp.empty(int(n), cp.int64)
+    if n:
+        kernels.kernel("iota_i64")(_grid(n), (_BLOCK,), (np.int64(n), out))
     return out
 
 
@@ -231,7 +343,8 @@ def _pointer(a, dtype, held):
     appended to ``held``, to stay alive until the launch that reads it is issued."""
     if a is None:
         return 0
-    a = cp.ascontiguousarray(cp.asarray(a, dtype=dtype))
+    if not (isinstance(a, cp.ndarray) and a.dtype == dtype and a.flags.c_contiguous):
+        a = cp.ascontiguousarray(cp.asarray(a, dtype=dtype))      # some 3 us even where a is already so
     held.append(a)
     return int(a.data.ptr)
 
@@ -331,7 +444,6 @@ class GpuBackend:
         self._cache_limit = self.budget // 2
         self.load_balance = None        # None: follow SGSI_LOAD_BALANCE (0 = one warp per row)
         self._costs = None
-        self._summary_start = None
         with cp.cuda.using_allocator(self.pool.malloc):
             self._no_conflicts = cp.zeros((1, 1), cp.int32)     # the kernels' conflict table with no column
         self._peak = None               # the pool's most bytes in use during a query (_PeakMemory)
@@ -863,41 +975,52 @@ class GpuBackend:
 
     def piece_summary(self, deg, col):
         """(Σ deg, max deg, min col, max col, places where col descends) as Python ints
-        (reference: CpuBackend.piece_summary): one ``piece_summary`` kernel and one read, where
-        the reductions took a dozen launches and two reads."""
-        return self._summary(cp.ascontiguousarray(deg.astype(cp.int64, copy=False)), col, None)[0]
+        (reference: CpuBackend.piece_summary): one kernel and one read, where the reductions took
+        a dozen launches and two reads."""
+        return self._summary(cp.ascontiguousarray(deg.astype(cp.int64, copy=False)), col, None)
 
     def piece_degrees(self, dense, col):
         """(the rows' degrees ``dense[col]`` as int64, :meth:`piece_summary` of them, their exclusive
         prefix sum or None) (reference: CpuBackend.piece_degrees): the degrees are gathered by the
-        summary's kernel; a piece of at most ``_SUMMARY_ONE_BLOCK`` rows is summed in one block, which
-        writes the prefix sum too (a light step's buffer offsets)."""
-        deg = cp.empty(int(col.size), cp.int64)
-        summary, offsets = self._summary(deg, col, cp.ascontiguousarray(dense.astype(cp.int32, copy=False)))
+        summary's kernel, which writes their prefix sum too (a light step's buffer offsets) for a
+        piece of at most ``_OFFSETS_MAX`` rows."""
+        n = int(col.size)
+        buf = cp.empty(n + 5, cp.int64)                # the degrees, then the summary
+        offsets = cp.empty(n, cp.int64) if n <= _OFFSETS_MAX else None
+        deg = buf[:n]
+        summary = self._summary(deg, col, cp.ascontiguousarray(dense.astype(cp.int32, copy=False)), offsets,
+                                buf[n:])
         return deg, summary, offsets
 
-    def _summary(self, deg, col, dense):
-        """(the summary as Python ints, the exclusive prefix sum of deg or None)."""
+    def _summary(self, deg, col, dense, offsets=None, out=None):
+        """The summary as Python ints, in one launch and one read: one block up to
+        ``_SUMMARY_ONE_BLOCK`` rows, else ``piece_pass`` (single-pass, a tile a block);
+        ``offsets``: where to write the exclusive prefix sum of deg (None: nowhere); ``out``: 5
+        int64 to write the summary to (None: allocated)."""
         n = int(col.size)
         col = cp.ascontiguousarray(col.astype(cp.int32, copy=False))
         dense = np.uint64(0) if dense is None else dense
-        if n <= _SUMMARY_ONE_BLOCK:             # one block: no atomics, no identities copied in
-            buf = cp.empty(n + 5, cp.int64)
-            offsets, out = buf[:n], buf[n:]
-            kernels.kernel("piece_summary_small")((1,), (1024,), (deg, col, np.int64(n), out, dense, offsets))
-            return [int(x) for x in cp.asnumpy(out)], offsets
-        if self._summary_start is None:         # the reductions' identities, copied on the device
-            self._summary_start = cp.asarray(np.array([0, -1, np.iinfo(np.int64).max, np.iinfo(np.int64).min, 0],
-                                                      np.int64))
-        out = self._summary_start.copy()
-        grid = min(_grid(n)[0], 1024)
-        kernels.kernel("piece_summary")((grid,), (_BLOCK,), (deg, col, np.int64(n), out, dense))
-        return [int(x) for x in cp.asnumpy(out)], None
+        out = cp.empty(5, cp.int64) if out is None else out
+        if n <= _SUMMARY_ONE_BLOCK:
+            kernels.kernel("piece_summary_small")((1,), (1024,), (deg, col, np.int64(n), out, dense,
+                                                                  np.uint64(0) if offsets is None else offsets))
+        else:
+            state = _scan_state()
+            if offsets is not None:
+                tiles = (n + 256 * _SUMMARY_ROUNDS - 1) // (256 * _SUMMARY_ROUNDS)
+                kernels.kernel("piece_pass_offsets")((tiles,), (256,), (deg, col, np.int64(n), out, dense, offsets)
+                                                     + state.args(tiles))
+            else:
+                rounds = max(_SUMMARY_ROUNDS_SUM, -(-n // (256 * _SUMMARY_TILES)))
+                tiles = (n + 256 * rounds - 1) // (256 * rounds)
+                kernels.kernel("piece_pass")((tiles,), (256,), (deg, col, np.int64(n), np.int32(rounds), out, dense)
+                                             + state.args(tiles))
+        return [int(x) for x in cp.asnumpy(out)]
 
     def row_lists(self, groups, ci, v, cbits, conflict_cols, F, fill, gba):
         """First link of a light piece in one segment, row by row (reference:
         CpuBackend.row_lists): the ``row_lists`` kernel, one warp per row (``gba`` None: counts
-        only, a null pointer to the kernel)."""
+        only, a null pointer to the kernel, and ``F`` may be None)."""
         n = int(v.size)
         if n == 0 or ci.size == 0 or groups.shape[0] == 0:
             return
@@ -905,7 +1028,7 @@ class GpuBackend:
         kernels.kernel("row_lists")(_grid(n * 32), (_BLOCK,),
                                     (groups, np.int64(groups.shape[0]), np.int32(groups.shape[1]), ci,
                                      cp.ascontiguousarray(v.astype(cp.int32, copy=False)), np.int64(n), cbits,
-                                     conf, np.int32(len(conflict_cols)), F, fill,
+                                     conf, np.int32(len(conflict_cols)), np.uint64(0) if F is None else F, fill,
                                      np.uint64(0) if gba is None else gba))
 
     def pack_rows(self, gba, F, fill):

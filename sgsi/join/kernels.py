@@ -169,7 +169,8 @@ extern "C" __global__ void pcsr_lookup(const int* __restrict__ groups, long long
 // row finds its vertex's list in one segment's PCSR (warp_pcsr_find), keeps the entries in
 // C(u) (cbits) that are none of the row's own vertices (the conflict columns, n_conflicts
 // rows of n), and appends them in order from gba[F_i + fill_i] (a warp ballot per 32);
-// with gba null it only counts them into fill_i (a count that needs no entries). A small
+// with gba null it only counts them into fill_i (a count that needs no entries; F may be null
+// then). A small
 // piece's time is its longest list's: a warp reads 32 entries a round, a round of dependent
 // loads. So a block whose rows hold at most BLOCK_LONG_ROWS lists of more than BLOCK_LIST
 // entries reads those with all its threads (256 entries a round, block_append) once its warps
@@ -190,38 +191,37 @@ row_lists(const int* __restrict__ groups, long long n_groups, int theta, const i
     __syncthreads();
     long long warp = ((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     int lane = threadIdx.x & 31;
-    long long start = 0, c = 0;
+    long long start = 0, c = 0, f0 = 0;
     if (warp < n) {
         longlong2 se = warp_pcsr_find(groups, n_groups, theta, v[warp]);
         start = se.x;
         c = se.y - se.x;
+        f0 = F ? F[warp] : 0;
         if (c > BLOCK_LIST) {
             if (lane == 0) {
                 int slot = atomicAdd(&n_long, 1);
                 long_start[slot] = se.x;
                 long_count[slot] = c;
-                long_at[slot] = F[warp] + fill[warp];
+                long_at[slot] = f0 + fill[warp];
                 long_row[slot] = warp;
             }
         } else if (c > 0) {
-            long long out = warp_keep_list(ci + se.x, c, cbits, conflicts, n_conflicts, n, warp, F[warp] + fill[warp],
-                                           gba);
-            if (lane == 0) fill[warp] = out - F[warp];
+            long long out = warp_keep_list(ci + se.x, c, cbits, conflicts, n_conflicts, n, warp, f0 + fill[warp], gba);
+            if (lane == 0) fill[warp] = out - f0;
         }
     }
     __syncthreads();
     int n_block = n_long;
     if (n_block > BLOCK_LONG_ROWS) {                // many long lists: a warp each
         if (c > BLOCK_LIST) {
-            long long out = warp_keep_list(ci + start, c, cbits, conflicts, n_conflicts, n, warp, F[warp] + fill[warp],
-                                           gba);
-            if (lane == 0) fill[warp] = out - F[warp];
+            long long out = warp_keep_list(ci + start, c, cbits, conflicts, n_conflicts, n, warp, f0 + fill[warp], gba);
+            if (lane == 0) fill[warp] = out - f0;
         }
         return;
     }
     for (int s = 0; s < n_block; ++s) {             // a few: the whole block, one at a time
         const int* src = ci + long_start[s];
-        long long count = long_count[s], row = long_row[s], out = long_at[s];
+        long long count = long_count[s], row = long_row[s], out = long_at[s], base_f = F ? F[row] : 0;
         for (long long base = 0; base < count; base += blockDim.x) {
             long long j = base + threadIdx.x;
             int x = 0;
@@ -238,44 +238,7 @@ row_lists(const int* __restrict__ groups, long long n_groups, int theta, const i
                 __syncthreads();                    // warp_total is rewritten by the next round
             }
         }
-        if (threadIdx.x == 0) fill[row] = out - F[row];
-    }
-}
-
-// (sum of deg, max of deg, min of col, max of col, places where col descends) of a piece,
-// into out[0..4] (which holds 0, -1, INT64_MAX, INT64_MIN, 0) (reference:
-// CpuBackend.piece_summary): a grid-stride loop, warp shuffles, one atomic per warp and value.
-// With ``dense`` (every vertex's degree, int32) the rows' degrees are gathered from it as they are
-// summed, and written to deg (reference: CpuBackend.piece_degrees).
-extern "C" __global__ void piece_summary(long long* __restrict__ deg, const int* __restrict__ col,
-                                         long long n, long long* __restrict__ out, const int* __restrict__ dense) {
-    long long sum = 0, mx = -1, lo = 0x7fffffffffffffffLL, hi = -0x7fffffffffffffffLL - 1, desc = 0;
-    long long stride = (long long)gridDim.x * blockDim.x;
-    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
-        long long d, v = col[i];
-        if (dense) deg[i] = d = dense[v]; else d = deg[i];
-        sum += d;
-        mx = d > mx ? d : mx;
-        lo = v < lo ? v : lo;
-        hi = v > hi ? v : hi;
-        desc += i > 0 && col[i] < col[i - 1];
-    }
-    for (int o = 16; o > 0; o >>= 1) {
-        sum += __shfl_down_sync(FULL, sum, o);
-        desc += __shfl_down_sync(FULL, desc, o);
-        long long t = __shfl_down_sync(FULL, mx, o);
-        mx = t > mx ? t : mx;
-        t = __shfl_down_sync(FULL, lo, o);
-        lo = t < lo ? t : lo;
-        t = __shfl_down_sync(FULL, hi, o);
-        hi = t > hi ? t : hi;
-    }
-    if ((threadIdx.x & 31) == 0) {
-        atomicAdd((unsigned long long*)&out[0], (unsigned long long)sum);
-        atomicMax(&out[1], mx);
-        atomicMin(&out[2], lo);
-        atomicMax(&out[3], hi);
-        atomicAdd((unsigned long long*)&out[4], (unsigned long long)desc);
+        if (threadIdx.x == 0) fill[row] = out - base_f;
     }
 }
 
@@ -493,8 +456,8 @@ extern "C" __global__ void scan_small_bool(const bool* x, long long n, long long
 }
 
 // piece_summary of a piece of at most 4,096 rows in one block (gpu.py's _SUMMARY_ONE_BLOCK),
-// with the rows' exclusive prefix sum of deg written to F (the offsets of their buffers in a
-// light step, Engine._row_sets): each thread takes a run of consecutive rows, as scan_small does.
+// with the rows' exclusive prefix sum of deg written to F where F is given (the offsets of their
+// buffers in a light step, Engine._row_sets): each thread takes a run of consecutive rows, as scan_small does.
 // One block needs no atomics, so out needs no identities copied in first, and the offsets need
 // no scan launch of their own.
 extern "C" __global__ void piece_summary_small(long long* __restrict__ deg, const int* __restrict__ col,
@@ -515,7 +478,7 @@ extern "C" __global__ void piece_summary_small(long long* __restrict__ deg, cons
     }
     long long total;
     long long run = block_exclusive_scan(sum, &total);
-    for (long long i = a; i < b; ++i) {
+    for (long long i = a; F && i < b; ++i) {
         F[i] = run;
         run += deg[i];
     }
@@ -551,51 +514,310 @@ extern "C" __global__ void piece_summary_small(long long* __restrict__ deg, cons
     }
 }
 
-// A large array's prefix sum in tiles of ``tile`` values, one block a tile (gpu.scan's path past
-// one block): tile_sums sums each tile, the tiles' sums are scanned, then scan_tiles scans each
-// tile in rounds of one value a thread (coalesced), from the sum of the tiles before it
-// (``incl``: their inclusive scan).
-template <typename T>
-__device__ __forceinline__ void tile_sums(const T* __restrict__ x, long long n, long long tile,
-                                          long long* __restrict__ sums) {
-    long long a = (long long)blockIdx.x * tile, b = a + tile < n ? a + tile : n;
-    long long s = 0;
-    for (long long i = a + threadIdx.x; i < b; i += blockDim.x) s += (long long)x[i];
-    long long total;
-    block_exclusive_scan(s, &total);
-    if (threadIdx.x == 0) sums[blockIdx.x] = total;
+// Single-pass scans (decoupled look-back, Merrill & Garland 2016): one launch where a scan in
+// tiles took three (the tiles' sums, their scan, the tiles' scans). Tiles are handed out in launch
+// order by a ticket counter, so a block waits only on tiles handed out before its own, which are
+// running or done. Each tile publishes its aggregate, then finds the prefix before it by looking
+// back over its predecessors, 32 at a time, summing aggregates until one has published its
+// inclusive prefix, and publishes its own. The state (gpu.py's _ScanState) lives across launches:
+// flags[t] = epoch << 2 | status (1: aggregate published, 2: inclusive prefix published), where the
+// host gives every launch a new epoch, so that no flag needs clearing; agg and incl hold W values a
+// tile; the block holding the last ticket sets the counter back to 0 (the others have theirs).
+__device__ __forceinline__ long long take_ticket(unsigned long long* ticket, long long n_tiles) {
+    __shared__ long long t;
+    if (threadIdx.x == 0) {
+        t = (long long)atomicAdd(ticket, 1ULL);
+        if (t == n_tiles - 1) atomicExch(ticket, 0ULL);
+    }
+    __syncthreads();
+    return t;
 }
+
+// Sums (W = 1): a scan.
+struct SumOp {
+    static const int W = 1;
+    __device__ static void identity(long long* a) { a[0] = 0; }
+    __device__ static void combine(long long* a, const long long* b) { a[0] += b[0]; }
+};
+
+// A piece's summary (W = 5): Σ deg, max deg, min col, max col, descents.
+struct SummaryOp {
+    static const int W = 5;
+    __device__ static void identity(long long* a) {
+        a[0] = 0; a[1] = -1; a[2] = 0x7fffffffffffffffLL; a[3] = -0x7fffffffffffffffLL - 1; a[4] = 0;
+    }
+    __device__ static void combine(long long* a, const long long* b) {
+        a[0] += b[0];
+        a[1] = b[1] > a[1] ? b[1] : a[1];
+        a[2] = b[2] < a[2] ? b[2] : a[2];
+        a[3] = b[3] > a[3] ? b[3] : a[3];
+        a[4] += b[4];
+    }
+};
+
+// Tile t's prefix: s[0:W] holds the tile's aggregate (in shared memory); on return s[W:2W] holds
+// the combined aggregates of the tiles before it (the identity for tile 0). Every thread of the
+// block must call it; the first warp does the work.
+template <typename Op>
+__device__ __forceinline__ void look_back(long long t, long long* s, int* flags, long long* agg, long long* incl,
+                                          int epoch) {
+    const int W = Op::W;
+    if (threadIdx.x < 32) {
+        int lane = threadIdx.x;
+        long long pre[W];
+        Op::identity(pre);
+        if (lane == 0) {
+            long long* dst = (t == 0 ? incl : agg) + t * W;
+            for (int w = 0; w < W; ++w) dst[w] = s[w];
+            __threadfence();
+            atomicExch(&flags[t], (epoch << 2) | (t == 0 ? 2 : 1));
+        }
+        for (long long end = t; end > 0; end -= 32) {        // the window of tiles [end - 32, end)
+            long long j = end - 1 - lane;
+            int f = 0;
+            long long v[W];
+            Op::identity(v);
+            if (j >= 0) {
+                do { f = *(volatile int*)&flags[j]; } while ((f >> 2) != epoch);
+                __threadfence();
+                const volatile long long* src = ((f & 3) == 2 ? incl : agg) + j * W;
+                for (int w = 0; w < W; ++w) v[w] = src[w];
+            }
+            unsigned int done = __ballot_sync(FULL, j >= 0 && (f & 3) == 2);
+            if (done && lane > __ffs(done) - 1) Op::identity(v);      // behind the nearest inclusive prefix
+            for (int o = 16; o > 0; o >>= 1) {
+                long long u[W];
+                for (int w = 0; w < W; ++w) u[w] = __shfl_down_sync(FULL, v[w], o);
+                Op::combine(v, u);
+            }
+            Op::combine(pre, v);                              // lane 0's is the window's
+            if (done) break;
+        }
+        if (lane == 0) {
+            if (t > 0) {
+                long long in[W];
+                for (int w = 0; w < W; ++w) in[w] = pre[w];
+                Op::combine(in, s);
+                for (int w = 0; w < W; ++w) incl[t * W + w] = in[w];
+                __threadfence();
+                atomicExch(&flags[t], (epoch << 2) | 2);
+            }
+            for (int w = 0; w < W; ++w) s[W + w] = pre[w];
+        }
+    }
+    __syncthreads();
+}
+
+// Inclusive prefix sum of a large array in one launch (gpu.scan's path past one block; reference:
+// numpy.cumsum): a tile of SCAN_ROUNDS values a thread (blocks of at most SCAN_BLOCK_MAX threads),
+// read in rounds of a value a thread (coalesced) into shared memory; each thread then scans a run
+// of SCAN_ROUNDS consecutive values there, the block scans the runs' sums once, the tile looks
+// back, and the values go out as they came in. Shared slots are padded one in 16, so that the
+// threads' runs fall in different banks. ``exclusive``: each value's sum before it instead.
+#define SCAN_ROUNDS 8
+#define SCAN_BLOCK_MAX 512
+#define SCAN_SLOT(k) ((k) + ((k) >> 4))
 template <typename T>
-__device__ __forceinline__ void scan_tiles(const T* __restrict__ x, long long n, long long tile,
-                                           const long long* __restrict__ incl, long long* __restrict__ out,
-                                           int exclusive) {
-    long long t0 = (long long)blockIdx.x * tile, t1 = t0 + tile < n ? t0 + tile : n;
-    long long carry = blockIdx.x ? incl[blockIdx.x - 1] : 0;
-    for (long long base = t0; base < t1; base += blockDim.x) {     // a round of consecutive values
-        long long i = base + threadIdx.x;
-        long long v = i < t1 ? (long long)x[i] : 0;
-        long long total;
-        long long before = block_exclusive_scan(v, &total);
-        if (i < t1) out[i] = carry + before + (exclusive ? 0 : v);
-        carry += total;
-        __syncthreads();                      // block_exclusive_scan's shared sums are rewritten next round
+__device__ __forceinline__ void scan_pass(const T* __restrict__ x, long long n, long long* __restrict__ out,
+                                          int exclusive, unsigned long long* ticket, int* flags, long long* agg,
+                                          long long* incl, int epoch) {
+    __shared__ long long s[2];
+    __shared__ long long buf[SCAN_SLOT(SCAN_BLOCK_MAX * SCAN_ROUNDS)];
+    int b = blockDim.x;
+    long long tile = (long long)SCAN_ROUNDS * b;
+    long long t = take_ticket(ticket, (n + tile - 1) / tile);
+    long long t0 = t * tile;
+#pragma unroll
+    for (int r = 0; r < SCAN_ROUNDS; ++r) {
+        long long i = t0 + (long long)r * b + threadIdx.x;
+        buf[SCAN_SLOT(r * b + threadIdx.x)] = i < n ? (long long)x[i] : 0;
+    }
+    __syncthreads();
+    long long v[SCAN_ROUNDS], sum = 0;
+    int mine = threadIdx.x * SCAN_ROUNDS;
+#pragma unroll
+    for (int r = 0; r < SCAN_ROUNDS; ++r) {
+        v[r] = buf[SCAN_SLOT(mine + r)];
+        sum += v[r];
+    }
+    long long total;
+    long long before = block_exclusive_scan(sum, &total);
+    if (threadIdx.x == 0) s[0] = total;
+    __syncthreads();
+    look_back<SumOp>(t, s, flags, agg, incl, epoch);
+    long long acc = s[1] + before;
+#pragma unroll
+    for (int r = 0; r < SCAN_ROUNDS; ++r) {
+        acc += v[r];
+        buf[SCAN_SLOT(mine + r)] = exclusive ? acc - v[r] : acc;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int r = 0; r < SCAN_ROUNDS; ++r) {
+        long long i = t0 + (long long)r * b + threadIdx.x;
+        if (i < n) out[i] = buf[SCAN_SLOT(r * b + threadIdx.x)];
     }
 }
-extern "C" __global__ void tile_sums_i64(const long long* x, long long n, long long tile, long long* sums) {
-    tile_sums(x, n, tile, sums);
+#define SCAN_PASS_ARGS unsigned long long* ticket, int* flags, long long* agg, long long* incl, int epoch
+extern "C" __global__ void scan_pass_i64(const long long* x, long long n, long long* out, int exclusive,
+                                         SCAN_PASS_ARGS) {
+    scan_pass(x, n, out, exclusive, ticket, flags, agg, incl, epoch);
 }
-extern "C" __global__ void tile_sums_i32(const int* x, long long n, long long tile, long long* sums) {
-    tile_sums(x, n, tile, sums);
+extern "C" __global__ void scan_pass_i32(const int* x, long long n, long long* out, int exclusive, SCAN_PASS_ARGS) {
+    scan_pass(x, n, out, exclusive, ticket, flags, agg, incl, epoch);
 }
-extern "C" __global__ void tile_sums_bool(const bool* x, long long n, long long tile, long long* sums) {
-    tile_sums(x, n, tile, sums);
+extern "C" __global__ void scan_pass_bool(const bool* x, long long n, long long* out, int exclusive,
+                                          SCAN_PASS_ARGS) {
+    scan_pass(x, n, out, exclusive, ticket, flags, agg, incl, epoch);
 }
-extern "C" __global__ void scan_tiles_i64(const long long* x, long long n, long long tile, const long long* incl,
-                                          long long* out, int exclusive) { scan_tiles(x, n, tile, incl, out, exclusive); }
-extern "C" __global__ void scan_tiles_i32(const int* x, long long n, long long tile, const long long* incl,
-                                          long long* out, int exclusive) { scan_tiles(x, n, tile, incl, out, exclusive); }
-extern "C" __global__ void scan_tiles_bool(const bool* x, long long n, long long tile, const long long* incl,
-                                           long long* out, int exclusive) { scan_tiles(x, n, tile, incl, out, exclusive); }
+
+// piece_summary of a piece past one block (reference: CpuBackend.piece_summary) in one launch,
+// the single-pass scans' way: a tile of ``rounds`` rows a thread (a row a thread a round,
+// coalesced); the tiles' summaries are combined by the look-back, and the last tile writes the
+// piece's to out (no identities copied in, no atomics). With ``dense`` the rows' degrees are
+// gathered from it (int32, every vertex's) and written to deg (reference:
+// CpuBackend.piece_degrees). piece_pass_offsets writes the rows' exclusive prefix sum of deg to F
+// too (the offsets of their buffers in a light step, Engine._row_sets), in tiles of
+// PASS_OFFSETS_ROUNDS rows a thread staged in shared memory, as scan_pass does.
+#define PASS_OFFSETS_ROUNDS 16
+#define PASS_BLOCK 256
+template <bool OFFSETS>
+__device__ __forceinline__ void piece_pass_tile(long long* __restrict__ deg, const int* __restrict__ col, long long n,
+                                                int rounds, long long* __restrict__ out,
+                                                const int* __restrict__ dense, long long* __restrict__ F,
+                                                long long* buf, unsigned long long* ticket, int* flags, long long* agg,
+                                                long long* incl, int epoch) {
+    __shared__ long long s[10];
+    __shared__ long long part[5][32];
+    int b = blockDim.x;
+    long long tile = (long long)rounds * b;
+    long long n_tiles = (n + tile - 1) / tile;
+    long long t = take_ticket(ticket, n_tiles);
+    long long t0 = t * tile;
+    long long a[5];
+    SummaryOp::identity(a);
+#pragma unroll 4
+    for (int r = 0; r < rounds; ++r) {
+        long long i = t0 + (long long)r * b + threadIdx.x;
+        long long d = 0;
+        if (i < n) {
+            long long v = col[i];
+            if (dense) deg[i] = d = dense[v]; else d = deg[i];
+            long long x[5] = {d, d, v, v, i > 0 && col[i] < col[i - 1]};
+            SummaryOp::combine(a, x);
+        }
+        if (OFFSETS) buf[SCAN_SLOT(r * b + threadIdx.x)] = d;
+    }
+    for (int o = 16; o > 0; o >>= 1) {
+        long long u[5];
+        for (int w = 0; w < 5; ++w) u[w] = __shfl_down_sync(FULL, a[w], o);
+        SummaryOp::combine(a, u);
+    }
+    int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, n_warps = (b + 31) >> 5;
+    if (lane == 0)
+        for (int w = 0; w < 5; ++w) part[w][wid] = a[w];
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        for (int k = 1; k < n_warps; ++k) {
+            long long u[5] = {part[0][k], part[1][k], part[2][k], part[3][k], part[4][k]};
+            SummaryOp::combine(a, u);
+        }
+        for (int w = 0; w < 5; ++w) s[w] = a[w];
+    }
+    __syncthreads();
+    look_back<SummaryOp>(t, s, flags, agg, incl, epoch);
+    if (t == n_tiles - 1 && threadIdx.x == 0) {
+        long long all[5];
+        for (int w = 0; w < 5; ++w) all[w] = s[5 + w];
+        SummaryOp::combine(all, s);
+        for (int w = 0; w < 5; ++w) out[w] = all[w];
+    }
+    if (!OFFSETS) return;
+    long long v[PASS_OFFSETS_ROUNDS], sum = 0;
+    int mine = threadIdx.x * PASS_OFFSETS_ROUNDS;
+#pragma unroll
+    for (int r = 0; r < PASS_OFFSETS_ROUNDS; ++r) {
+        v[r] = buf[SCAN_SLOT(mine + r)];
+        sum += v[r];
+    }
+    long long total;
+    long long acc = s[5] + block_exclusive_scan(sum, &total);
+#pragma unroll
+    for (int r = 0; r < PASS_OFFSETS_ROUNDS; ++r) {
+        buf[SCAN_SLOT(mine + r)] = acc;
+        acc += v[r];
+    }
+    __syncthreads();
+    for (int r = 0; r < PASS_OFFSETS_ROUNDS; ++r) {
+        long long i = t0 + (long long)r * b + threadIdx.x;
+        if (i < n) F[i] = buf[SCAN_SLOT(r * b + threadIdx.x)];
+    }
+}
+extern "C" __global__ void __launch_bounds__(PASS_BLOCK, 8)
+piece_pass(long long* __restrict__ deg, const int* __restrict__ col, long long n, int rounds,
+           long long* __restrict__ out, const int* __restrict__ dense, SCAN_PASS_ARGS) {
+    piece_pass_tile<false>(deg, col, n, rounds, out, dense, 0, 0, ticket, flags, agg, incl, epoch);
+}
+extern "C" __global__ void __launch_bounds__(PASS_BLOCK, 4)
+piece_pass_offsets(long long* __restrict__ deg, const int* __restrict__ col, long long n,
+                   long long* __restrict__ out, const int* __restrict__ dense, long long* __restrict__ F,
+                   SCAN_PASS_ARGS) {
+    __shared__ long long buf[SCAN_SLOT(PASS_BLOCK * PASS_OFFSETS_ROUNDS)];
+    piece_pass_tile<true>(deg, col, n, PASS_OFFSETS_ROUNDS, out, dense, F, buf, ticket, flags, agg, incl, epoch);
+}
+
+// 0, 1, ..., n - 1 (reference: numpy.arange, int64).
+extern "C" __global__ void iota_i64(long long n, long long* __restrict__ out) {
+    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = i;
+}
+
+// Sums and maxima of up to 4 int64 arrays in one launch, for one host read (reference:
+// backend.host_reductions: numpy's sum and max, the max of an empty array 0). Grid (blocks, k):
+// a grid-stride loop over array blockIdx.y, warp shuffles, one partial a block; the last block of
+// the launch to finish (``done``, the single-pass state's second counter, which it sets back to
+// 0) combines each array's partials into out[j]. Bit j of ``maxes``: array j's maximum.
+extern "C" __global__ void reduce_ints(const long long* a0, const long long* a1, const long long* a2,
+                                       const long long* a3, long long n0, long long n1, long long n2, long long n3,
+                                       int maxes, long long* partial, unsigned long long* done,
+                                       long long* __restrict__ out) {
+    __shared__ long long warp_acc[32];
+    __shared__ bool last;
+    const long long MIN = -0x7fffffffffffffffLL - 1;
+    int j = blockIdx.y;
+    const long long* a = j == 0 ? a0 : j == 1 ? a1 : j == 2 ? a2 : a3;
+    long long n = j == 0 ? n0 : j == 1 ? n1 : j == 2 ? n2 : n3;
+    bool is_max = (maxes >> j) & 1;
+    long long acc = is_max ? MIN : 0;
+    long long stride = (long long)gridDim.x * blockDim.x;
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
+        acc = is_max ? (a[i] > acc ? a[i] : acc) : acc + a[i];
+    for (int o = 16; o > 0; o >>= 1) {
+        long long t = __shfl_down_sync(FULL, acc, o);
+        acc = is_max ? (t > acc ? t : acc) : acc + t;
+    }
+    int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, n_warps = (blockDim.x + 31) >> 5;
+    if (lane == 0) warp_acc[wid] = acc;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        for (int w = 1; w < n_warps; ++w) acc = is_max ? (warp_acc[w] > acc ? warp_acc[w] : acc) : acc + warp_acc[w];
+        partial[(long long)j * gridDim.x + blockIdx.x] = acc;
+        __threadfence();
+        last = atomicAdd(done, 1ULL) == (unsigned long long)gridDim.x * gridDim.y - 1;
+    }
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    if (threadIdx.x < gridDim.y) {
+        int q = threadIdx.x;
+        bool qmax = (maxes >> q) & 1;
+        const volatile long long* p = partial + (long long)q * gridDim.x;
+        long long r = qmax ? MIN : 0;
+        for (unsigned int b = 0; b < gridDim.x; ++b) r = qmax ? (p[b] > r ? p[b] : r) : r + p[b];
+        out[q] = qmax && r == MIN ? 0 : r;
+    }
+    if (threadIdx.x == 0) atomicExch(done, 0ULL);
+}
 
 // Indices of the true entries of a bool array, given the inclusive scan of its entries (gpu.
 // flatnonzero past one block; reference: numpy.flatnonzero): entry i, if true, is index ends[i] - 1.
