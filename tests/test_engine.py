@@ -662,6 +662,32 @@ def test_replans_where_the_join_explodes(bench, monkeypatch):
     assert filtered == [8]                  # one filter of the 8 vertices, for both plans
 
 
+def test_a_count_replans_before_the_rows_that_pass_the_limit(bench, monkeypatch):
+    """A count plans again as soon as the rows a step is about to join would pass the work limit
+    (``Engine._rows_ahead``), not after joining them: the yeast queries whose first plan is
+    dropped drop it after fewer join steps, and every query makes the same decision (and count)
+    as when only the charges decide."""
+    from sgsi.join import engine as engine_mod
+    g = bench("yeast", None)
+    queries = sorted((BENCH / "yeast" / "queries").glob("query_dense_8_*.graph"))[:12]
+    seen = {}
+    real = engine_mod.Engine._switch_plan
+    for ahead in (True, False):
+        if not ahead:
+            monkeypatch.setattr(engine_mod.Engine, "_rows_ahead", lambda self, rows: None)
+        for q in queries:
+            steps = []
+            monkeypatch.setattr(engine_mod.Engine, "_switch_plan",
+                                lambda self, steps=steps: steps.append(self._stats["steps"]) or real(self))
+            n = g.count(str(q), device=CPU)
+            seen[ahead, q.name] = (n, g.last_stats["replanned"], steps)
+    assert all(seen[True, q.name][:2] == seen[False, q.name][:2] for q in queries)
+    replanned = [q.name for q in queries if seen[True, q.name][1]]
+    assert replanned                                            # the case is exercised
+    assert all(seen[True, q][2][0] <= seen[False, q][2][0] for q in replanned)
+    assert any(seen[True, q][2][0] < seen[False, q][2][0] for q in replanned), seen
+
+
 def test_no_replan_where_the_join_stays_near_the_lists(tmp_path):
     """Work over 8x the candidate sets, but under the cost of refining: the first plan runs to its end."""
     import numpy as np
