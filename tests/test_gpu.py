@@ -269,7 +269,8 @@ def test_row_scan_random(gpu):
 
 def test_candidate_bits_kernel_matches_reference(gpu):
     """The candidate sets of several pattern vertices at once (label test, signature words, degree
-    masks) equal the NumPy reference's, over vertex segments that start off a word boundary."""
+    masks) equal the NumPy reference's, over vertex segments that start off a word boundary; 4, 6
+    and 9 pattern vertices, up to 9 signature words (past the 8 loaded together) and 3 masks each."""
     import cupy as cp
     rng = np.random.default_rng(2)
     cpu = CpuBackend()
@@ -280,11 +281,12 @@ def test_candidate_bits_kernel_matches_reference(gpu):
     masks = [rng.random(n) < 0.8 for _ in range(3)]
     for trial in range(12):
         specs = []
-        for u in range(4):
+        k = (4, 6, 9)[trial % 3]
+        for u in range(k):
             tests = rng.choice(10, size=int(rng.integers(0, 10)), replace=False)    # past SIG_UNROLL too
             q = [np.uint32(1 << int(rng.integers(0, 32))) for _ in tests]
             lab = int(rng.integers(0, 5)) if (trial + u) % 2 else None
-            ands = [int(a) for a in rng.choice(3, size=int(rng.integers(0, 3)), replace=False)]
+            ands = [int(a) for a in rng.choice(3, size=int(rng.integers(0, 4)), replace=False)]
             specs.append((tests, q, lab, ands))
 
         def parts(xp):
@@ -294,7 +296,7 @@ def test_candidate_bits_kernel_matches_reference(gpu):
                     for a, b in zip(cuts[:-1], cuts[1:])]
         ref = cpu.candidate_bits(n, parts(np), [[masks[a] for a in s[3]] for s in specs])
         got = gpu.candidate_bits(n, parts(cp), [[cp.asarray(masks[a]) for a in s[3]] for s in specs])
-        assert len(got) == len(ref) == 4
+        assert len(got) == len(ref) == k
         for r, g in zip(ref, got):
             assert np.array_equal(r, cp.asnumpy(g))
         assert sum(int(np.unpackbits(r.view(np.uint8)).sum()) for r in ref) > 0
@@ -304,21 +306,25 @@ def test_candidate_bits_kernel_matches_reference(gpu):
                                         (40, 40)],
                          ids=["cost-model", "all-warp", "pool-and-block", "pool-and-own", "all-own", "mixed",
                               "four-ways", "warp-and-own"])
-def test_expand_rows_matches_reference(gpu, thresholds):
+@pytest.mark.parametrize("longest", [80, 12], ids=["lists", "short-lists"])
+def test_expand_rows_matches_reference(gpu, thresholds, longest):
     """Every load-balance strategy (warp, task pool, block, own launch) writes what the NumPy reference
-    writes: the same entries, in the same order, and the same fill counts."""
+    writes: the same entries, in the same order, and the same fill counts. Lists of up to 80 and of
+    up to 12 entries (the warp way writes those of at most 8 a lane each), with 3 and 17 conflict
+    columns (past the 16 a lane keeps in registers)."""
     import cupy as cp
-    rng = np.random.default_rng(3)
+    rng = np.random.default_rng(3 + longest)
     cpu = CpuBackend()
     n_rows, n_dist = 700, 90
-    fcnt = rng.integers(0, 80, n_dist)
+    fcnt = rng.integers(0, longest, n_dist)
     fcnt[:6] = [0, 31, 32, 1023, 1025, 5000]             # bin edges and heavy rows
-    flist = rng.integers(0, 400, int(fcnt.sum())).astype(np.int32)
+    flist = rng.integers(0, 400 if longest > 12 else 40, int(fcnt.sum())).astype(np.int32)
     fstart = np.cumsum(fcnt) - fcnt
     run = np.sort(rng.integers(0, n_dist, n_rows))
     run[:6] = np.arange(6)
     rows = rng.permutation(n_rows)
-    conflicts = [rng.integers(0, 400, n_rows).astype(np.int32) for _ in range(3)]
+    conflicts = [rng.integers(0, 400 if longest > 12 else 40, n_rows).astype(np.int32)
+                 for _ in range(3 if longest > 12 else 17)]
     deg = np.bincount(rows, weights=fcnt[run], minlength=n_rows).astype(np.int64)
     F = np.r_[0, np.cumsum(deg)].astype(np.int64)
     fill0 = np.zeros(n_rows, np.int64)

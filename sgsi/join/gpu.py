@@ -1087,7 +1087,7 @@ class GpuBackend:
         F = cum - per_row                       # where each row's output starts
         out_vals = cp.empty(total, dtype=cp.int32)
         rfill = cp.zeros(m, dtype=cp.int64)
-        self.expand_rows(cp.arange(m), row_tuple, evals, sstart, scount, conflict_cols, F, rfill, out_vals,
+        self.expand_rows(arange(m), row_tuple, evals, sstart, scount, conflict_cols, F, rfill, out_vals,
                          heaviest=heaviest)
         if not conflict_cols:           # every entry kept: the rows' buffers are already packed
             return row_scan(per_row, total=total), out_vals
@@ -1212,8 +1212,8 @@ class GpuBackend:
         kernels.kernel("expand_rows_pool")((n_blocks,), (_BLOCK_ROW,), (rows, run, pstart, bstart) + args)
 
     def _launch_warp(self, rows, run, args):
-        n = int(rows.size)
-        kernels.kernel("expand_rows")(_grid(n * 32), (_BLOCK,), (rows, run, np.int64(n)) + args)
+        n = int(rows.size)                      # a warp takes 32 rows
+        kernels.kernel("expand_rows")(_grid((n + 31) // 32 * 32), (_BLOCK,), (rows, run, np.int64(n)) + args)
 
     def _expand_own(self, rows, run, flist, fstart, fcnt, conflict_cols, F, fill, gba):
         """The heaviest rows, flattened over the whole device: every entry its own thread."""
