@@ -97,7 +97,8 @@ GAIN_BELOW_POOL_TOP = 32 * (POOL_TOP + 1)
 
 
 def warps_suffice(heaviest: int, c: DeviceCosts) -> bool:
-    """Whether one warp per row is the best plan for rows of at most ``heaviest`` elements,
+    """Whether the warp way for every row (``expand_rows``: a warp a row, a lane a row of at most 8
+    elements) is the best plan for rows of at most ``heaviest`` elements,
     whatever their histogram: below W2 no other way saves more than t_split costs."""
     return heaviest < BIN * (POOL_TOP + 1) and c.t_split >= GAIN_BELOW_POOL_TOP
 

@@ -442,7 +442,7 @@ class GpuBackend:
         self._cache = OrderedDict()
         self._cache_bytes = 0
         self._cache_limit = self.budget // 2
-        self.load_balance = None        # None: follow SGSI_LOAD_BALANCE (0 = one warp per row)
+        self.load_balance = None        # None: follow SGSI_LOAD_BALANCE (0 = the warp way for every row)
         self._costs = None
         with cp.cuda.using_allocator(self.pool.malloc):
             self._no_conflicts = cp.zeros((1, 1), cp.int32)     # the kernels' conflict table with no column
@@ -1428,8 +1428,8 @@ def _device_costs():
 
 
 def _split_rows_once(warps_only=False, n_rows=4096):
-    """What :meth:`GpuBackend._expand_rows` does on the host to send rows two ways (a warp each
-    and task pools) beyond launching one warp per row: the sort by way, each way's gathers and
+    """What :meth:`GpuBackend._expand_rows` does on the host to send rows two ways (the warp way
+    and task pools) beyond launching the warp way for all: the sort by way, each way's gathers and
     the pool's set-up (its launch excluded: an empty launch stands for each); for t_split."""
     fcnt = cp.arange(n_rows, dtype=cp.int64) % 64
     rows, run = cp.arange(n_rows, dtype=cp.int64), cp.arange(n_rows, dtype=cp.int64)
