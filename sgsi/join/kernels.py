@@ -1392,6 +1392,246 @@ extern "C" __global__ void gather_scalars(const long long* s0, const long long* 
 }
 """
 
+# The fused walk of a count's light join steps (gpu.walk, Engine._walk), appended to _SOURCE: it
+# uses the PCSR lookup, the bit test, the block scan and the look-back above.
+_WALK_SOURCE = r"""
+// ---- The fused walk (gpu.walk; reference: the engine's join steps, Engine._walk) ----
+// A count's join steps, a pattern vertex each, over partitions whose segments are all on the
+// device, with no host read between the steps. Per step, walk_count counts each row's extensions
+// with a warp a row: the row's first-link list read from the segments holding its vertex (PCSR),
+// the entries kept that are in C(u), none of the row's conflicting vertices, and in the lists of
+// its other links (binary-searched); in the same launch the counts become the rows' output
+// offsets (a contiguous range of rows a block, the sums before each range by the look-back).
+// walk_write then writes the new level's rows: each of the row's columns, then the entry. The
+// last step only counts, or, where the pattern has factored leaves (the engine's leaf groups of
+// one vertex), every step writes and walk_leaves counts the last level's rows, each the product
+// of its leaves' extensions. The levels' numbers of rows stay on the device (state). A step whose
+// output would pass the cap on rows, or whose lists would pass the cap on entries read in all,
+// sets the flag to its number + 1 (walk_leaves: steps + 1): the launches after it return at once,
+// and the host hands the last whole level to the engine.
+//
+// plan (int64): [0] steps, [1] leaves, [2 + s] where step s's record starts (leaf k's: s = steps +
+// k; a leaf's record is a step's, its input the last level, with no output). A step record: links, the C(u)
+// bitset's address (0: none), conflicts, the output level's table address (0: the last step) and
+// stride, the input level's address and stride, the input's columns, its pruning leaves and where
+// each one's record starts (leaves over the step's input: a row where one of them has no
+// extension counts none, as the engine drops such rows before a subtree's root), then per link
+// (the column of its other end, where its partition's record starts), then the conflicts' columns. A partition
+// record: segments, then WALK_SEG a segment: first source, last source, groups address, groups,
+// theta, ci address. A level's table holds its columns one after the other, stride apart.
+// state (int64): the flag, entries read, the count, then the rows of each level (steps + 1), then
+// the rows each step has written so far (steps).
+#define WALK_FLAG 0
+#define WALK_ENTRIES 1
+#define WALK_TOTAL 2
+#define WALK_LEVELS 3
+#define WALK_SEG 6
+#define WALK_MAX_COLS 16
+#define WALK_TILE_ROWS 16
+
+// The first segment of partition record p whose last source is at or past v (the segments come in
+// source order; a vertex's list may continue in the segments after it).
+__device__ __forceinline__ long long walk_first_segment(const long long* p, int v) {
+    long long a = 0, b = p[0];
+    while (a < b) {
+        long long m = (a + b) >> 1;
+        if (p[1 + WALK_SEG * m + 1] < v) a = m + 1; else b = m;
+    }
+    return a;
+}
+
+// Whether each lane's x (where ok) is in N(w) of partition record p: the warp finds w's list in
+// each segment holding w, each lane binary-searches its x there (lists are sorted). Every lane
+// of the warp must call it, with the same w.
+__device__ __forceinline__ bool walk_member(const long long* p, int w, int x, bool ok) {
+    bool hit = false;
+    for (long long k = walk_first_segment(p, w); k < p[0] && p[1 + WALK_SEG * k] <= w; ++k) {
+        const long long* g = p + 1 + WALK_SEG * k;
+        longlong2 se = warp_pcsr_find((const int*)g[2], g[3], (int)g[4], w);
+        const int* ci = (const int*)g[5];
+        if (ok && !hit) {
+            long long a = se.x, b = se.y;
+            while (a < b) {
+                long long m = (a + b) >> 1;
+                if (ci[m] < x) a = m + 1; else b = m;
+            }
+            hit = a < se.y && ci[a] == x;
+        }
+    }
+    return hit;
+}
+
+// Row i of step record st, by one warp: its extensions counted (!WRITE) or written from output
+// row `at` on (WRITE). Counting, each list's length is added to the entries read first; past
+// entry_cap the flag is set to `flag` and the row given up. Returns the extensions (every lane).
+template <bool WRITE>
+__device__ __forceinline__ long long walk_row(const long long* __restrict__ plan, const long long* __restrict__ st,
+                                              long long i, long long at, long long* state, long long entry_cap,
+                                              long long flag) {
+    int lane = threadIdx.x & 31;
+    int n_links = (int)st[0], n_conf = (int)st[2], ncols = (int)st[7];
+    const unsigned int* cbits = (const unsigned int*)st[1];
+    int* out = (int*)st[3];
+    long long ost = st[4], ist = st[6];
+    const int* in = (const int*)st[5];
+    const long long* links = st + 9 + st[8];
+    const long long* conf = links + 2 * n_links;
+    int mine[WALK_MAX_COLS], row[WALK_MAX_COLS];
+    for (int k = 0; k < n_conf; ++k) mine[k] = in[conf[k] * ist + i];
+    if (WRITE) for (int c = 0; c < ncols; ++c) row[c] = in[c * ist + i];
+    int v = in[links[0] * ist + i];
+    const long long* p0 = plan + links[1];
+    long long found = 0;
+    for (long long k = walk_first_segment(p0, v); k < p0[0] && p0[1 + WALK_SEG * k] <= v; ++k) {
+        const long long* g = p0 + 1 + WALK_SEG * k;
+        longlong2 se = warp_pcsr_find((const int*)g[2], g[3], (int)g[4], v);
+        long long c = se.y - se.x;
+        if (c == 0) continue;
+        if (!WRITE) {
+            unsigned long long before = 0;
+            if (lane == 0) before = atomicAdd((unsigned long long*)&state[WALK_ENTRIES], (unsigned long long)c);
+            before = __shfl_sync(FULL, before, 0);
+            if ((long long)before + c > entry_cap) {
+                if (lane == 0) atomicCAS((unsigned long long*)&state[WALK_FLAG], 0ULL, (unsigned long long)flag);
+                return found;
+            }
+        }
+        const int* src = (const int*)g[5] + se.x;
+        for (long long base = 0; base < c; base += 32) {
+            long long j = base + lane;
+            int x = 0;
+            bool ok = j < c;
+            if (ok) {
+                x = src[j];
+                if (cbits) ok = test_bit(cbits, x);
+                for (int q = 0; q < n_conf; ++q) ok &= x != mine[q];
+            }
+            for (int l = 1; l < n_links && __any_sync(FULL, ok); ++l)
+                ok = walk_member(plan + links[2 * l + 1], in[links[2 * l] * ist + i], x, ok);
+            unsigned int m = __ballot_sync(FULL, ok);
+            if (WRITE && ok) {
+                long long pos = at + found + __popc(m & ((1u << lane) - 1u));
+                for (int q = 0; q < ncols; ++q) out[q * ost + pos] = row[q];
+                out[ncols * ost + pos] = x;
+            }
+            found += __popc(m);
+        }
+    }
+    return found;
+}
+
+// Step s's count pass: blocks of 256 threads, each a contiguous range of the input rows (handed
+// out in launch order by the ticket), a warp a row. The rows' counts go to cnt, then in place
+// their exclusive prefix sums (the look-back gives each range the sum of the ranges before it);
+// the last range writes the output level's rows. A row whose extensions take the step's rows past
+// `cap` sets the flag. The last step (`last`) only adds its counts to the state's count.
+extern "C" __global__ void __launch_bounds__(256) walk_count(const long long* __restrict__ plan, int s,
+                                                              long long* state, long long* cnt, long long cap,
+                                                              long long entry_cap, int last, SCAN_PASS_ARGS) {
+    __shared__ long long sh[2];
+    __shared__ long long warp_sum[32];
+    long long flag = s + 1, steps = plan[0];
+    long long t = last ? blockIdx.x : take_ticket(ticket, gridDim.x);
+    long long f0 = *(volatile long long*)&state[WALK_FLAG];
+    if (f0 != 0 && f0 != flag) return;              // an earlier step stopped: every block sees it
+    const long long* st = plan + plan[2 + s];
+    long long* written = &state[WALK_LEVELS + steps + 1 + s];
+    long long n = state[WALK_LEVELS + s];
+    // At least WALK_TILE_ROWS rows a range: the blocks past the ranges return (none waits on them).
+    long long tiles = (n + WALK_TILE_ROWS - 1) / WALK_TILE_ROWS;
+    tiles = tiles < 1 ? 1 : tiles > gridDim.x ? gridDim.x : tiles;
+    if (t >= tiles) return;
+    long long per = (n + tiles - 1) / tiles;
+    long long a = t * per < n ? t * per : n, b = a + per < n ? a + per : n;
+    int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, n_warps = blockDim.x >> 5;
+    long long mine = 0;
+    for (long long i = a + wid; i < b; i += n_warps) {
+        long long stop = 0;
+        if (lane == 0) stop = *(volatile long long*)&state[WALK_FLAG];
+        if (__shfl_sync(FULL, stop, 0)) break;
+        bool live = true;                           // the pruning leaves first
+        for (long long k = 0; k < st[8] && live; ++k)
+            live = walk_row<false>(plan, plan + st[9 + k], i, 0, state, entry_cap, flag) > 0;
+        long long c = live ? walk_row<false>(plan, st, i, 0, state, entry_cap, flag) : 0;
+        if (lane == 0 && c) {
+            if (last) {
+                atomicAdd((unsigned long long*)&state[WALK_TOTAL], (unsigned long long)c);
+            } else if ((long long)atomicAdd((unsigned long long*)written, (unsigned long long)c) + c > cap) {
+                atomicCAS((unsigned long long*)&state[WALK_FLAG], 0ULL, (unsigned long long)flag);
+            }
+        }
+        if (lane == 0 && !last) cnt[i] = c;
+        mine += c;
+    }
+    if (last) return;
+    if (lane == 0) warp_sum[wid] = mine;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        long long total = 0;
+        for (int w = 0; w < n_warps; ++w) total += warp_sum[w];
+        sh[0] = total;
+    }
+    __syncthreads();
+    look_back<SumOp>(t, sh, flags, agg, incl, epoch);
+    long long run = sh[1];
+    for (long long c0 = a; c0 < b; c0 += blockDim.x) {
+        long long i = c0 + threadIdx.x;
+        long long v = i < b ? cnt[i] : 0;
+        long long total;
+        long long before = block_exclusive_scan(v, &total);
+        if (i < b) cnt[i] = run + before;
+        run += total;
+        __syncthreads();                            // block_exclusive_scan's shared sums are reused
+    }
+    if (t == tiles - 1 && threadIdx.x == 0) state[WALK_LEVELS + s + 1] = run;
+}
+
+// Step s's rows written (walk_count gave their offsets): a warp a row, in a grid-stride loop; a row
+// with no extension is skipped.
+extern "C" __global__ void __launch_bounds__(256) walk_write(const long long* __restrict__ plan, int s,
+                                                              long long* state, const long long* __restrict__ offs) {
+    if (*(volatile long long*)&state[WALK_FLAG]) return;
+    const long long* st = plan + plan[2 + s];
+    long long n = state[WALK_LEVELS + s], n_out = state[WALK_LEVELS + s + 1];
+    long long warps = ((long long)gridDim.x * blockDim.x) >> 5;
+    for (long long i = ((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5; i < n; i += warps) {
+        long long at = offs[i], end = i + 1 < n ? offs[i + 1] : n_out;
+        if (end > at) walk_row<true>(plan, st, i, at, state, 0, 0);
+    }
+}
+
+// The count of the last level with the factored leaves: the sum over its rows of the product of
+// each leaf's extensions of the row (a warp a row, in a grid-stride loop; a row stops at its first
+// leaf with none). A product, or the sum, reaching 2^62 sets the flag (the engine counts those
+// rows, in exact integers where it must).
+extern "C" __global__ void __launch_bounds__(256) walk_leaves(const long long* __restrict__ plan, long long* state,
+                                                               long long entry_cap) {
+    if (*(volatile long long*)&state[WALK_FLAG]) return;
+    long long steps = plan[0], leaves = plan[1], flag = steps + 1;
+    const unsigned long long big = 1ULL << 62;
+    long long n = state[WALK_LEVELS + steps];
+    int lane = threadIdx.x & 31;
+    long long warps = ((long long)gridDim.x * blockDim.x) >> 5;
+    for (long long i = ((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5; i < n; i += warps) {
+        long long stop = 0;
+        if (lane == 0) stop = *(volatile long long*)&state[WALK_FLAG];
+        if (__shfl_sync(FULL, stop, 0)) break;
+        unsigned long long prod = 1;
+        bool over = false;
+        for (long long k = 0; k < leaves && prod && !over; ++k) {
+            long long c = walk_row<false>(plan, plan + plan[2 + steps + k], i, 0, state, entry_cap, flag);
+            unsigned long long hi = __umul64hi(prod, (unsigned long long)c);
+            prod *= (unsigned long long)c;
+            over = hi || prod >= big;
+        }
+        if (lane == 0 && (over || (prod && atomicAdd((unsigned long long*)&state[WALK_TOTAL], prod) + prod >= big)))
+            atomicCAS((unsigned long long*)&state[WALK_FLAG], 0ULL, (unsigned long long)flag);
+    }
+}
+"""
+
+_SOURCE += _WALK_SOURCE
+
 _module = None
 
 
