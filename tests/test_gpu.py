@@ -916,13 +916,10 @@ def _write_graph(tmp, edges, vlabels):
     return e, v
 
 
-@pytest.fixture(params=["light", "tuples", "walk"])
+@pytest.fixture(params=["light", "tuples"])
 def join_way(request, monkeypatch):
     """Light pieces joined row by row (most pieces of the small graphs here), or every piece
-    by its distinct tuples, step by step; or a count's steps in the fused walk first (the default
-    on the GPU), which hands the engine its last whole level where a level passes its caps."""
-    from sgsi.join import engine
-    monkeypatch.setattr(engine, "WALK", request.param == "walk")
+    by its distinct tuples."""
     if request.param == "tuples":
         from sgsi.join.gpu import GpuBackend
         monkeypatch.setattr(GpuBackend, "light_entries", 0)
@@ -948,17 +945,11 @@ def test_engine_on_gpu_matches_oracle(tmp_path, budget, join_way):
 
 
 @pytest.mark.parametrize("budget", [None, "64KB"])
-@pytest.mark.parametrize("way", ["light", "tuples"])
-def test_weighted_subtrees_on_gpu_match_oracle(tmp_path, budget, way, monkeypatch):
+def test_weighted_subtrees_on_gpu_match_oracle(tmp_path, budget, join_way, monkeypatch):
     """One-leaf subtrees counted from the root's sets and weights (every piece, however few its
-    entries) give the oracle's counts on the GPU, over trees and trees with an extra edge (step by
-    step: a fused walk would count them before the subtrees)."""
+    entries) give the oracle's counts on the GPU, over trees and trees with an extra edge."""
     from oracle import oracle_count, random_graph, random_pattern
     from sgsi.join import engine
-    from sgsi.join.gpu import GpuBackend
-    monkeypatch.setattr(engine, "WALK", False)
-    if way == "tuples":
-        monkeypatch.setattr(GpuBackend, "light_entries", 0)
     monkeypatch.setattr(engine, "WEIGHTED_FANOUT", 0)
     monkeypatch.setattr(engine, "WEIGHTED_MIN_ENTRIES", 0)
     rng = random.Random(29)
@@ -975,57 +966,6 @@ def test_weighted_subtrees_on_gpu_match_oracle(tmp_path, budget, way, monkeypatc
             assert g.count(pat, device="gpu", memory_budget=budget) == exp, pat
             weighted += g.last_stats["subtrees_weighted"]
     assert weighted >= 1
-
-
-@pytest.mark.parametrize("rows,entries", [(1 << 20, 1 << 24), (40, 1 << 24), (3, 1 << 24), (1 << 20, 300),
-                                           (1 << 20, 40)], ids=["whole", "rows-40", "rows-3", "entries-300",
-                                                                "entries-40"])
-def test_walk_on_gpu_matches_oracle(tmp_path, rows, entries, monkeypatch):
-    """A count's steps in the fused walk (gpu.walk) give the oracle's counts, injective or not,
-    whether the walk joins every vertex or stops at a level past its caps on rows or entries
-    and hands that level to the engine (at every depth, over these caps)."""
-    from oracle import oracle_count, random_graph, random_pattern
-    from sgsi.join import engine
-    monkeypatch.setattr(engine, "WALK_ROWS", rows)
-    monkeypatch.setattr(engine, "WALK_ENTRIES", entries)
-    rng = random.Random(41)
-    walked, whole, stopped = 0, 0, 0
-    for trial in range(5):
-        edges, vl = random_graph(rng, 40, 220, 3, 2, string_ids=trial % 2 == 1)
-        e, v = _write_graph(str(tmp_path), edges, vl)
-        g = sgsi.build(str(tmp_path / f"g{trial}.sgsi"), edges=e, vertices=v, force=True)
-        for _ in range(10):
-            pat = random_pattern(rng, rng.randint(2, 7), vertex_labels=sorted(set(vl.values())),
-                                 edge_labels=sorted({l for _, _, l in edges}), extra_edges=rng.choice([0, 1, 2]),
-                                 p_vertex_label=0.5)
-            for inj in (True, False):
-                exp = oracle_count(edges, vl, pat, injective=inj)
-                assert g.count(pat, device="gpu", injective=inj) == exp, (pat, inj)
-                st = g.last_stats
-                walked += st["walked"] > 0
-                whole += st["walked"] > 0 and st["steps"] == 0
-                stopped += st["walked"] > 0 and st["steps"] > 0
-    assert walked > 0
-    if rows == 1 << 20 and entries == 1 << 24:
-        assert whole > 0                    # counts done in the walk alone
-    else:
-        assert stopped > 0                  # levels handed to the engine
-
-
-def test_walk_segments_across_partitions(tmp_path, monkeypatch):
-    """Partitions of many segments (a tiny build budget): the walk finds a vertex's lists in the
-    segments that hold them, a list continuing in the next segment too, and counts the HPRD
-    queries exactly."""
-    g = sgsi.build(str(tmp_path / "hprd.sgsi"), graph=os.path.join(BENCH, "hprd", "data.graph"),
-                   memory_budget="64KB")
-    exp = _expected("hprd")
-    walked = 0
-    for q in sorted(exp)[::4]:
-        assert g.count(os.path.join(BENCH, "hprd", "queries", q), device="gpu") == exp[q], q
-        walked += g.last_stats["walked"] > 0
-    assert walked > 0
-    parts = g.store.manifest["partitions"].values()
-    assert max(info["segments"][1] for info in parts if "segments" in info) > 1
 
 
 def _expected(name):

@@ -53,15 +53,6 @@ from .backend import (distinct_index, exclusive_sum, host_ints, host_reductions,
 from .plan import REFINE_ROUNDS, Link, QueryPlan, Step, refine_cost
 from .stream import degree_index, neighbour_lists, segments_of, segments_spanning
 
-#: Whether a count on a backend that has a fused walk (the GPU) runs its steps in it first
-#: (:meth:`Engine._walk`); off only to compare. A walk's levels hold at most ``WALK_ROWS`` rows,
-#: its count passes read at most ``WALK_ENTRIES`` list entries in all, and patterns of more than
-#: ``WALK_MAX_VERTICES`` vertices are not walked (the kernels keep a row's vertices in registers).
-WALK = True
-WALK_ROWS = 1 << 20
-WALK_ENTRIES = 1 << 22
-WALK_MAX_VERTICES = 16
-
 #: Work (buffer entries plus rows) after which a query on unrefined candidate
 #: sets is planned again with refinement: at least this much, this many times
 #: the total size of the candidate sets, and as much as the neighbour-list
@@ -124,7 +115,7 @@ class Engine:
         self.xp = backend.xp
         self.budget = budget
         self._entries = []             # device sums of entries not yet added to stats (no read per step)
-        self._stats = {"chunks": 0, "steps": 0, "light_steps": 0, "walked": 0, "replanned": 0, "entries": 0,
+        self._stats = {"chunks": 0, "steps": 0, "light_steps": 0, "replanned": 0, "entries": 0,
                        "subtrees_weighted": 0, "leaves_factored": plan.factored,
                        "leaf_groups": _shared_groups(plan), "subtrees": len(plan.subtrees)}
         # Adaptive planning: run on the cheap plan first; if the join's work
@@ -201,14 +192,6 @@ class Engine:
         keep = [_columns_read(steps[k + 1:], self.plan) if count_only else None for k in range(len(steps))]
         held = [0]
         stack = [self._roots(self._limits(0), held)]
-        walked = self._walk() if count_only else None
-        if walked is not None and walked.count is not None:
-            yield ("count", walked.count)               # every step joined in the walk
-            return
-        if walked is not None:                          # the engine goes on from the walk's last whole level
-            depth, chunks, nbytes = self._walked_level(walked)
-            stack = [iter(()) for _ in range(depth)] + [iter(chunks)]
-            held = [0] * depth + [nbytes]
         while stack:
             chunk = next(stack[-1], None)
             if chunk is None:
@@ -228,70 +211,6 @@ class Engine:
             else:
                 held.append(0)
                 stack.append(self._step(chunk, steps[k], lim, held, k + 1, keep[k]))
-
-    def _walk(self):
-        """A count's join steps in one fused walk on a backend that has it (the GPU's
-        :meth:`~sgsi.join.gpu.GpuBackend.walk`: a dozen launches and one host read, where the
-        steps take dozens of launches and a read or two each). Returns None where it does not
-        run (``WALK`` off, no such backend, more than ``WALK_MAX_VERTICES`` vertices, the roots
-        past its cap on rows, partitions that do not fit the device cache), else the backend's
-        result: its count, or the level it stopped at, which the engine takes from there
-        (:meth:`_walked_level`).
-
-        The walk joins the core's steps. With no factored vertex it counts the last step; where
-        each factored vertex is a group of its own (and at most one is the root of a subtree,
-        joined as one more step), it counts each row as the product of the factored vertices'
-        extensions, as :meth:`_count_leaves` does; other plans leave their core's last level to
-        :meth:`_count_leaves`. A level holds at most ``WALK_ROWS`` rows (fewer where a quarter
-        of the budget does not hold the tables), and the walk reads at most ``WALK_ENTRIES``
-        list entries: a heavy count stops once it gets there, where the engine's steps are the
-        faster way."""
-        walk = getattr(self.backend, "walk", None)
-        plan = self.plan
-        if not WALK or walk is None or not plan.steps or len(plan.order) > WALK_MAX_VERTICES:
-            return None
-        chain, order, leaves, prune = list(plan.steps), plan.order, None, None
-        if plan.factored:
-            order = plan.order[:len(plan.steps) + 1]                  # the core
-            groups = list(plan.leaf_groups) + [g for t in plan.subtrees for g in t.groups]
-            leaves = []
-            if len(plan.subtrees) <= 1 and all(len(g.leaves) == 1 for g in groups):
-                # A subtree's root is one more step, over the core's rows whose other factored
-                # vertices all have an extension (as _count_leaves drops the others first).
-                if plan.subtrees:
-                    prune = {len(chain): [g.blocks[0] for g in plan.leaf_groups]}
-                chain += [t.step for t in plan.subtrees]
-                order = order + [t.root for t in plan.subtrees]
-                leaves = [g.blocks[0] for g in groups]
-        written = len(chain) - (leaves is None)
-        cap = min(WALK_ROWS, max(self.budget, 0) // 4 // (4 * sum(j + 1 for j in range(1, written + 1)) + 8))
-        first = plan.order[0]
-        n0 = plan.candidate_counts[first]
-        if n0 == 0 or n0 > cap:
-            return None
-        roots = self.backend.bits_to_ids(plan.candidates[first], self.store.n_vertices, n0)
-        got = walk(self.store, order, chain, plan.candidates, roots, cap, WALK_ENTRIES, leaves, prune)
-        if got is None:
-            return None
-        self._stats["entries"] += got.entries
-        if got.count is not None:
-            self._stats["walked"] = len(chain)
-        return got
-
-    def _walked_level(self, got):
-        """(depth, its chunks, their device bytes) of the last whole level of a stopped walk, for
-        the engine's stack: level j (the first j + 1 vertices of the order) goes in at depth j,
-        no deeper than the core (a factored plan counts its factored vertices per row of the
-        core). The levels' work is charged as the light steps' (their rows in and out)."""
-        depth = min(got.stopped, len(self.plan.steps))
-        for j in range(depth):
-            self._charge(got.levels[j] + got.levels[j + 1])
-        self._stats["walked"] = depth
-        n, table, stride = got.levels[depth], got.tables[depth], got.strides[depth]
-        cols = {u: table[c * stride:c * stride + n] for c, u in enumerate(self.plan.order[:depth + 1])}
-        rows = self._limits(got.nbytes).chunk_rows
-        chunks = [{u: col[a:a + rows] for u, col in cols.items()} for a in range(0, n, rows)]
-        return depth, chunks, got.nbytes
 
     def _limits(self, used):
         """Limits of a step when the levels above it hold ``used`` bytes."""

@@ -19,7 +19,6 @@ import threading
 import time
 import weakref
 from collections import OrderedDict
-from dataclasses import dataclass
 
 import cupy as cp
 import numpy as np
@@ -30,10 +29,6 @@ from .backend import Overlaps, host_ints
 from .stream import degree_index, segment_ranges, spanning
 
 _BLOCK = 256
-#: Blocks a fused walk's launches take, per SM (``walk_count`` holds 4 blocks of 256 threads an SM).
-_WALK_BLOCKS_PER_SM = 4
-#: Where the fused walk's state keeps its flag, entries read, count and levels' rows (kernels.py).
-_WALK_FLAG, _WALK_ENTRIES, _WALK_TOTAL, _WALK_LEVELS = 0, 1, 2, 3
 #: Longest list of a vertex in one segment that gather_lists gives one warp; longer ones get a block.
 _GATHER_WARP_MAX = 1024
 #: Blocks of gather_lists_block, which stride over the vertices for the lists longer than that.
@@ -421,22 +416,6 @@ class GpuOverlaps(Overlaps):
             for w in range(len(self.bits)):
                 self.known[(min(u, w), max(u, w))] = bool(hits[i, w])
         self.seen = len(self.bits)
-
-
-@dataclass
-class WalkResult:
-    """What :meth:`GpuBackend.walk` leaves: the count where every step ran (else None, and
-    ``stopped`` is the step that would have passed a cap: levels 0 .. stopped are whole), the rows
-    of each level, the levels' tables (level j: j + 1 columns, ``strides[j]`` apart; level 0 the
-    roots) and the list entries its count passes read."""
-
-    count: int | None
-    stopped: int | None
-    levels: list
-    tables: list
-    strides: list
-    entries: int
-    nbytes: int             # device bytes of the tables past level 0
 
 
 class GpuBackend:
@@ -1090,114 +1069,6 @@ class GpuBackend:
                                               out))
         return [out[i] for i in range(k)]
 
-    def walk(self, store, order, chain, candidates, roots, cap, entry_cap, leaves=None, prune=None):
-        """A count's join steps ``chain`` (one per vertex of ``order`` after the first) in one
-        fused walk, from the level of ``roots`` (int32 ids of ``order[0]``), with one host read
-        at the end (reference: the engine's join steps, Engine._walk). Per step a ``walk_count``
-        launch (each row's extensions counted, their offsets by a single-pass scan) and a
-        ``walk_write`` launch (the new level's rows). ``leaves`` None: the last step is only
-        counted. Else every step writes, and with leaves (steps over the last level: the
-        factored vertices of one-vertex groups) a ``walk_leaves`` launch counts each row of the
-        last level as the product of its leaves' extensions; with none the walk counts nothing
-        and leaves its levels to the engine (``stopped`` = the steps). ``prune``: {step: leaves over
-        its input level}; the step's rows where one of them has no extension get none.
-
-        Each level holds at most ``cap`` rows, and the count passes read at most ``entry_cap``
-        list entries in all: the step that would pass either stops the walk. Every segment of
-        the steps' partitions must be on the device (copied in here where they fit half the
-        cache; None where they do not: the engine joins step by step then).
-
-        Returns a :class:`WalkResult`."""
-        leaves_ = leaves or []
-        prune = prune or {}
-        pruners = [(s, step) for s, steps in sorted(prune.items()) for step in steps]
-        partitions = {}                     # (label, direction) -> its segments' records
-        for step in list(chain) + leaves_ + [step for _s, step in pruners]:
-            for link in step.links:
-                key = (link.label_id, link.direction)
-                if key not in partitions:
-                    partitions[key] = self._resident_partition(store, store.partition(*key))
-                    if partitions[key] is None:
-                        return None
-        n_steps = len(chain)
-        written = n_steps - 1 if leaves is None else n_steps          # levels the steps write
-        col = {u: i for i, u in enumerate(order)}
-        # The levels' tables: level j (1 .. written) has j + 1 columns of ``cap`` rows.
-        space = cp.empty(max(sum(j + 1 for j in range(1, written + 1)) * cap, 1), cp.int32)
-        tables, strides, at = [roots], [int(roots.size)], 0
-        for j in range(1, written + 1):
-            tables.append(space[at:at + (j + 1) * cap])
-            strides.append(cap)
-            at += (j + 1) * cap
-        # Records: the steps, the leaves (over the last level), the pruning leaves (over their
-        # step's input level); a step names its pruning leaves by their record's number (a
-        # ("record", i) placeholder until the records' places are known).
-        inputs = list(range(n_steps)) + [n_steps] * len(leaves_) + [s for s, _step in pruners]
-        first_pruner = n_steps + len(leaves_)
-        records = []
-        for r, step in enumerate(list(chain) + leaves_ + [step for _s, step in pruners]):
-            into = inputs[r]
-            out = (int(tables[r + 1].data.ptr), cap) if r < written else (0, 0)
-            mine = [("record", first_pruner + i) for i, (s, _step) in enumerate(pruners) if s == r and r < n_steps]
-            records.append([len(step.links), int(candidates[step.vertex].data.ptr), len(step.conflicts), *out,
-                            int(tables[into].data.ptr), strides[into], into + 1, len(mine), *mine]
-                           + [x for k in step.links for x in (col[k.other], (k.label_id, k.direction))]
-                           + [col[c] for c in step.conflicts])
-        table = [n_steps, len(leaves_)] + [0] * len(records)
-        for s, rec in enumerate(records):
-            table[2 + s] = len(table)
-            table += rec
-        where = {}
-        for key, segs in partitions.items():
-            where[key] = len(table)
-            table += [len(segs)] + [x for seg in segs for x in seg]
-        table = [x if not isinstance(x, tuple) else table[2 + x[1]] if x[0] == "record" else where[x]
-                 for x in table]
-        n_state = _WALK_LEVELS + 2 * n_steps + 1
-        state = np.zeros(n_state + len(table), np.int64)
-        state[_WALK_LEVELS] = roots.size
-        state[n_state:] = table
-        dev = cp.asarray(state)                                     # one copy in: state and plan
-        state_d, plan_d = dev[:n_state], dev[n_state:]
-        offsets = cp.empty(max(cap, int(roots.size)), cp.int64)
-        blocks = _WALK_BLOCKS_PER_SM * _sm_count()
-        sstate = _scan_state()
-        count, write = kernels.kernel("walk_count"), kernels.kernel("walk_write")
-        for s in range(n_steps):
-            last = s >= written
-            count((blocks,), (_BLOCK,), (plan_d, np.int32(s), state_d, offsets, np.int64(cap), np.int64(entry_cap),
-                                         np.int32(last)) + sstate.args(blocks))
-            if not last:
-                write((blocks,), (_BLOCK,), (plan_d, np.int32(s), state_d, offsets))
-        if leaves_:
-            kernels.kernel("walk_leaves")((blocks,), (_BLOCK,), (plan_d, state_d, np.int64(entry_cap)))
-        got = [int(x) for x in cp.asnumpy(state_d)]
-        stopped = got[_WALK_FLAG] - 1 if got[_WALK_FLAG] else None
-        if stopped is None and leaves is not None and not leaves_:
-            stopped = n_steps                                        # every level whole, nothing counted
-        levels = got[_WALK_LEVELS:_WALK_LEVELS + n_steps + 1]
-        return WalkResult(None if stopped is not None else got[_WALK_TOTAL], stopped, levels, tables, strides,
-                          got[_WALK_ENTRIES], int(space.nbytes))
-
-    def _resident_partition(self, store, p):
-        """Every segment of partition ``p`` on the device, as the fused walk's records (first
-        source, last source, groups address, groups, theta, ci address): the missing ones copied
-        in where all of the partition's fit half the cache; None where they do not."""
-        ids = [int(s) for s in p.seg_ids]
-        if not self._resident(store, ids):
-            if sum(sum(store.segment_sizes(s)) for s in ids) > self._cache_limit // 2:
-                return None
-            for _i, _g, _c in self.segments(store, [s for s in ids if not self._resident(store, [s])]):
-                pass
-            if not self._resident(store, ids):
-                return None
-        out = []
-        for s, first, last in zip(ids, p.first_src, p.last_src):
-            groups, ci, _nbytes = self._cache[(store.path, "segment", s)]
-            out.append((int(first), int(last), int(groups.data.ptr), int(groups.shape[0]), int(groups.shape[1]),
-                        int(ci.data.ptr)))
-        return out
-
     def extend(self, row_tuple, per_row, evals, sstart, scount, conflict_cols, sizes=None):
         """Columnar extension of one slice (reference: CpuBackend.extend), Prealloc-Combine:
         the rows' outputs are sized by a prefix sum of |S(t_i)|, written by the load-balanced
@@ -1505,18 +1376,6 @@ class _MappedBlocks:
 
 
 MAPPED = _MappedBlocks()
-
-
-def _sm_count() -> int:
-    """The current device's streaming multiprocessors (kept per device)."""
-    dev = cp.cuda.runtime.getDevice()
-    n = _SMS.get(dev)
-    if n is None:
-        n = _SMS[dev] = int(cp.cuda.runtime.getDeviceProperties(dev)["multiProcessorCount"])
-    return n
-
-
-_SMS = {}
 
 
 def _device_costs():

@@ -64,8 +64,6 @@ class QueryPlan:
     leaf_groups: list = field(default_factory=list)   # the factored vertices, as :class:`LeafGroup`
     subtrees: list = field(default_factory=list)      # factored vertices with leaves, as :class:`Subtree`
     refine_cost: int | None = None   # :func:`refine_cost` of this plan, where the planner found it already
-    chain: list = field(default_factory=list)   # the steps of every vertex of ``order`` after the first, as
-                                                # if none were factored (``steps`` first): a fused walk's
 
 
 #: Most vertices a :class:`LeafGroup` counts together (its terms are the set partitions of
@@ -183,12 +181,8 @@ def make_plan(store, pattern: Pattern, backend, injective=True, refine_rounds=RE
     subtrees = [Subtree(root, _step(store, inc, meets, root, [root], core, injective),
                         [_leaf_group(store, backend, inc, bits, meets, g, core + [root], injective) for g in kids])
                 for root, kids in trees]
-    # The factored vertices' own steps too, each after the vertices before it in the order: a
-    # count may join them all in a fused walk (Engine._walk), which counts the last one per row.
-    chain = steps + [_step(store, inc, meets, u, [u], order[:i], injective) for i, u in enumerate(order)
-                     if i >= len(core)]
     return QueryPlan(pattern, False, order, steps, bits, counts, injective, inc, len(tail), leaf_groups, subtrees,
-                     cost, chain)
+                     cost)
 
 
 def _step(store, inc, meets, vertex, joins, joined, injective):
