@@ -38,3 +38,24 @@ def test_launched_kernels_are_defined_and_defined_kernels_launched():
     assert {"scan_small_bool", "scan_pass_i64", "member_entries"} <= launched
     assert sorted(launched - defined) == []          # a launch of a kernel the source lacks
     assert sorted(defined - launched) == []          # a kernel nothing launches
+
+
+def test_host_constants_match_the_kernels():
+    """Constants gpu.py sizes launches by, which the kernels define too, agree: a summary's tiles
+    are cut by ``_SUMMARY_ROUNDS`` rows a thread and staged by ``PASS_OFFSETS_ROUNDS``, a scan's by
+    ``_SCAN_ROUNDS`` and ``SCAN_ROUNDS``; its blocks fit ``SCAN_BLOCK_MAX``; the summary's launches
+    use ``PASS_BLOCK`` threads."""
+    with open(GPU_PY) as f:
+        src = f.read()
+
+    def host(name):
+        return int(re.search(rf"^{name} = (\d+)$", src, re.M).group(1))
+
+    def define(name):
+        return int(re.search(rf"^#define {name} (\d+)$", kernels._SOURCE, re.M).group(1))
+
+    assert host("_SUMMARY_ROUNDS") == define("PASS_OFFSETS_ROUNDS")
+    assert host("_SCAN_ROUNDS") == define("SCAN_ROUNDS")
+    assert host("_SCAN_BLOCK") <= define("SCAN_BLOCK_MAX")
+    blocks = re.findall(r'kernels\.kernel\("piece_pass(?:_offsets)?"\)\(\(tiles,\), \((\d+),\)', src)
+    assert len(blocks) == 2 and {int(b) for b in blocks} == {define("PASS_BLOCK")}
