@@ -617,6 +617,33 @@ __device__ __forceinline__ void look_back(long long t, long long* s, int* flags,
 #define SCAN_ROUNDS 8
 #define SCAN_BLOCK_MAX 512
 #define SCAN_SLOT(k) ((k) + ((k) >> 4))
+
+// This thread's run of R consecutive values of a tile staged in shared memory (buf, slots
+// SCAN_SLOT) into v; returns their sum.
+template <int R>
+__device__ __forceinline__ long long run_load(const long long* buf, long long* v) {
+    long long sum = 0;
+    int mine = threadIdx.x * R;
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+        v[r] = buf[SCAN_SLOT(mine + r)];
+        sum += v[r];
+    }
+    return sum;
+}
+
+// The run's prefix sums back to buf, from acc (the sum of the values before the run): inclusive,
+// or with ``exclusive`` each value's sum before it.
+template <int R>
+__device__ __forceinline__ void run_store(long long* buf, const long long* v, long long acc, bool exclusive) {
+    int mine = threadIdx.x * R;
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+        acc += v[r];
+        buf[SCAN_SLOT(mine + r)] = exclusive ? acc - v[r] : acc;
+    }
+}
+
 template <typename T>
 __device__ __forceinline__ void scan_pass(const T* __restrict__ x, long long n, long long* __restrict__ out,
                                           int exclusive, unsigned long long* ticket, int* flags, long long* agg,
@@ -633,24 +660,14 @@ __device__ __forceinline__ void scan_pass(const T* __restrict__ x, long long n, 
         buf[SCAN_SLOT(r * b + threadIdx.x)] = i < n ? (long long)x[i] : 0;
     }
     __syncthreads();
-    long long v[SCAN_ROUNDS], sum = 0;
-    int mine = threadIdx.x * SCAN_ROUNDS;
-#pragma unroll
-    for (int r = 0; r < SCAN_ROUNDS; ++r) {
-        v[r] = buf[SCAN_SLOT(mine + r)];
-        sum += v[r];
-    }
+    long long v[SCAN_ROUNDS];
+    long long sum = run_load<SCAN_ROUNDS>(buf, v);
     long long total;
     long long before = block_exclusive_scan(sum, &total);
     if (threadIdx.x == 0) s[0] = total;
     __syncthreads();
     look_back<SumOp>(t, s, flags, agg, incl, epoch);
-    long long acc = s[1] + before;
-#pragma unroll
-    for (int r = 0; r < SCAN_ROUNDS; ++r) {
-        acc += v[r];
-        buf[SCAN_SLOT(mine + r)] = exclusive ? acc - v[r] : acc;
-    }
+    run_store<SCAN_ROUNDS>(buf, v, s[1] + before, exclusive);
     __syncthreads();
 #pragma unroll
     for (int r = 0; r < SCAN_ROUNDS; ++r) {
@@ -733,20 +750,10 @@ __device__ __forceinline__ void piece_pass_tile(long long* __restrict__ deg, con
         for (int w = 0; w < 5; ++w) out[w] = all[w];
     }
     if (!OFFSETS) return;
-    long long v[PASS_OFFSETS_ROUNDS], sum = 0;
-    int mine = threadIdx.x * PASS_OFFSETS_ROUNDS;
-#pragma unroll
-    for (int r = 0; r < PASS_OFFSETS_ROUNDS; ++r) {
-        v[r] = buf[SCAN_SLOT(mine + r)];
-        sum += v[r];
-    }
+    long long v[PASS_OFFSETS_ROUNDS];
+    long long sum = run_load<PASS_OFFSETS_ROUNDS>(buf, v);
     long long total;
-    long long acc = s[5] + block_exclusive_scan(sum, &total);
-#pragma unroll
-    for (int r = 0; r < PASS_OFFSETS_ROUNDS; ++r) {
-        buf[SCAN_SLOT(mine + r)] = acc;
-        acc += v[r];
-    }
+    run_store<PASS_OFFSETS_ROUNDS>(buf, v, s[5] + block_exclusive_scan(sum, &total), true);
     __syncthreads();
     for (int r = 0; r < PASS_OFFSETS_ROUNDS; ++r) {
         long long i = t0 + (long long)r * b + threadIdx.x;
