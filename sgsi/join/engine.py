@@ -595,21 +595,38 @@ class Engine:
         blocks = [(gi, bi, step) for gi, g in enumerate(groups) for bi, step in enumerate(g.blocks)]
         one = [b for b in blocks if b[2].vertex in groups[b[0]].leaves]
         one.sort(key=lambda b: -len(b[2].links))
+        # Whether every row left counts: each group is one leaf (its matches, its block's size) and
+        # each block's rows where it is empty were cut.
+        counting = all(len(g.leaves) == 1 for g in groups)
         for gi, bi, step in one + [b for b in blocks if b[2].vertex not in groups[b[0]].leaves]:
             sizes[gi, bi] = self._block_sizes(rows, step, lim)
             if step.vertex in groups[gi].leaves:
-                rows, sizes = _rows_kept(xp, rows, sizes, sizes[gi, bi] > 0)
+                rows, sizes, whole = _rows_kept(xp, rows, sizes, sizes[gi, bi] > 0)
+                counting &= whole
                 if _n_rows(rows) == 0:
                     return 0
         prod = self._groups_product(groups, sizes)
-        for tree in self.plan.subtrees:
-            if prod is not None and not _exact(prod):   # rows that count nothing already are not expanded
-                rows, kept = _rows_kept(xp, rows, {0: prod}, prod > 0)
+        last = None                     # the last subtree's factors: multiplied with the sum's read
+        for k, tree in enumerate(self.plan.subtrees):
+            # Rows that count nothing already are not expanded (none is left where ``counting``).
+            if prod is not None and not _exact(prod) and not (counting and k == 0):
+                rows, kept, _whole = _rows_kept(xp, rows, {0: prod}, prod > 0)
                 prod = kept[0]
                 if _n_rows(rows) == 0:
                     return 0
             value = self._subtree_counts(rows, tree, lim)
-            prod = value if prod is None else _exact_product(backend, prod, value)
+            if prod is not None and k == len(self.plan.subtrees) - 1 and not _exact(prod) and not _exact(value):
+                last = (prod, value)
+            else:
+                prod = value if prod is None else _exact_product(backend, prod, value)
+        if last is not None:
+            # The product's bound, the sum's and the sum in one read (_exact_product's, then the sum's).
+            a, b = last
+            prod = a * b
+            top_a, top_b, top, total = host_reductions(xp, ("max", a), ("max", b), ("max", prod), ("sum", prod))
+            if top_a * top_b < _INT64_SAFE and top * _n_rows(rows) < _INT64_SAFE:
+                return total
+            prod = _exact_product(backend, a, b)
         if not _exact(prod):
             top, total = host_reductions(xp, ("max", prod), ("sum", prod))     # one read
             if top * _n_rows(rows) < _INT64_SAFE:               # the int64 sum did not overflow
@@ -990,16 +1007,17 @@ def _group_matches(backend, group, sizes):
 
 def _rows_kept(xp, rows, sizes, keep):
     """``rows`` and the per-row ``sizes`` cut to the rows where ``keep``, when that drops a
-    quarter of them or more (a cut copies every column); the row numbers start again at 0."""
+    quarter of them or more (a cut copies every column); the row numbers start again at 0. The
+    third value: whether ``keep`` holds on every row returned."""
     n = int(keep.size)
     idx = nonzero_index(xp, keep)
     if int(idx.size) > 3 * n // 4:
-        return rows, sizes
+        return rows, sizes, int(idx.size) == n
     names = [u for u in rows if u != _ROW]
     taken = take_columns(xp, [rows[u] for u in names] + list(sizes.values()), idx)
     rows = dict(zip(names, taken))
     rows[_ROW] = row_numbers(xp, int(idx.size))
-    return rows, dict(zip(sizes, taken[len(names):]))
+    return rows, dict(zip(sizes, taken[len(names):])), True
 
 
 def _taken(xp, chunk, idx, keep=None):
