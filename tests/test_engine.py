@@ -860,19 +860,24 @@ def test_subtrees_counted_per_row(cases, budget, injective):
             m.setattr(engine, "WEIGHTED_SUBTREES", False)
             assert g.count(p, device=CPU, memory_budget=budget, injective=injective) == want, (p, injective)
             assert g.last_stats["subtrees_weighted"] == 0
-        with pytest.MonkeyPatch.context() as m:
-            # The last subtree's product read with the sum (the leaves' product times the subtree's
-            # counts): where its bound fails, the product is taken again in exact integers.
-            def failing(xp, *pairs):
+        for failing in ("first", "all"):
+            # The last subtree's sums and product are bounded in the count's final read (its
+            # reads of 3 or more arrays): where the first bound fails (the product's, where the
+            # subtree multiplies the other leaves' product), the product is taken again in exact
+            # integers; where all fail, the subtree is counted again, each bound read.
+            def reductions(xp, *pairs):
                 got = real(xp, *pairs)
-                if len(pairs) == 4:
-                    bounds_failed.append(1)
-                    got[0] = engine._INT64_SAFE
+                if len(pairs) >= 3:
+                    final_reads.append(1)
+                    for i, (op, _a) in enumerate(pairs):
+                        if op == "max" and (failing == "all" or i == 0):
+                            got[i] = engine._INT64_SAFE
                 return got
-            real, bounds_failed = engine.host_reductions, []
-            m.setattr(engine, "host_reductions", failing)
-            assert g.count(p, device=CPU, memory_budget=budget, injective=injective) == want, (p, injective)
-            with_leaves += bool(bounds_failed)
+            real, final_reads = engine.host_reductions, []
+            with pytest.MonkeyPatch.context() as m:
+                m.setattr(engine, "host_reductions", reductions)
+                assert g.count(p, device=CPU, memory_budget=budget, injective=injective) == want, (p, injective)
+            with_leaves += bool(final_reads)
     assert subtrees >= 1 and with_leaves >= 1
 
 

@@ -85,6 +85,11 @@ class _Replan(Exception):
     """The join outgrew its plan before producing results; plan again."""
 
 
+class _Eager(Exception):
+    """A subtree's sums, added with their bounds unread, came in Python integers: count again,
+    each bound read (:meth:`Engine._subtree_counts`)."""
+
+
 #: Bytes a GBA entry and its bookkeeping take (value, row id, flags).
 _GBA_ENTRY_BYTES = 16
 #: Bytes of a row's int64 temporaries in a join step (tuple id, degree, offsets, sort order).
@@ -606,27 +611,44 @@ class Engine:
                 if _n_rows(rows) == 0:
                     return 0
         prod = self._groups_product(groups, sizes)
-        last = None                     # the last subtree's factors: multiplied with the sum's read
-        for k, tree in enumerate(self.plan.subtrees):
+        subtrees = self.plan.subtrees
+        # The last subtree's sums are added in int64 with their bounds left to the final read
+        # (``bounds``), and its product with the rest is taken there too (``last``): one read
+        # where _add_counts, _exact_product and the sum took one each.
+        last, bounds = None, []
+        for k, tree in enumerate(subtrees):
             # Rows that count nothing already are not expanded (none is left where ``counting``).
             if prod is not None and not _exact(prod) and not (counting and k == 0):
                 rows, kept, _whole = _rows_kept(xp, rows, {0: prod}, prod > 0)
                 prod = kept[0]
                 if _n_rows(rows) == 0:
                     return 0
-            value = self._subtree_counts(rows, tree, lim)
-            if prod is not None and k == len(self.plan.subtrees) - 1 and not _exact(prod) and not _exact(value):
+            lazy = k == len(subtrees) - 1 and (prod is None or not _exact(prod))
+            try:
+                value = self._subtree_counts(rows, tree, lim, bounds if lazy else None)
+            except _Eager:              # a sum in Python integers: counted again, each bound read
+                lazy, bounds = False, []
+                value = self._subtree_counts(rows, tree, lim)
+            if lazy and prod is not None:
                 last = (prod, value)
             else:
                 prod = value if prod is None else _exact_product(backend, prod, value)
+        factors = [] if last is None else list(last)
         if last is not None:
-            # The product's bound, the sum's and the sum in one read (_exact_product's, then the sum's).
-            a, b = last
-            prod = a * b
-            top_a, top_b, top, total = host_reductions(xp, ("max", a), ("max", b), ("max", prod), ("sum", prod))
-            if top_a * top_b < _INT64_SAFE and top * _n_rows(rows) < _INT64_SAFE:
-                return total
-            prod = _exact_product(backend, a, b)
+            prod = last[0] * last[1]
+        if not _exact(prod):
+            got = host_reductions(xp, *[("max", f) for f in factors], ("max", prod), ("sum", prod),
+                                  *[("max", v) for v, _size in bounds])
+            f = len(factors)
+            top, total = got[f], got[f + 1]
+            added = sum(m * size for m, (_v, size) in zip(got[f + 2:], bounds)) < _INT64_SAFE
+            if added and math.prod(got[:f]) < _INT64_SAFE and top * _n_rows(rows) < _INT64_SAFE:
+                return total                # no sum, product or total could pass int64
+            if not added:               # the last subtree's sums may have: counted again, each bound read
+                value = self._subtree_counts(rows, subtrees[-1], lim)
+                prod = value if last is None else _exact_product(backend, last[0], value)
+            elif last is not None:
+                prod = _exact_product(backend, *last)
         if not _exact(prod):
             top, total = host_reductions(xp, ("max", prod), ("sum", prod))     # one read
             if top * _n_rows(rows) < _INT64_SAFE:               # the int64 sum did not overflow
@@ -641,12 +663,16 @@ class Engine:
             prod = value if prod is None else _exact_product(self.backend, prod, value)
         return prod
 
-    def _subtree_counts(self, rows, tree, lim):
+    def _subtree_counts(self, rows, tree, lim, bounds=None):
         """Matches of a :class:`~sgsi.join.plan.Subtree` per row of ``rows``: the rows are extended
         by the root (in slices), the root's leaf groups counted per extended row, and their
         product summed back onto the rows. The slices and their groups' sets take half of
         this level's limits, the rows' sets for the root the rest. A subtree of one leaf is
-        counted without extending the rows where they fan out far (:meth:`_weighted_rows`)."""
+        counted without extending the rows where they fan out far (:meth:`_weighted_rows`).
+
+        ``bounds`` (a list): the sums are added in int64 with no read, each added array and its
+        size appended to ``bounds``; they are exact where Σ max · size < ``_INT64_SAFE``, which the
+        caller reads. A sum that comes in Python integers raises :class:`_Eager` then."""
         xp = self.xp
         n = _n_rows(rows)
         half = Limits(max(16, lim.gba_entries // 2), max(4, lim.chunk_rows // 2))
@@ -661,16 +687,23 @@ class Engine:
                 # whole list, would be taken off once per window. Its rows are extended.
                 value = self._weighted_rows(piece, sets, tree, half) if weighted and how.way != "hub" else None
                 if value is not None:
-                    exact = self._add_counts(total, exact, piece[_ROW], value)
+                    exact = self._add_counts(total, exact, piece[_ROW], value, bounds)
                     continue
                 for at, value in self._extended_rows(piece, sets, tree, half, keep):
-                    exact = self._add_counts(total, exact, at, value)
+                    exact = self._add_counts(total, exact, at, value, bounds)
         return total if exact is None else exact
 
-    def _add_counts(self, total, exact, at, value):
+    def _add_counts(self, total, exact, at, value, bounds=None):
         """total[at] += value (int64 ``total`` while no sum may pass int64; then the Python integers
-        ``exact``, made from ``total`` once); returns ``exact``."""
+        ``exact``, made from ``total`` once); returns ``exact``. With ``bounds`` (a list) the sum is
+        added in int64 unread, and (value, its size) appended (see :meth:`_subtree_counts`)."""
         backend = self.backend
+        if bounds is not None:
+            if _exact(value):
+                raise _Eager()
+            backend.add_at(total, at, value)
+            bounds.append((value, int(at.size)))
+            return None
         if exact is None and not _exact(value) and _sum_bound(backend.xp, value, int(at.size), total) < _INT64_SAFE:
             backend.add_at(total, at, value)
             return None
