@@ -324,7 +324,7 @@ class _Watched:
     Every join step reads its neighbour lists through ``backend.segments()``
     (its later links' too: ``member()`` is given this wrapper to stream them), a
     refinement round is one ``refine_round()`` call, the filter runs in one
-    ``candidate_bits()`` call, and the columnar extension one output
+    ``candidate_bits()`` or ``candidate_sets()`` call, and the columnar extension one output
     slice per ``extend()`` call (a light piece's, one ``pack_rows()`` call): a
     check at each stops a query within the work of one segment, round or slice.
     Everything else is the backend's own.
@@ -356,6 +356,10 @@ class _Watched:
     def candidate_bits(self, *args, **kwargs):
         self._check()
         return self._backend.candidate_bits(*args, **kwargs)
+
+    def candidate_sets(self, *args, **kwargs):
+        self._check()
+        return self._backend.candidate_sets(*args, **kwargs)
 
     def extend(self, *args, **kwargs):
         self._check()

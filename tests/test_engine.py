@@ -653,8 +653,8 @@ def test_replans_where_the_join_explodes(bench, monkeypatch):
     second plan starts from the first one's filtered sets (the vertices are filtered once)."""
     from sgsi.join import plan as plan_mod
     filtered = []
-    real = plan_mod._candidates
-    monkeypatch.setattr(plan_mod, "_candidates", lambda *a: filtered.append(len(a[2])) or real(*a))
+    real = plan_mod._filter_args
+    monkeypatch.setattr(plan_mod, "_filter_args", lambda *a: filtered.append(len(a[2])) or real(*a))
     g = bench("yeast", None)
     q = "query_dense_8_110.graph"
     assert g.count(str(BENCH / "yeast" / "queries" / q), device=CPU) == expected("yeast")[q]

@@ -302,6 +302,58 @@ def test_candidate_bits_kernel_matches_reference(gpu):
         assert sum(int(np.unpackbits(r.view(np.uint8)).sum()) for r in ref) > 0
 
 
+def test_candidate_sets_match_reference(gpu):
+    """GpuBackend.candidate_sets (the filter adding up the sets' sizes and overlaps as it writes
+    them, the cost in the same read) against the CPU's candidate_bits + counts_and_overlaps: 5, 12
+    and 32 pattern vertices (32: every bit of the overlap words), and 33 (past them: the separate
+    reductions), over vertex segments that start off a word boundary, with and without the cost's
+    jobs; bitsets appended afterwards are learnt against them."""
+    import cupy as cp
+    rng = np.random.default_rng(5)
+    cpu = CpuBackend()
+    n = 9_000
+    cuts = [0, 1000, 1037, 5000, n]
+    cols = [rng.integers(0, 2**32, n, dtype=np.uint64).astype(np.uint32) for _ in range(6)]
+    labels = rng.integers(0, 4, n).astype(np.int32)
+    masks = [rng.random(n) < 0.7 for _ in range(2)]
+    deg = rng.integers(0, 100, n).astype(np.int32)
+    for trial, k in enumerate((5, 12, 32, 33, 12)):
+        specs = []
+        for u in range(k):
+            tests = rng.choice(6, size=int(rng.integers(0, 3)), replace=False)
+            q = [np.uint32(1 << int(rng.integers(0, 4))) for _ in tests]          # words that often pass
+            lab = int(rng.integers(0, 4)) if (trial + u) % 3 else None
+            ands = [int(a) for a in rng.choice(2, size=int(rng.integers(0, 2)), replace=False)]
+            specs.append((tests, q, lab, ands))
+        if trial == 4:                  # a set no vertex is in
+            specs[3] = (np.array([0]), [np.uint32(0)], 9, [])
+
+        def parts(xp):
+            return [(a, b - a, [(xp.asarray(labels[a:b]) if lab is not None else None, lab,
+                                 [(xp.asarray(cols[c][a:b]), qc) for c, qc in zip(tests, q)])
+                                for tests, q, lab, _ands in specs])
+                    for a, b in zip(cuts[:-1], cuts[1:])]
+        jobs = [([0, 2], deg), ([1], deg[::-1].copy())] if trial % 2 == 0 else None
+        ref_bits, ref_counts, ref_meets, ref_cost = cpu.candidate_sets(
+            n, parts(np), [[masks[a] for a in s[3]] for s in specs], None if jobs is None else lambda: jobs)
+        bits, counts, meets, cost = gpu.candidate_sets(
+            n, parts(cp), [[cp.asarray(masks[a]) for a in s[3]] for s in specs],
+            None if jobs is None else lambda: [(u, cp.asarray(d)) for u, d in jobs])
+        assert len(bits) == k and counts == ref_counts and cost == ref_cost
+        assert (cost is None) == (jobs is None)
+        for r, g in zip(ref_bits, bits):
+            assert np.array_equal(r, cp.asnumpy(g))
+        host = list(ref_bits)
+        for b in (host[0] | host[1], np.zeros_like(host[0])):      # learnt by later launches
+            host.append(b)
+            ref_bits.append(b)
+            bits.append(cp.asarray(b))
+        pairs = [(u, w) for u in range(len(host)) for w in range(len(host))]
+        assert [meets(u, w) for u, w in pairs] == [ref_meets(u, w) for u, w in pairs] == \
+            [bool((host[u] & host[w]).any()) for u, w in pairs]
+        assert 0 < sum(counts) < k * n and not all(meets(u, w) for u, w in pairs)
+
+
 @pytest.mark.parametrize("thresholds", [None, (10**9, 10**9), (-1, 10**9), (-1, 31), (-1, -1), (1, 3), (1, 40),
                                         (40, 40)],
                          ids=["cost-model", "all-warp", "pool-and-block", "pool-and-own", "all-own", "mixed",

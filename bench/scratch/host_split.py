@@ -142,11 +142,16 @@ def _profiled(qi, count, counts):
     rows = sorted(st.stats.items(), key=lambda kv: -kv[1][2])
     report(f"\n## query {qi} under cProfile ({st.total_calls / counts:.0f} calls a count): own us, cumulative us, "
            f"calls a count, function, its largest callers")
-    for (file, line, name), (_cc, nc, tt, ct, callers) in rows[:70]:
+    for (file, line, name), (_cc, nc, tt, ct, callers) in rows[:120]:
         top = sorted(callers.items(), key=lambda kv: -kv[1][2])[:3]
         who = ", ".join(f"{os.path.basename(f)}:{ln}:{fn}" for (f, ln, fn), _v in top)
         report(f"   {tt / counts * 1e6:8.1f} {ct / counts * 1e6:8.1f} {nc / counts:6.1f}  "
                f"{os.path.basename(file)}:{line}:{name}  <- {who}")
+    report(f"\n## query {qi} under cProfile, by cumulative time (sgsi functions)")
+    rows = sorted(((k, v) for k, v in st.stats.items() if "sgsi" in k[0]), key=lambda kv: -kv[1][3])
+    for (file, line, name), (_cc, nc, tt, ct, callers) in rows[:70]:
+        report(f"   {tt / counts * 1e6:8.1f} {ct / counts * 1e6:8.1f} {nc / counts:6.1f}  "
+               f"{os.path.basename(file)}:{line}:{name}")
 
 
 def main(argv=None):

@@ -375,6 +375,18 @@ class CpuBackend:
         """The set bits of each bitset, as Python integers."""
         return [self.popcount(b) for b in bitsets]
 
+    def candidate_sets(self, n, parts, ands, cost_jobs=None):
+        """:meth:`candidate_bits`, with :meth:`counts_and_overlaps` of the sets: (bits, counts,
+        overlaps, cost or None). ``cost_jobs``: None, or a function giving the cost's jobs (or
+        None: no cost), called once the filter is issued (the GPU's host work on them then
+        overlaps the filter's device work). The GPU's filter finds the counts and overlaps as
+        it writes the sets."""
+        bits = self.candidate_bits(n, parts, ands)
+        jobs = cost_jobs() if cost_jobs is not None else None
+        if jobs is None:
+            return (bits, *self.counts_and_overlaps(bits), None)
+        return (bits, *self.counts_and_overlaps(bits, jobs))
+
     def counts_and_overlaps(self, bits, cost_jobs=None):
         """(:meth:`popcounts` of the candidate bitsets ``bits``, their :meth:`overlaps`): what the
         planner asks of them, in one call (the GPU's reads both at once); with ``cost_jobs``

@@ -229,6 +229,13 @@ _SUMMARY_TILES = 1024
 _OFFSETS_MAX = 1 << 16
 
 
+#: Most blocks of a ``candidate_bits`` launch (a grid-stride loop past that): its blocks add their
+#: counts and overlaps to the same 2k words once each, so fewer blocks, fewer atomics on them.
+_CANDIDATE_BLOCKS = 4096
+#: Most entries of a ``candidate_bits`` argument table copied to shared memory (16 KB; a longer
+#: one is read where it is).
+_CANDIDATE_SHARED_TABLE = 2048
+
 #: Most arrays :func:`stack_rows` and scalars :func:`read_ints` take in one launch (the kernels'
 #: pointer arguments); more go through CuPy's stack.
 _STACK_MAX = 8
@@ -384,11 +391,18 @@ class _PeakMemory:
 class GpuOverlaps(Overlaps):
     """:class:`~sgsi.join.backend.Overlaps` with one launch and one host read per question
     that finds bitsets not seen yet: those bitsets against every bitset of the list
-    (``bitset_overlaps``), where asking pair by pair cost two launches and a host sync each."""
+    (``bitset_overlaps``), where asking pair by pair cost two launches and a host sync each.
+    The answers are kept as a matrix over the bitsets seen."""
 
     def __init__(self, bits):
         super().__init__(cp, bits)
         self.seen = 0                   # bits[:seen] are known against each other
+        self.matrix = np.zeros((0, 0), dtype=bool)
+
+    def __call__(self, u, w):
+        if max(u, w) >= self.seen:
+            self._learn(None)
+        return bool(self.matrix[u, w])
 
     def _learn(self, key):
         out = cp.zeros((len(self.bits) - self.seen) * len(self.bits), cp.int32)
@@ -409,13 +423,15 @@ class GpuOverlaps(Overlaps):
                                            np.int64(words), np.int32(per_pair), out))
 
     def _record(self, hits):
-        """Keep the answers ``hits`` (on the host) of a :meth:`_launch`: the new bitsets are seen."""
-        hits = hits.reshape(len(self.bits) - self.seen, len(self.bits))
-        for i in range(hits.shape[0]):
-            u = self.seen + i
-            for w in range(len(self.bits)):
-                self.known[(min(u, w), max(u, w))] = bool(hits[i, w])
-        self.seen = len(self.bits)
+        """Keep the answers ``hits`` (on the host: a row of ``len(bits)`` per bitset not seen yet,
+        nonzero where they meet) of a :meth:`_launch`: the new bitsets are seen."""
+        total, seen = len(self.bits), self.seen
+        hits = np.asarray(hits).reshape(total - seen, total) != 0
+        matrix = np.zeros((total, total), dtype=bool)
+        matrix[:seen, :seen] = self.matrix
+        matrix[seen:, :] = hits
+        matrix[:, seen:] |= hits.T
+        self.matrix, self.seen = matrix, total
 
 
 class GpuBackend:
@@ -1045,11 +1061,12 @@ class GpuBackend:
             kernels.kernel("pack_rows")(_grid(n * 32), (_BLOCK,), (gba, F, fill, ends, np.int64(n), erow, vals))
         return erow, vals
 
-    def candidate_bits(self, n, parts, ands):
+    def candidate_bits(self, n, parts, ands, stats=None):
         """C(u) of several pattern vertices (reference: CpuBackend.candidate_bits): one
         ``candidate_bits`` launch per vertex segment for all of them, a thread per vertex, its
         arguments (the labels, the tests' columns and query words, the degree masks) in one
-        table."""
+        table. ``stats`` (int64, 2k zeros; k <= 32): where the launches add each set's size and
+        OR the sets it meets (:meth:`candidate_sets`)."""
         k = len(ands)
         words = (n + 31) // 32
         out = cp.zeros((k, words), dtype=cp.uint32)
@@ -1063,11 +1080,40 @@ class GpuBackend:
                     record += [_pointer(col, cp.uint32, held), int(q)]
                 records.append(record + [len(masks)] + [_pointer(m, cp.bool_, held) for m in masks])
             args = _record_table([], records)
+            n_table = int(args.size) if args.size <= _CANDIDATE_SHARED_TABLE else 0
             threads = count + start % 32
-            kernels.kernel("candidate_bits")(((threads + _BLOCK - 1) // _BLOCK,), (_BLOCK,),
-                                             (args, np.int32(k), np.int64(start), np.int64(count), np.int64(words),
-                                              out))
+            blocks = min((threads + _BLOCK - 1) // _BLOCK, _CANDIDATE_BLOCKS)
+            kernels.kernel("candidate_bits")((blocks,), (_BLOCK,),
+                                             (args, np.int32(n_table), np.int32(k), np.int64(start), np.int64(count),
+                                              np.int64(words), out, np.uint64(0) if stats is None else stats),
+                                             shared_mem=8 * n_table)
         return [out[i] for i in range(k)]
+
+    def candidate_sets(self, n, parts, ands, cost_jobs=None):
+        """:meth:`candidate_bits` with what the planner asks of the sets (reference:
+        CpuBackend.candidate_sets): for at most 32 pattern vertices the filter's launches add up
+        the sets' sizes and the overlaps of the pairs whose labels allow one as they write them,
+        and ``union_degrees`` the cost, all read in one read; a stack, a reduction and a launch
+        reading every pair of bitsets found them (:meth:`counts_and_overlaps`), with two small
+        tables copied in on the host's path."""
+        k = len(ands)
+        if k > 32:
+            bits = self.candidate_bits(n, parts, ands)
+            jobs = cost_jobs() if cost_jobs is not None else None
+            if jobs is None:
+                return (bits, *self.counts_and_overlaps(bits), None)
+            return (bits, *self.counts_and_overlaps(bits, jobs))
+        stats = cp.zeros(2 * k + 1, cp.int64)        # the counts, the overlaps' bits, the cost
+        bits = self.candidate_bits(n, parts, ands, stats)
+        jobs = cost_jobs() if cost_jobs is not None else None
+        if jobs is not None:
+            self.add_union_degrees(stats[2 * k:], bits, jobs)
+        host = cp.asnumpy(stats)
+        hits = (host[k:2 * k, None] >> np.arange(k)) & 1        # the kernel's pairs, u != w
+        hits[np.arange(k), np.arange(k)] = host[:k] > 0          # a set meets itself where not empty
+        meets = GpuOverlaps(bits)
+        meets._record(hits)
+        return bits, [int(x) for x in host[:k]], meets, None if jobs is None else int(host[-1])
 
     def extend(self, row_tuple, per_row, evals, sstart, scount, conflict_cols, sizes=None):
         """Columnar extension of one slice (reference: CpuBackend.extend), Prealloc-Combine:

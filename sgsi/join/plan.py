@@ -156,19 +156,26 @@ def make_plan(store, pattern: Pattern, backend, injective=True, refine_rounds=RE
         return QueryPlan(pattern, True, [], [], [], [], injective)
 
     inc = list(_incident(pattern, edge_ids))
-    bits = list(filtered) if filtered is not None else _candidates(store, backend, vlabel, inc, injective)
-    for _ in range(refine_rounds):
-        bits, changed = _refine(store, backend, bits, inc)
-        if not changed:
-            break
     # A backend that keeps every partition's degrees on the device finds refine_cost with the
     # counts, in their read (the engine asks for it once the join outgrows the candidate sets).
-    cost_jobs = _dense_cost_jobs(store, backend, inc) if refine_rounds == 0 and backend.early_refine_cost else None
-    if cost_jobs is None:
-        counts, meets = backend.counts_and_overlaps(bits)
-        cost = None
+    early_cost = refine_rounds == 0 and backend.early_refine_cost
+    if filtered is None and refine_rounds == 0:
+        # The filter and what the order asks of its sets (sizes, overlaps) in one call.
+        bits, counts, meets, cost = backend.candidate_sets(
+            *_filter_args(store, backend, vlabel, inc, injective),
+            cost_jobs=(lambda: _dense_cost_jobs(store, backend, inc)) if early_cost else None)
     else:
-        counts, meets, cost = backend.counts_and_overlaps(bits, cost_jobs)
+        bits = list(filtered) if filtered is not None else _candidates(store, backend, vlabel, inc, injective)
+        for _ in range(refine_rounds):
+            bits, changed = _refine(store, backend, bits, inc)
+            if not changed:
+                break
+        cost_jobs = _dense_cost_jobs(store, backend, inc) if early_cost else None
+        if cost_jobs is None:
+            counts, meets = backend.counts_and_overlaps(bits)
+            cost = None
+        else:
+            counts, meets, cost = backend.counts_and_overlaps(bits, cost_jobs)
     order = _order(store, pattern, inc, counts)
     groups, trees = _factored_vertices(pattern, meets, injective, order) if factor_leaves else ([], [])
     tail = [u for g in groups for u in g] + [u for root, kids in trees for u in [root] + [w for g in kids for w in g]]
@@ -343,6 +350,12 @@ def _candidates(store, backend, vlabel, inc, injective):
     """C(u) of every pattern vertex u, as bitsets over all data vertices: the label test, the
     signature filter over the column-first buckets and the degree tests, for all the pattern's
     vertices at once (``backend.candidate_bits``, one pass over each vertex segment)."""
+    return backend.candidate_bits(*_filter_args(store, backend, vlabel, inc, injective))
+
+
+def _filter_args(store, backend, vlabel, inc, injective):
+    """The arguments (vertices, parts, degree masks) of ``backend.candidate_bits`` for
+    :func:`_candidates`."""
     specs = [_query_signature(store, u, vlabel, inc, injective) for u in range(len(vlabel))]
     parts = []
     for start, count, seg in store.vertex_segments():
@@ -363,7 +376,7 @@ def _candidates(store, backend, vlabel, inc, injective):
     ands = [[backend.derived((store.path, "degree-mask", lab, direction, k),
                              lambda: _degree_mask(store, backend, lab, direction, k))
              for (lab, direction), k in need.items()] for _q, _lab, need in specs]
-    return backend.candidate_bits(store.n_vertices, parts, ands)
+    return store.n_vertices, parts, ands
 
 
 def _query_signature(store, u, vlabel, inc, injective):

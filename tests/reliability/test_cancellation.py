@@ -114,7 +114,7 @@ def test_cancel_callable_and_bad_cancel(dgraph):
         dgraph.count("(a)-->(b)", device="cpu", cancel=ev)
 
 
-@pytest.mark.parametrize("unit", ["segments", "candidate_bits", "extend", "pack_rows"])
+@pytest.mark.parametrize("unit", ["segments", "candidate_sets", "extend", "pack_rows"])
 def test_cancel_is_checked_at_each_unit_of_work(social, unit, monkeypatch):
     """A cancel= that answers True only when asked from inside one unit of work (a segment
     read, the candidate sets filtered, an output slice extended, a light piece's buffers
