@@ -183,7 +183,10 @@ class Graph:
         if len(pat.vertices) > MAX_PATTERN_VERTICES:
             raise PatternError(f"the pattern has {len(pat.vertices):,} vertices; sgsi matches patterns of at most "
                                f"{MAX_PATTERN_VERTICES} vertices")
-        budget = budget_mod.resolve_budget(memory_budget, backend.name)
+        # The GPU backend resolved its budget when it was made (its pool's limit): the default,
+        # half the free device memory, is not asked again at each query (the pool's own cached
+        # blocks would shrink it, and the driver's answer cost some 25 us of the host's time).
+        budget = getattr(backend, "budget", None) or budget_mod.resolve_budget(memory_budget, backend.name)
         need = 2 * self.store.max_segment_bytes
         if need > budget:
             raise BudgetError(f"memory budget of {budget_mod.format_size(budget)} cannot hold two segments of "

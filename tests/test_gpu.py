@@ -125,6 +125,32 @@ def test_counts_and_overlaps_match_reference(gpu):
             np.uint8), bitorder="little")[:d.size])].sum()) for u, d in jobs)
 
 
+def test_small_reads_and_copies_match_cupy(gpu):
+    """gpu.read_small / read_last (a pinned buffer of the thread's) against cp.asnumpy, for empty,
+    small, 0-d and strided arrays and one past the buffer; to_device_small (the thread's pinned
+    staging halves, taken again once their copies are done) against the host arrays it was given,
+    for thousands of tables queued with no synchronisation between them (12 MB through 64 KB)."""
+    import cupy as cp
+    from sgsi.join import gpu as g
+    rng = np.random.default_rng(3)
+    for a in (cp.zeros(0, cp.int64), cp.arange(7, dtype=cp.int64), cp.asarray(rng.random(33)),
+              cp.arange(100, dtype=cp.int32)[::3], cp.asarray(np.int64(5)), cp.arange(g._READ_SMALL_MAX, dtype=cp.int32)):
+        got = g.read_small(a)
+        want = cp.asnumpy(a)
+        assert got.dtype == want.dtype and got.shape == want.shape and np.array_equal(got, want)
+    ends = cp.asarray(np.cumsum(rng.integers(0, 9, 50)))
+    assert g.read_last(ends) == int(cp.asnumpy(ends)[-1])
+    host, dev = [], []
+    for i in range(5000):
+        a = (np.arange(int(rng.integers(0, 300))) * i).astype(np.int64 if i % 2 else np.uint32)
+        host.append(a)
+        dev.append(g.to_device_small(a))
+    big = np.arange(g._Staging.HALF // 4 + 1, dtype=np.uint32)       # past a half: CuPy's copy
+    assert np.array_equal(cp.asnumpy(g.to_device_small(big)), big)
+    for a, d in zip(host, dev):
+        assert d.dtype == a.dtype and np.array_equal(cp.asnumpy(d), a)
+
+
 def test_stack_rows_and_read_ints_match_numpy(gpu):
     """gpu.stack_rows (one launch for up to 8 arrays of 4- or 8-byte elements, cp.stack past
     that) against numpy.stack, views and empty arrays included; take_columns against numpy.take;

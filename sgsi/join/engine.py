@@ -443,11 +443,12 @@ class Engine:
         nd = int(verts.size)
         F = xp.zeros(nd + 1, dtype=xp.int64)
         F[1:] = prefix_sum(xp, deg)
-        gba = xp.empty(int(F[-1]), dtype=xp.int32)
+        total, = host_ints(xp, F[-1])
+        gba = xp.empty(total, dtype=xp.int32)
         fill = xp.zeros(nd, dtype=xp.int64)             # candidates written per vertex
         for lo, hi, groups, ci in segments_of(store, backend, store.partition(link.label_id, link.direction), verts):
             backend.gather_segment(groups, ci, verts[lo:hi], cbits, F[lo:hi], fill[lo:hi], gba)
-        return _Lists(of_tuple, F[:-1], fill, gba, int(F[-1]))
+        return _Lists(of_tuple, F[:-1], fill, gba, total)
 
     def _finish(self, row_tuple, tuples, lists, step: Step, lim: Limits):
         """The sets S(t) from the gathered lists (``lists[j]``: link j's, or None where not

@@ -140,12 +140,12 @@ def flatnonzero(a):
     a = cp.ascontiguousarray(a)
     if n > _SMALL_SCAN:
         ends = scan(a)
-        out = cp.empty(int(ends[-1]), cp.int64)
+        out = cp.empty(read_last(ends), cp.int64)
         kernels.kernel("nonzero_at")(_grid(n), (_BLOCK,), (a, ends, np.int64(n), out))
         return out
     out = cp.empty(n + 1, cp.int64)             # the count goes in the last slot
     kernels.kernel("nonzero_small")((1,), (1024,), (a, np.int64(n), out, out[n:]))
-    return out[:int(out[n])]
+    return out[:read_last(out)]
 
 
 def distinct_dense(values, lo, r):
@@ -163,7 +163,7 @@ def distinct_dense(values, lo, r):
     counts = cp.empty(words, cp.int64)
     kernels.kernel("word_counts")(_grid(words), (_BLOCK,), (bits, np.int64(words), np.int64(32 * words), counts))
     wend = scan(counts)
-    uniq = cp.empty(int(wend[-1]), cp.int32)
+    uniq = cp.empty(read_last(wend), cp.int32)
     idx = cp.empty(n, cp.int64)
     kernels.kernel("distinct_of_bits")(_grid(max(n, words)), (_BLOCK,),
                                        (bits, wend, np.int64(words), np.int32(lo), values, np.int64(n), uniq, idx))
@@ -191,7 +191,7 @@ def row_scan(counts, starts=None, total=None):
         return cp.zeros(0, cp.int64)
     ends = scan(counts)
     if total is None:
-        total = int(ends[-1])
+        total = read_last(ends)
     if total == 0:
         return cp.zeros(0, cp.int64)
     ramp = starts is not None
@@ -227,6 +227,81 @@ _SUMMARY_TILES = 1024
 #: comes before the piece is known to be light, so every piece this small pays for the offsets (an
 #: allocation, 8 bytes a row written); larger ones, seldom light, are scanned by the light step.
 _OFFSETS_MAX = 1 << 16
+
+
+#: Most bytes a read takes through this thread's pinned buffer (:func:`read_small`); more go
+#: through CuPy's copy.
+_READ_SMALL_MAX = 1 << 16
+_read_buffers = threading.local()
+
+
+def read_small(a):
+    """A small device array on the host (a NumPy copy): an asynchronous copy into a pinned buffer
+    of this thread's and one synchronize of the stream, where CuPy's copy into pageable memory
+    cost some 6 us more a read of the host's time (15.4 against 9.4 us, one H100,
+    bench/scratch/read_probe.py); a count reads a dozen times or more. Past ``_READ_SMALL_MAX``
+    bytes, CuPy's copy."""
+    shape = a.shape
+    a = cp.ascontiguousarray(a)
+    nbytes = int(a.nbytes)
+    if nbytes > _READ_SMALL_MAX:
+        return cp.asnumpy(a).reshape(shape)
+    buf = getattr(_read_buffers, "buf", None)
+    if buf is None:
+        buf = _read_buffers.buf = np.frombuffer(cp.cuda.alloc_pinned_memory(_READ_SMALL_MAX), np.uint8)
+    if nbytes:
+        stream = cp.cuda.get_current_stream()
+        a.data.copy_to_host_async(buf.ctypes.data, nbytes, stream)
+        stream.synchronize()
+    return buf[:nbytes].view(a.dtype).reshape(shape).copy()
+
+
+def read_last(a) -> int:
+    """``int(a[-1])`` of a device array, through :func:`read_small`."""
+    return int(read_small(a[-1:])[0])
+
+
+class _Staging:
+    """A pinned buffer of one thread's for small host arrays on their way to the device (argument
+    tables): each is copied in on the current stream from its own stretch of the buffer, where
+    ``cp.asarray`` took a block of CuPy's pinned pool and an event a copy (some 8 us more of the
+    host's time, bench/scratch/h2d_probe.py). The buffer's two halves are used in turn; a half is
+    taken again once the copies issued from it before have been done (its event)."""
+
+    HALF = 1 << 15
+
+    def __init__(self):
+        self.buf = np.frombuffer(cp.cuda.alloc_pinned_memory(2 * self.HALF), np.uint8)
+        self.half, self.at = 0, 0
+        self.done = [None, None]        # per half: an event after its last copies
+
+    def to_device(self, a):
+        a = np.ascontiguousarray(a)
+        nbytes = int(a.nbytes)
+        if nbytes > self.HALF:
+            return cp.asarray(a)
+        stream = cp.cuda.get_current_stream()
+        at = (self.at + 15) & ~15
+        if at + nbytes > self.HALF:             # the other half, once its copies are done
+            self.done[self.half] = stream.record()
+            self.half, at = 1 - self.half, 0
+            if self.done[self.half] is not None:
+                self.done[self.half].synchronize()
+        host = self.buf[self.half * self.HALF + at:][:nbytes]
+        host[:] = a.view(np.uint8).reshape(-1)
+        out = cp.empty(a.shape, a.dtype)
+        if nbytes:
+            out.data.copy_from_host_async(host.ctypes.data, nbytes, stream)
+        self.at = at + nbytes
+        return out
+
+
+def to_device_small(a):
+    """``cp.asarray`` of a small host array through this thread's :class:`_Staging`."""
+    staging = getattr(_read_buffers, "staging", None)
+    if staging is None:
+        staging = _read_buffers.staging = _Staging()
+    return staging.to_device(a)
 
 
 #: Most blocks of a ``candidate_bits`` launch (a grid-stride loop past that): its blocks add their
@@ -308,7 +383,7 @@ def read_reductions(pairs):
                                       tuple(arrays + [arrays[0]] * (4 - k) + sizes) +
                                       (np.int32(maxes), buf, _scan_state().done, buf[k * blocks:]))
         out.append(buf[k * blocks:])
-    host = cp.asnumpy(out[0] if len(out) == 1 else cp.concatenate(out))
+    host = read_small(out[0] if len(out) == 1 else cp.concatenate(out))
     return [int(x) for x in host]
 
 
@@ -329,12 +404,14 @@ def read_ints(scalars):
     k = len(scalars)
     if k == 0:
         return []
+    if k == 1:                                  # one: read where it is
+        return read_small(scalars[0].reshape(1)).tolist()
     out = cp.empty(k, cp.int64)
     for a in range(0, k, _STACK_MAX):
         part = scalars[a:a + _STACK_MAX]
         kernels.kernel("gather_scalars")((1,), (32,), tuple(part + [part[0]] * (_STACK_MAX - len(part))
                                                             + [np.int32(len(part)), out[a:]]))
-    return [int(x) for x in cp.asnumpy(out)]
+    return read_small(out).tolist()
 
 
 def _conflict_table(conflict_cols, placeholder):
@@ -360,13 +437,13 @@ def _record_table(head, records):
     """One int64 device array a kernel reads its arguments from: ``head``, then where each of
     ``records`` starts in the array, then the records back to back."""
     starts = len(head) + len(records) + np.cumsum([0] + [len(r) for r in records[:-1]])
-    return cp.asarray(np.array(list(head) + list(starts) + [x for r in records for x in r], dtype=np.int64))
+    return to_device_small(np.array(list(head) + list(starts) + [x for r in records for x in r], dtype=np.int64))
 
 
 def _pointers(arrays):
     """The device addresses of ``arrays``, as a device array a kernel takes as ``T* const*``
     (one null pointer when there are none)."""
-    return cp.asarray(np.array([a.data.ptr for a in arrays] or [0], dtype=np.uint64))
+    return to_device_small(np.array([a.data.ptr for a in arrays] or [0], dtype=np.uint64))
 
 
 class _PeakMemory:
@@ -407,7 +484,7 @@ class GpuOverlaps(Overlaps):
     def _learn(self, key):
         out = cp.zeros((len(self.bits) - self.seen) * len(self.bits), cp.int32)
         self._launch(out)
-        self._record(cp.asnumpy(out))
+        self._record(read_small(out))
 
     def _launch(self, out):
         """Queue ``bitset_overlaps`` of the bitsets not seen yet against every bitset, into ``out``
@@ -481,7 +558,7 @@ class GpuBackend:
         return cp.asarray(a)
 
     def to_host(self, a):
-        return cp.asnumpy(a) if isinstance(a, cp.ndarray) else np.asarray(a)
+        return read_small(a) if isinstance(a, cp.ndarray) else np.asarray(a)
 
     def _cached(self, key):
         """The device cache's entry for ``key`` (now the most recently used), or None."""
@@ -782,7 +859,7 @@ class GpuBackend:
         counts = cp.empty(words, cp.int64)
         kernels.kernel("word_counts")(_grid(words), (_BLOCK,), (bits, np.int64(words), np.int64(n), counts))
         ends = scan(counts)
-        ids = cp.empty(int(ends[-1]) if count is None else count, cp.int32)
+        ids = cp.empty(read_last(ends) if count is None else count, cp.int32)
         if ids.size:
             kernels.kernel("word_ids")(_grid(words), (_BLOCK,), (bits, np.int64(words), np.int64(n), ends, counts,
                                                                  np.int64(ids.size), ids))
@@ -808,7 +885,7 @@ class GpuBackend:
         meets._launch(buf[k:k + pairs].view(cp.int32)[:k * k])
         if cost_jobs is not None:
             self.add_union_degrees(buf[k + pairs:], bits, cost_jobs)
-        host = cp.asnumpy(buf)
+        host = read_small(buf)
         meets._record(host[k:k + pairs].view(np.int32)[:k * k])
         counts = [int(x) for x in host[:k]]
         return (counts, meets) if cost_jobs is None else (counts, meets, int(host[-1]))
@@ -817,7 +894,7 @@ class GpuBackend:
         """The set bits of each bitset (equal sizes), as Python integers: one reduction, one read."""
         if not bitsets:
             return []
-        return [int(x) for x in cp.asnumpy(_popcount_rows(stack_rows(bitsets), axis=1))]
+        return read_small(_popcount_rows(stack_rows(bitsets), axis=1)).tolist()
 
     # -- kernels for the hot steps ------------------------------------------------------
     def pcsr_lookup(self, groups, v):
@@ -871,7 +948,9 @@ class GpuBackend:
         CpuBackend.refine_round), with no id list, a window of ``REFINE_WINDOW`` vertices at a
         time (its hit words, 4 bytes a vertex, bounded): per job, one ``refine_hits`` launch per
         segment over its source range in the window, then one ``refine_drop`` for every user
-        over the window's words. A partition of several segments not all on the device reads
+        over the window's words; where one segment holds the window's lists, one
+        ``refine_fused`` launch does both, with no hit words (on the 100M graph's walks every
+        job: half the round's launches, and their device time over the window's words). A partition of several segments not all on the device reads
         only those meeting the users' candidates (one ``segments_meeting`` launch a job, one read
         for the round); one on the device reads them all (a launch costs less than the read).
         The jobs' arguments (users, ends, needs) go to the device as one array. A segment
@@ -881,7 +960,7 @@ class GpuBackend:
         words = int(bits.shape[1])
         records = [list(users) + list(ends) + [int(x) for x in needs] for _p, users, ends, needs in jobs]
         at = np.cumsum([0] + [len(r) for r in records])
-        table = cp.asarray(np.array([x for r in records for x in r], dtype=np.uint32))
+        table = to_device_small(np.array([x for r in records for x in r], dtype=np.uint32))
         args = [table[at[j]:at[j + 1]] for j in range(len(jobs))]
         sels = [np.arange(p.seg_ids.size) for p, *_rest in jobs]
         asks = [j for j, (p, *_rest) in enumerate(jobs) if p.seg_ids.size > 1 and not self._resident(store, p.seg_ids)]
@@ -911,13 +990,24 @@ class GpuBackend:
         for base in range(0, n, REFINE_WINDOW):
             top = min(n, base + REFINE_WINDOW) - 1                # the window's vertices: [base, top]
             here = sel[(first <= top) & (last >= base)]
+            w0, w1 = base >> 5, (top >> 5) + 1
+            if here.size == 1:
+                # Every list of the window's candidates in one segment (a list continuing into
+                # another would have it meet the candidates too): hits and drop in one launch.
+                for _i, groups, ci in self.segments(store, p.seg_ids[here]):
+                    lo, hi = max(base, int(p.first_src[here[0]])), min(top, int(p.last_src[here[0]]))
+                    kernels.kernel("refine_fused")(_grid((w1 - w0) * 32), (_BLOCK,),
+                                                   (groups, np.int64(groups.shape[0]), np.int32(groups.shape[1]),
+                                                    ci, bits, np.int64(words), args, nu, ne, np.int32(lo),
+                                                    np.int32(hi), np.int64(w0), np.int64(w1 - w0), np.int64(n),
+                                                    keep))
+                continue
             for i, groups, ci in self.segments(store, p.seg_ids[here]):
                 lo, hi = max(base, int(p.first_src[here[i]])), min(top, int(p.last_src[here[i]]))
                 kernels.kernel("refine_hits")(_grid(((hi >> 5) - (lo >> 5) + 1) * 32), (_BLOCK,),
                                               (groups, np.int64(groups.shape[0]), np.int32(groups.shape[1]), ci,
                                                bits, np.int64(words), args, nu, ne, np.int32(lo), np.int32(hi),
                                                np.int64(base), hit))
-            w0, w1 = base >> 5, (top >> 5) + 1
             kernels.kernel("refine_drop")(_grid((w1 - w0) * 32), (_BLOCK,),
                                           (keep, np.int64(words), np.int64(w0), np.int64(w1 - w0), args, nu, ne, hit,
                                            np.int64(base), np.int64(n)))
@@ -1031,7 +1121,7 @@ class GpuBackend:
                 tiles = (n + 256 * rounds - 1) // (256 * rounds)
                 kernels.kernel("piece_pass")((tiles,), (256,), (deg, col, np.int64(n), np.int32(rounds), out, dense)
                                              + state.args(tiles))
-        return [int(x) for x in cp.asnumpy(out)]
+        return read_small(out).tolist()
 
     def row_lists(self, groups, ci, v, cbits, conflict_cols, F, fill, gba):
         """First link of a light piece in one segment, row by row (reference:
@@ -1055,7 +1145,7 @@ class GpuBackend:
         if n == 0:
             return cp.zeros(0, cp.int64), cp.zeros(0, cp.int32)
         ends = scan(fill)
-        total = int(ends[-1])
+        total = read_last(ends)
         erow, vals = cp.empty(total, cp.int64), cp.empty(total, cp.int32)
         if total:
             kernels.kernel("pack_rows")(_grid(n * 32), (_BLOCK,), (gba, F, fill, ends, np.int64(n), erow, vals))
@@ -1108,7 +1198,7 @@ class GpuBackend:
         jobs = cost_jobs() if cost_jobs is not None else None
         if jobs is not None:
             self.add_union_degrees(stats[2 * k:], bits, jobs)
-        host = cp.asnumpy(stats)
+        host = read_small(stats)
         hits = (host[k:2 * k, None] >> np.arange(k)) & 1        # the kernel's pairs, u != w
         hits[np.arange(k), np.arange(k)] = host[:k] > 0          # a set meets itself where not empty
         meets = GpuOverlaps(bits)
@@ -1216,7 +1306,7 @@ class GpuBackend:
         bins = fcnt[run] // balance.BIN
         # The histogram, read in the one host sync of a balanced step (cp.bincount would take a
         # second one for its size; the heaviest row gives it).
-        hist = cp.asnumpy(cp.bincount(bins) if heaviest is None else
+        hist = read_small(cp.bincount(bins) if heaviest is None else
                           self.bincount(bins, int(heaviest) // balance.BIN + 1))
         if thresholds is None:
             thresholds = balance.choose_thresholds(hist, self.costs())
@@ -1225,7 +1315,7 @@ class GpuBackend:
         if counts.max() == n_rows:                                     # one way for all: no gather
             order = None
         else:
-            order = cp.argsort(cp.asarray(way_of_bin)[bins])
+            order = cp.argsort(to_device_small(way_of_bin)[bins])
         starts = np.concatenate([[0], np.cumsum(counts)])
         for way, name in enumerate(balance.WAYS):
             n = int(counts[way])
@@ -1484,7 +1574,7 @@ def _split_rows_once(warps_only=False, n_rows=4096):
         empty((1,), (32,), ())
         return
     way_of_bin = np.array([0, 1], np.uint8)
-    order = cp.argsort(cp.asarray(way_of_bin)[fcnt[run] // balance.BIN])
+    order = cp.argsort(to_device_small(way_of_bin)[fcnt[run] // balance.BIN])
     half = n_rows // 2
     for sel in (order[:half], order[half:]):
         _r, d = rows[sel], run[sel]

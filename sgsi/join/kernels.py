@@ -1026,6 +1026,56 @@ extern "C" __global__ void refine_hits(const int* __restrict__ groups, long long
     }
 }
 
+// refine_hits and refine_drop in one launch, for a window of vertices whose lists all lie in one
+// segment (GpuBackend._refine_partition): one warp per word w of the window's words
+// w0 .. w0 + n_words - 1. The warp takes the word's candidates of any pattern vertex of
+// args[0 : n_users] in [v_lo, v_hi] in turn, as refine_hits does; the lane of a vertex keeps its
+// hits in a register, where refine_hits wrote them to a hit array that refine_drop read back
+// over every word of the window in a launch of its own. Then, per pattern vertex args[i] with
+// need args[n_users + n_ends + i], the vertices keep their bit of its row of `keep` only where
+// their hits have every bit of the need (a ballot; the warp owns the word). A word with no
+// candidate of any of them has nothing to drop.
+extern "C" __global__ void refine_fused(const int* __restrict__ groups, long long n_groups, int theta,
+                                        const int* __restrict__ ci, const unsigned int* __restrict__ bits,
+                                        long long words, const int* __restrict__ args, int n_users, int n_ends,
+                                        int v_lo, int v_hi, long long w0, long long n_words, long long n,
+                                        unsigned int* __restrict__ keep) {
+    long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if ((t >> 5) >= n_words) return;              // whole warps: the grid is 32 threads a word
+    int lane = threadIdx.x & 31;
+    long long w = w0 + (t >> 5), v = (w << 5) + lane;
+    unsigned int u = 0;
+    for (int k = 0; k < n_users; ++k) u |= bits[(long long)args[k] * words + w];
+    if (!u) return;
+    unsigned int m = __ballot_sync(FULL, ((u >> lane) & 1) && v >= v_lo && v <= v_hi);
+    unsigned int all = n_ends >= 32 ? FULL : (1u << n_ends) - 1u;
+    const int* ends = args + n_users;
+    unsigned int mine = 0;
+    while (m) {
+        int bit = __ffs(m) - 1;
+        int vv = (int)((w << 5) + bit);
+        m &= m - 1u;
+        longlong2 se = warp_pcsr_find(groups, n_groups, theta, vv);
+        unsigned int h = 0;
+        for (long long base = se.x; base < se.y && h != all; base += 32) {
+            long long j = base + lane;
+            if (j < se.y) {
+                int x = ci[j];
+                for (int k = 0; k < n_ends; ++k) h |= (unsigned int)test_bit(bits + (long long)ends[k] * words, x) << k;
+            }
+            for (int o = 16; o; o >>= 1) h |= __shfl_xor_sync(FULL, h, o);
+        }
+        if (lane == bit) mine = h;
+        __syncwarp();
+    }
+    const unsigned int* needs = (const unsigned int*)(args + n_users + n_ends);
+    for (int i = 0; i < n_users; ++i) {
+        unsigned int need = needs[i];
+        unsigned int kept = __ballot_sync(FULL, v < n && (mine & need) == need);
+        if (lane == 0) keep[(long long)args[i] * words + w] &= kept;
+    }
+}
+
 // The drop of a refinement round for one partition, over the words w0 .. w0 + n_words - 1 of
 // the bitsets (reference: CpuBackend.refine_drop): one warp per word, a lane per vertex v of
 // it, so the hits are read and zeroed coalesced (a thread per word read and zeroed 32 hits
