@@ -151,6 +151,38 @@ def test_small_reads_and_copies_match_cupy(gpu):
         assert d.dtype == a.dtype and np.array_equal(cp.asnumpy(d), a)
 
 
+def test_own_hits_match_reference(gpu):
+    """GpuBackend.own_hits (a thread a row searching its tuple's set) finds, per column, the rows
+    whose vertex is in their tuple's set that the CPU's (every entry keyed and searched) finds:
+    sets empty, of one entry and long, rows whose vertex lies below, inside and past their set."""
+    import cupy as cp
+    rng = np.random.default_rng(8)
+    cpu = CpuBackend()
+    found = 0
+    for n_tuples, n_rows in [(2, 5), (50, 2000), (3000, 100_000)]:
+        scount = rng.integers(0, 40, n_tuples)
+        scount[::7] = 0
+        scount[1::11] = 1
+        sets = [np.sort(rng.choice(5000, size=int(c), replace=False)).astype(np.int32) for c in scount]
+        evals = np.concatenate(sets + [np.zeros(0, np.int32)])
+        sstart = np.cumsum(scount) - scount
+        etuple = np.repeat(np.arange(n_tuples), scount)
+        row_tuple = rng.integers(0, n_tuples, n_rows)
+        cols = [rng.integers(0, 5000, n_rows).astype(np.int32) for _ in range(2)]
+        inside = [sets[t][rng.integers(0, len(sets[t]))] if len(sets[t]) else 0 for t in row_tuple]
+        cols.append(np.array(inside, np.int32))       # mostly in their set
+        want = [(sel[hit], x[hit]) for sel, hit, x in cpu.own_hits(row_tuple, etuple, evals, sstart, scount, cols)]
+        got = [(cp.asnumpy(sel), cp.asnumpy(hit), cp.asnumpy(x)) for sel, hit, x in gpu.own_hits(
+            cp.asarray(row_tuple), cp.asarray(etuple), cp.asarray(evals), cp.asarray(sstart), cp.asarray(scount),
+            [cp.asarray(c) for c in cols])]
+        want = [w for w in want if w[0].size]
+        assert len(got) == len(want)
+        for (wsel, wx), (gsel, ghit, gx) in zip(want, got):
+            assert ghit.all() and np.array_equal(np.sort(wsel), gsel) and np.array_equal(wx[np.argsort(wsel)], gx)
+            found += int(gsel.size)
+    assert found > 50_000
+
+
 def test_stack_rows_and_read_ints_match_numpy(gpu):
     """gpu.stack_rows (one launch for up to 8 arrays of 4- or 8-byte elements, cp.stack past
     that) against numpy.stack, views and empty arrays included; take_columns against numpy.take;

@@ -176,6 +176,10 @@ class CpuBackend:
         from .membership import member
         return member(np, via or self, store, link, vcol, erow, evals, cap, ecount=ecount, cbits=cbits)
 
+    def own_hits(self, row_tuple, etuple, evals, sstart, scount, cols):
+        """:func:`own_hits` (the GPU's: a thread a row searching its tuple's set)."""
+        return own_hits(np, row_tuple, etuple, evals, sstart, scount, cols)
+
     def sizes_less_own(self, row_tuple, etuple, evals, sstart, scount, cols):
         """|S(t_i)| of each row i less the row's vertices of ``cols`` found in it (int64; the
         vertices of a row differ). Tuple t's set is ``evals[sstart[t] : sstart[t] + scount[t]]``,

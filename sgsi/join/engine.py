@@ -48,7 +48,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..partition import pcsr
-from .backend import (distinct_index, exclusive_sum, host_ints, host_reductions, nonzero_index, own_hits, prefix_sum,
+from .backend import (distinct_index, exclusive_sum, host_ints, host_reductions, nonzero_index, prefix_sum,
                       row_numbers, runs, scatter_equal, take_columns)
 from .plan import REFINE_ROUNDS, Link, QueryPlan, Step, refine_cost
 from .stream import degree_index, neighbour_lists, segments_of, segments_spanning
@@ -194,7 +194,12 @@ class Engine:
         steps = self.plan.steps
         self.counting = count_only
         # A count carries past step k only the columns that the later steps read.
-        keep = [_columns_read(steps[k + 1:], self.plan) if count_only else None for k in range(len(steps))]
+        keep = [None] * len(steps)
+        if count_only:                  # from the last step back: the columns read after step k
+            after = _columns_read([], self.plan)
+            for k in range(len(steps) - 1, -1, -1):
+                keep[k] = set(after)
+                after |= _columns_read([steps[k]])
         held = [0]
         stack = [self._roots(self._limits(0), held)]
         while stack:
@@ -752,7 +757,7 @@ class Engine:
             owner, hits = sets.erow, ()
         else:
             sets = _packed(xp, backend, sets)
-            owner, hits = sets.etuple, _own_hits(xp, piece, sets, tree.step)
+            owner, hits = sets.etuple, _own_hits(backend, piece, sets, tree.step)
         uniq, idx = distinct_index(xp, sets.evals)
         own = Step(leaf_step.vertex, leaf_step.links, [r] if r in leaf_step.conflicts else [])
         w = self._block_sizes({r: uniq, _ROW: row_numbers(xp, int(uniq.size))}, own, lim)
@@ -918,10 +923,10 @@ def _one_leaf(tree) -> bool:
     return len(g.leaves) == 1 and len(g.blocks) == 1 and all(k.other == tree.root for k in g.blocks[0].links)
 
 
-def _own_hits(xp, piece, s, step):
-    """:func:`~sgsi.join.backend.own_hits` of the conflicts of ``step`` (the vertices of the
-    rows that may be in their sets) in ``s``, packed."""
-    return own_hits(xp, s.row_tuple, s.etuple, s.evals, s.sstart, s.scount, [piece[c] for c in step.conflicts])
+def _own_hits(backend, piece, s, step):
+    """``backend.own_hits`` of the conflicts of ``step`` (the vertices of the rows that may be in
+    their sets) in ``s``, packed."""
+    return backend.own_hits(s.row_tuple, s.etuple, s.evals, s.sstart, s.scount, [piece[c] for c in step.conflicts])
 
 
 def _packed(xp, backend, s):

@@ -922,6 +922,29 @@ class GpuBackend:
                                              (np.int64(n), st, en, np.int64(_GATHER_WARP_MAX), ci, cbits, start,
                                               fill, gba))
 
+    def own_hits(self, row_tuple, etuple, evals, sstart, scount, cols):
+        """For each column of ``cols``: (the rows whose vertex is in their tuple's set, all True,
+        those vertices) (reference: CpuBackend.own_hits, whose rows ``sel`` may also hold ones
+        not in it, ``hit`` False): per column one ``own_hit_rows`` launch, a thread a row
+        binary-searching its tuple's set, then the rows found (one read). The reference keyed
+        every entry and searched them all: on the 100M graph's 3.5e9 walk, some 1.5 ms of an
+        H200's host and device time over its 12M rows and their sets."""
+        n = int(row_tuple.size)
+        if not cols or evals.size == 0 or n == 0:
+            return
+        row_tuple = cp.ascontiguousarray(row_tuple.astype(cp.int64, copy=False))
+        sstart = cp.ascontiguousarray(sstart.astype(cp.int64, copy=False))
+        scount = cp.ascontiguousarray(scount.astype(cp.int64, copy=False))
+        evals = cp.ascontiguousarray(evals.astype(cp.int32, copy=False))
+        hit = cp.empty(n, cp.bool_)
+        for col in cols:
+            kernels.kernel("own_hit_rows")(_grid(n), (_BLOCK,),
+                                           (row_tuple, sstart, scount, evals,
+                                            cp.ascontiguousarray(col.astype(cp.int32, copy=False)), np.int64(n), hit))
+            sel = flatnonzero(hit)
+            if sel.size:
+                yield sel, cp.ones(int(sel.size), cp.bool_), cp.take(col, sel)
+
     def sizes_less_own(self, row_tuple, etuple, evals, sstart, scount, cols):
         """|S(t_i)| of each row less its vertices in it (reference: CpuBackend.sizes_less_own):
         one ``sizes_less_own`` launch, a thread per row searching its set where it lies (packed

@@ -963,6 +963,30 @@ extern "C" __global__ void nonzero_small(const bool* __restrict__ x, long long n
     if (threadIdx.x == 0) count[0] = total;
 }
 
+// Whether each row's vertex col[i] is in its tuple's set (reference: CpuBackend.own_hits): one
+// thread per row binary-searches its tuple's set evals[sstart[t] : sstart[t] + scount[t]]
+// (sorted), where the reference keyed every entry (tuple << 32 | vertex) to search them all.
+extern "C" __global__ void own_hit_rows(const long long* __restrict__ row_tuple,
+                                        const long long* __restrict__ sstart, const long long* __restrict__ scount,
+                                        const int* __restrict__ evals, const int* __restrict__ col, long long n,
+                                        bool* __restrict__ hit) {
+    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    long long t = row_tuple[i];
+    long long a = sstart[t], e = a + scount[t];
+    int x = col[i];
+    bool found = false;
+    if (a < e && evals[a] <= x && x <= evals[e - 1]) {
+        long long lo = a, hi = e;
+        while (lo < hi) {
+            long long mid = (lo + hi) >> 1;
+            if (evals[mid] < x) lo = mid + 1; else hi = mid;
+        }
+        found = evals[lo] == x;
+    }
+    hit[i] = found;
+}
+
 // |S(t_i)| of each row i less the row's vertices found in it (reference:
 // CpuBackend.sizes_less_own): one thread per row; its tuple's set evals[sstart[t] : sstart[t]
 // + scount[t]] is sorted, and each of the row's vertices (column i of the conflicts table,
