@@ -166,8 +166,9 @@ def make_plan(store, pattern: Pattern, backend, injective=True, refine_rounds=RE
             cost_jobs=(lambda: _dense_cost_jobs(store, backend, inc)) if early_cost else None)
     else:
         bits = list(filtered) if filtered is not None else _candidates(store, backend, vlabel, inc, injective)
-        for _ in range(refine_rounds):
-            bits, changed = _refine(store, backend, bits, inc)
+        for r in range(refine_rounds):
+            # Whether a round changed the sets decides only whether another follows.
+            bits, changed = _refine(store, backend, bits, inc, check=r + 1 < refine_rounds)
             if not changed:
                 break
         cost_jobs = _dense_cost_jobs(store, backend, inc) if early_cost else None
@@ -410,7 +411,7 @@ def _degree_mask(store, backend, lab, direction, k):
     return has
 
 
-def _refine(store, backend, bits, inc):
+def _refine(store, backend, bits, inc, check=True):
     """One round of neighbourhood refinement of the candidate bitsets.
 
     v stays in C(u) only if, for every pattern edge (u, u') of label l, v has
@@ -422,7 +423,7 @@ def _refine(store, backend, bits, inc):
     ``backend.refine_round``). Sound for isomorphism and
     homomorphism alike.
 
-    Returns the new bitsets and whether any of them shrank.
+    Returns the new bitsets and whether any of them shrank (True, unread, where not ``check``).
     """
     xp = backend.xp
     stacked = xp.stack(bits)                                     # (pattern vertices, words)
@@ -438,7 +439,7 @@ def _refine(store, backend, bits, inc):
             if users:
                 jobs.append((p, users, chunk, [needs[a] for a in users]))
     backend.refine_round(store, stacked, keep, jobs)
-    changed = bool((keep != stacked).any())
+    changed = bool((keep != stacked).any()) if check else True       # a read: only where asked
     return [keep[i] for i in range(len(bits))], changed
 
 
