@@ -31,7 +31,7 @@ from sgsi.join import engine as engine_mod  # noqa: E402
 from sgsi.join import plan as plan_mod  # noqa: E402
 
 #: (module or class, attribute) of the phases timed.
-PHASES = [(plan_mod, n) for n in ("make_plan", "_candidates", "_refine", "refine_cost", "_order",
+PHASES = [(plan_mod, n) for n in ("make_plan", "_filtered_sets", "_candidates", "_refine", "refine_cost", "_order",
                                   "_factored_vertices", "_step", "_leaf_group")] + \
          [(engine_mod.Engine, n) for n in ("_roots", "_pieces", "_sets", "_sets_whole", "_row_sets", "_gather",
                                            "_other_lists", "_finish", "_extension", "_count_leaves", "_block_sizes",

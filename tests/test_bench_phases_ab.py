@@ -22,7 +22,7 @@ def test_phases_times_each_phase_and_restores_them(tmp_path, capsys):
             engine_mod.refine_cost) == before
     out = capsys.readouterr().out
     assert out.count("## query") == 2
-    assert "plan.make_plan" in out and "plan._candidates" in out
+    assert "plan.make_plan" in out and "plan._filtered_sets" in out
     assert "Engine._gather" in out or "Engine._row_sets" in out           # a step's sets, either way
 
 

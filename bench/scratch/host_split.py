@@ -31,7 +31,7 @@ ensure_importable()
 WATCHED = [
     ("sgsi.graph", "Graph._engine"), ("sgsi.graph", "Graph._take_backend"), ("sgsi.graph", "Graph._finished"),
     ("sgsi.graph", "Graph._give_back"), ("sgsi.pattern", "load_pattern"), ("sgsi.budget", "resolve_budget"),
-    ("sgsi.join.plan", "make_plan"), ("sgsi.join.plan", "_candidates"), ("sgsi.join.plan", "_order"),
+    ("sgsi.join.plan", "make_plan"), ("sgsi.join.plan", "_filtered_sets"), ("sgsi.join.plan", "_candidates"), ("sgsi.join.plan", "_order"),
     ("sgsi.join.plan", "_factored_vertices"), ("sgsi.join.plan", "_step"), ("sgsi.join.plan", "_leaf_group"),
     ("sgsi.join.plan", "_dense_cost_jobs"),
     ("sgsi.join.engine", "Engine.__init__"), ("sgsi.join.engine", "Engine._run"),
@@ -54,7 +54,7 @@ WATCHED = [
     ("sgsi.join.gpu", "GpuBackend.piece_degrees"), ("sgsi.join.gpu", "GpuBackend.piece_summary"),
     ("sgsi.join.gpu", "GpuBackend.row_lists"), ("sgsi.join.gpu", "GpuBackend.pack_rows"),
     ("sgsi.join.gpu", "GpuBackend.bits_to_ids"), ("sgsi.join.gpu", "GpuBackend.candidate_bits"),
-    ("sgsi.join.gpu", "GpuBackend.counts_and_overlaps"), ("sgsi.join.gpu", "GpuBackend.extend"),
+    ("sgsi.join.gpu", "GpuBackend.counts_and_overlaps"), ("sgsi.join.gpu", "GpuBackend.candidate_sets"), ("sgsi.join.gpu", "GpuBackend.extend"),
     ("sgsi.join.gpu", "GpuBackend.member"), ("sgsi.join.gpu", "GpuBackend.segments"),
     ("sgsi.join.gpu", "GpuBackend.dense_degrees"), ("sgsi.join.gpu", "GpuBackend.add_at"),
     ("sgsi.join.gpu", "GpuBackend.distinct_sum"), ("sgsi.join.gpu", "GpuBackend.run"),

@@ -8,26 +8,18 @@ into a pinned buffer of our own (``copy_to_host_async``, then the stream's or an
 synchronize), and ``ndarray.get(out=pinned)``.
 """
 
-import time
+import os
+import sys
 
 import numpy as np
 import cupy as cp
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from h2d_probe import best  # noqa: E402
+
 SRC = r"""
 extern "C" __global__ void touch(long long* out) { out[threadIdx.x] += 1; }
 """
-
-
-def best(fn, calls=2000, rounds=5):
-    out = []
-    for _ in range(rounds):
-        cp.cuda.Device().synchronize()
-        t = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        cp.cuda.Device().synchronize()
-        out.append((time.perf_counter() - t) / calls * 1e6)
-    return min(out)
 
 
 def main():

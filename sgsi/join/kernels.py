@@ -1011,6 +1011,24 @@ extern "C" __global__ void sizes_less_own(const long long* __restrict__ row_tupl
     out[i] = left;
 }
 
+// The hits of one vertex's list ci[se.x : se.y], read by its warp: bit k where an entry is in
+// the bitset of pattern vertex ends[k] (n_ends of them), ORed into h, the reading stopping once
+// every bit (all) is set; every lane returns them (refine_hits, refine_fused).
+__device__ __forceinline__ unsigned int list_hits(const int* __restrict__ ci, longlong2 se,
+                                                  const unsigned int* __restrict__ bits, long long words,
+                                                  const int* __restrict__ ends, int n_ends, unsigned int all,
+                                                  unsigned int h, int lane) {
+    for (long long base = se.x; base < se.y && h != all; base += 32) {
+        long long j = base + lane;
+        if (j < se.y) {
+            int x = ci[j];
+            for (int k = 0; k < n_ends; ++k) h |= (unsigned int)test_bit(bits + (long long)ends[k] * words, x) << k;
+        }
+        for (int o = 16; o; o >>= 1) h |= __shfl_xor_sync(FULL, h, o);
+    }
+    return h;
+}
+
 // A refinement round's hits for one partition segment (reference: CpuBackend.refine_drop,
 // which looks the lists up and calls list_hits). One warp per word w of the candidate
 // bitsets (rows of `words` words in `bits`): the vertices of the word in [v_lo, v_hi] that
@@ -1036,15 +1054,7 @@ extern "C" __global__ void refine_hits(const int* __restrict__ groups, long long
         int vv = (int)((w << 5) + __ffs(m) - 1);
         m &= m - 1u;
         longlong2 se = warp_pcsr_find(groups, n_groups, theta, vv);
-        unsigned int h = hit[vv - hit_base];
-        for (long long base = se.x; base < se.y && h != all; base += 32) {
-            long long j = base + lane;
-            if (j < se.y) {
-                int x = ci[j];
-                for (int k = 0; k < n_ends; ++k) h |= (unsigned int)test_bit(bits + (long long)ends[k] * words, x) << k;
-            }
-            for (int o = 16; o; o >>= 1) h |= __shfl_xor_sync(FULL, h, o);
-        }
+        unsigned int h = list_hits(ci, se, bits, words, ends, n_ends, all, hit[vv - hit_base], lane);
         if (lane == 0) hit[vv - hit_base] = h;
         __syncwarp();
     }
@@ -1080,15 +1090,7 @@ extern "C" __global__ void refine_fused(const int* __restrict__ groups, long lon
         int vv = (int)((w << 5) + bit);
         m &= m - 1u;
         longlong2 se = warp_pcsr_find(groups, n_groups, theta, vv);
-        unsigned int h = 0;
-        for (long long base = se.x; base < se.y && h != all; base += 32) {
-            long long j = base + lane;
-            if (j < se.y) {
-                int x = ci[j];
-                for (int k = 0; k < n_ends; ++k) h |= (unsigned int)test_bit(bits + (long long)ends[k] * words, x) << k;
-            }
-            for (int o = 16; o; o >>= 1) h |= __shfl_xor_sync(FULL, h, o);
-        }
+        unsigned int h = list_hits(ci, se, bits, words, ends, n_ends, all, 0u, lane);
         if (lane == bit) mine = h;
         __syncwarp();
     }

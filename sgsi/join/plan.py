@@ -161,9 +161,7 @@ def make_plan(store, pattern: Pattern, backend, injective=True, refine_rounds=RE
     early_cost = refine_rounds == 0 and backend.early_refine_cost
     if filtered is None and refine_rounds == 0:
         # The filter and what the order asks of its sets (sizes, overlaps) in one call.
-        bits, counts, meets, cost = backend.candidate_sets(
-            *_filter_args(store, backend, vlabel, inc, injective),
-            cost_jobs=(lambda: _dense_cost_jobs(store, backend, inc)) if early_cost else None)
+        bits, counts, meets, cost = _filtered_sets(store, backend, vlabel, inc, injective, early_cost)
     else:
         bits = list(filtered) if filtered is not None else _candidates(store, backend, vlabel, inc, injective)
         for r in range(refine_rounds):
@@ -352,6 +350,14 @@ def _candidates(store, backend, vlabel, inc, injective):
     signature filter over the column-first buckets and the degree tests, for all the pattern's
     vertices at once (``backend.candidate_bits``, one pass over each vertex segment)."""
     return backend.candidate_bits(*_filter_args(store, backend, vlabel, inc, injective))
+
+
+def _filtered_sets(store, backend, vlabel, inc, injective, early_cost):
+    """(:func:`_candidates`, their sizes, their overlaps, refine_cost or None) in one
+    ``backend.candidate_sets`` call; ``early_cost``: find refine_cost too, where the backend
+    keeps every partition's degrees (its jobs are built while the filter runs)."""
+    return backend.candidate_sets(*_filter_args(store, backend, vlabel, inc, injective),
+                                  cost_jobs=(lambda: _dense_cost_jobs(store, backend, inc)) if early_cost else None)
 
 
 def _filter_args(store, backend, vlabel, inc, injective):
