@@ -385,11 +385,7 @@ class CpuBackend:
         None: no cost), called once the filter is issued (the GPU's host work on them then
         overlaps the filter's device work). The GPU's filter finds the counts and overlaps as
         it writes the sets."""
-        bits = self.candidate_bits(n, parts, ands)
-        jobs = cost_jobs() if cost_jobs is not None else None
-        if jobs is None:
-            return (bits, *self.counts_and_overlaps(bits), None)
-        return (bits, *self.counts_and_overlaps(bits, jobs))
+        return sets_then_summary(self, n, parts, ands, cost_jobs)
 
     def counts_and_overlaps(self, bits, cost_jobs=None):
         """(:meth:`popcounts` of the candidate bitsets ``bits``, their :meth:`overlaps`): what the
@@ -405,6 +401,16 @@ class CpuBackend:
         """Membership of vertex ids ``v`` in a bitset."""
         v = v.astype(np.int64, copy=False)
         return ((bits[v >> 5] >> (v & 31).astype(np.uint32)) & np.uint32(1)).astype(bool)
+
+
+def sets_then_summary(backend, n, parts, ands, cost_jobs=None):
+    """``backend.candidate_sets`` as two calls: ``candidate_bits``, then ``counts_and_overlaps``
+    of the sets (with the cost where ``cost_jobs()`` gives jobs)."""
+    bits = backend.candidate_bits(n, parts, ands)
+    jobs = cost_jobs() if cost_jobs is not None else None
+    if jobs is None:
+        return (bits, *backend.counts_and_overlaps(bits), None)
+    return (bits, *backend.counts_and_overlaps(bits, jobs))
 
 
 class Overlaps:

@@ -25,7 +25,7 @@ import numpy as np
 
 from ..partition import pcsr
 from . import balance, kernels
-from .backend import Overlaps, host_ints
+from .backend import Overlaps, host_ints, sets_then_summary
 from .stream import degree_index, segment_ranges, spanning
 
 _BLOCK = 256
@@ -973,8 +973,9 @@ class GpuBackend:
         segment over its source range in the window, then one ``refine_drop`` for every user
         over the window's words; where one segment holds the window's lists, one
         ``refine_fused`` launch does both, with no hit words (on the 100M graph's walks every
-        job: half the round's launches, and their device time over the window's words). A partition of several segments not all on the device reads
-        only those meeting the users' candidates (one ``segments_meeting`` launch a job, one read
+        job: half the round's launches, and their device time over the window's words). A
+        partition of several segments not all on the device reads only those meeting the users'
+        candidates (one ``segments_meeting`` launch a job, one read
         for the round); one on the device reads them all (a launch costs less than the read).
         The jobs' arguments (users, ends, needs) go to the device as one array. A segment
         spanning two windows is read in both."""
@@ -1210,12 +1211,8 @@ class GpuBackend:
         reading every pair of bitsets found them (:meth:`counts_and_overlaps`), with two small
         tables copied in on the host's path."""
         k = len(ands)
-        if k > 32:
-            bits = self.candidate_bits(n, parts, ands)
-            jobs = cost_jobs() if cost_jobs is not None else None
-            if jobs is None:
-                return (bits, *self.counts_and_overlaps(bits), None)
-            return (bits, *self.counts_and_overlaps(bits, jobs))
+        if k > 32:                                   # past the kernel's overlap words
+            return sets_then_summary(self, n, parts, ands, cost_jobs)
         stats = cp.zeros(2 * k + 1, cp.int64)        # the counts, the overlaps' bits, the cost
         bits = self.candidate_bits(n, parts, ands, stats)
         jobs = cost_jobs() if cost_jobs is not None else None
