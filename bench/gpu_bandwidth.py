@@ -7,7 +7,7 @@ Side by side in one run on one GPU:
 1. **Device copy bandwidth**: ``cupy.copyto`` of a buffer as large as the
    filter's columns; bytes read + written per second, best of ``--runs``.
 2. **Signature filter**: ``GpuBackend.candidate_bits`` (the kernel the
-   planner runs per vertex segment for all the pattern's vertices) over
+   planner runs per vertex segment for up to 32 pattern vertices) over
    ``--vertices`` synthetic vertices, for one pattern vertex: four uint32
    signature columns (a bucket), the label column and one degree mask in,
    the C(u) bitset out. Every query word is non-zero and every vertex

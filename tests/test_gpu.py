@@ -325,11 +325,18 @@ def test_row_scan_random(gpu):
         assert np.array_equal(cp.asnumpy(gpu.repeat_index(cp.asarray(c))), CpuBackend().repeat_index(c))
 
 
-def test_candidate_bits_kernel_matches_reference(gpu):
+@pytest.mark.parametrize("table", [None, 40], ids=["tables", "small-tables"])
+def test_candidate_bits_kernel_matches_reference(gpu, table, monkeypatch):
     """The candidate sets of several pattern vertices at once (label test, signature words, degree
-    masks) equal the NumPy reference's, over vertex segments that start off a word boundary; 4, 6
-    and 9 pattern vertices, up to 9 signature words (past the 8 loaded together) and 3 masks each."""
+    masks) equal the NumPy reference's, over vertex segments that start off a word boundary; 4, 6,
+    9 and 40 pattern vertices (past 32: two launches a segment), up to 9 signature words (past the 4
+    loaded together) and 3 masks each; then with tables of at most 40 entries (a launch for every
+    few pattern vertices)."""
     import cupy as cp
+
+    from sgsi.join import gpu as gpu_mod
+    if table is not None:
+        monkeypatch.setattr(gpu_mod, "_CANDIDATE_TABLE", table)
     rng = np.random.default_rng(2)
     cpu = CpuBackend()
     n = 10_000
@@ -337,9 +344,10 @@ def test_candidate_bits_kernel_matches_reference(gpu):
     cols = [rng.integers(0, 2**32, n, dtype=np.uint64).astype(np.uint32) for _ in range(10)]
     labels = rng.integers(0, 5, n).astype(np.int32)
     masks = [rng.random(n) < 0.8 for _ in range(3)]
+    launches = set()
     for trial in range(12):
         specs = []
-        k = (4, 6, 9)[trial % 3]
+        k = (4, 6, 9, 40)[trial % 4]
         for u in range(k):
             tests = rng.choice(10, size=int(rng.integers(0, 10)), replace=False)    # past SIG_UNROLL too
             q = [np.uint32(1 << int(rng.integers(0, 32))) for _ in tests]
@@ -358,6 +366,8 @@ def test_candidate_bits_kernel_matches_reference(gpu):
         for r, g in zip(ref, got):
             assert np.array_equal(r, cp.asnumpy(g))
         assert sum(int(np.unpackbits(r.view(np.uint8)).sum()) for r in ref) > 0
+        launches.add(len(gpu_mod._filter_launches([4 + 2 * len(s[0]) + len(s[3]) for s in specs])))
+    assert max(launches) > (2 if table else 1)
 
 
 def test_candidate_sets_match_reference(gpu):

@@ -304,12 +304,13 @@ def to_device_small(a):
     return staging.to_device(a)
 
 
-#: Most blocks of a ``candidate_bits`` launch (a grid-stride loop past that): its blocks add their
-#: counts and overlaps to the same 2k words once each, so fewer blocks, fewer atomics on them.
-_CANDIDATE_BLOCKS = 4096
-#: Most entries of a ``candidate_bits`` argument table copied to shared memory (16 KB; a longer
-#: one is read where it is).
-_CANDIDATE_SHARED_TABLE = 2048
+#: Blocks of a ``candidate_bits`` launch an SM (the kernel's CB_BLOCKS_PER_SM): a launch has at most
+#: this many times the SMs, one wave of blocks, each striding over the vertices (fewer blocks, fewer
+#: atomics adding the sets' sizes and overlaps).
+_CANDIDATE_BLOCKS_PER_SM = 8
+#: Most entries of a ``candidate_bits`` argument table (copied to shared memory, 16 KB): pattern
+#: vertices past it, or past 32, take more launches.
+_CANDIDATE_TABLE = 2048
 
 #: Most arrays :func:`stack_rows` and scalars :func:`read_ints` take in one launch (the kernels'
 #: pointer arguments); more go through CuPy's stack.
@@ -440,6 +441,21 @@ def _record_table(head, records):
     return to_device_small(np.array(list(head) + list(starts) + [x for r in records for x in r], dtype=np.int64))
 
 
+def _filter_launches(lengths):
+    """The launches of ``candidate_bits`` for pattern vertices whose records are ``lengths`` long:
+    (first, past the last) ranges of at most 32, each table (a start and a record each) at most
+    ``_CANDIDATE_TABLE`` entries, or one pattern vertex's record where that alone is longer (a
+    record has 4 entries, 2 a signature word and 1 a degree mask: a few hundred at most, far
+    inside the 48 KB of shared memory a launch may take)."""
+    launches, first, size = [], 0, 0
+    for u, length in enumerate(lengths):
+        if u > first and (u - first == 32 or size + 1 + length > _CANDIDATE_TABLE):
+            launches.append((first, u))
+            first, size = u, 0
+        size += 1 + length
+    return launches + [(first, len(lengths))] if lengths else launches
+
+
 def _pointers(arrays):
     """The device addresses of ``arrays``, as a device array a kernel takes as ``T* const*``
     (one null pointer when there are none)."""
@@ -537,6 +553,7 @@ class GpuBackend:
         self._cache_limit = self.budget // 2
         self.load_balance = None        # None: follow SGSI_LOAD_BALANCE (0 = the warp way for every row)
         self._costs = None
+        self._sms = None
         with cp.cuda.using_allocator(self.pool.malloc):
             self._no_conflicts = cp.zeros((1, 1), cp.int32)     # the kernels' conflict table with no column
         self._peak = None               # the pool's most bytes in use during a query (_PeakMemory)
@@ -552,6 +569,12 @@ class GpuBackend:
         self._copies = []               # ((start,), end) events of segment copies not yet timed
         self._spans = []                # ((start, copy stream start), end) events of streams not yet timed
         self._expands = []              # ((start,), end) events of row expansions not yet timed
+
+    def sms(self):
+        """The device's number of SMs (read once)."""
+        if self._sms is None:
+            self._sms = int(cp.cuda.Device().attributes["MultiProcessorCount"])
+        return self._sms
 
     # -- moving data ---------------------------------------------------------------
     def to_device(self, a):
@@ -1176,11 +1199,12 @@ class GpuBackend:
         return erow, vals
 
     def candidate_bits(self, n, parts, ands, stats=None):
-        """C(u) of several pattern vertices (reference: CpuBackend.candidate_bits): one
-        ``candidate_bits`` launch per vertex segment for all of them, a thread per vertex, its
-        arguments (the labels, the tests' columns and query words, the degree masks) in one
-        table. ``stats`` (int64, 2k zeros; k <= 32): where the launches add each set's size and
-        OR the sets it meets (:meth:`candidate_sets`)."""
+        """C(u) of several pattern vertices (reference: CpuBackend.candidate_bits): a
+        ``candidate_bits`` launch per vertex segment for up to 32 of them (more in more launches,
+        :func:`_filter_launches`), a thread per vertex, its arguments (the labels, the tests'
+        columns and query words, the degree masks) in one table. ``stats`` (int64, 2k zeros;
+        one launch a segment, :meth:`filter_in_one_launch`): where the launches add each set's
+        size and OR the sets it meets (:meth:`candidate_sets`)."""
         k = len(ands)
         words = (n + 31) // 32
         out = cp.zeros((k, words), dtype=cp.uint32)
@@ -1193,25 +1217,37 @@ class GpuBackend:
                 for col, q in pairs:
                     record += [_pointer(col, cp.uint32, held), int(q)]
                 records.append(record + [len(masks)] + [_pointer(m, cp.bool_, held) for m in masks])
-            args = _record_table([], records)
-            n_table = int(args.size) if args.size <= _CANDIDATE_SHARED_TABLE else 0
             threads = count + start % 32
-            blocks = min((threads + _BLOCK - 1) // _BLOCK, _CANDIDATE_BLOCKS)
-            kernels.kernel("candidate_bits")((blocks,), (_BLOCK,),
-                                             (args, np.int32(n_table), np.int32(k), np.int64(start), np.int64(count),
-                                              np.int64(words), out, np.uint64(0) if stats is None else stats),
-                                             shared_mem=8 * n_table)
+            blocks = min((threads + _BLOCK - 1) // _BLOCK, _CANDIDATE_BLOCKS_PER_SM * self.sms())
+            launches = _filter_launches([len(r) for r in records])
+            if stats is not None and len(launches) > 1:
+                raise ValueError("candidate_bits: the sets' stats need one launch a segment")
+            for u0, u1 in launches:
+                args = _record_table([], records[u0:u1])
+                kernels.kernel("candidate_bits")((blocks,), (_BLOCK,),
+                                                 (args, np.int32(args.size), np.int32(u1 - u0), np.int64(start),
+                                                  np.int64(count), np.int64(words), out[u0:],
+                                                  np.uint64(0) if stats is None else stats),
+                                                 shared_mem=8 * int(args.size))
         return [out[i] for i in range(k)]
+
+    @staticmethod
+    def filter_in_one_launch(parts, ands):
+        """Whether :meth:`candidate_bits` filters each segment in one launch (at most 32 pattern
+        vertices, a table that fits), as its stats need."""
+        return len(ands) <= 32 and all(
+            len(_filter_launches([4 + 2 * len(pairs) + len(masks) for (_l, _b, pairs), masks in zip(tests, ands)])) == 1
+            for _s, _c, tests in parts)
 
     def candidate_sets(self, n, parts, ands, cost_jobs=None):
         """:meth:`candidate_bits` with what the planner asks of the sets (reference:
-        CpuBackend.candidate_sets): for at most 32 pattern vertices the filter's launches add up
-        the sets' sizes and the overlaps of the pairs whose labels allow one as they write them,
-        and ``union_degrees`` the cost, all read in one read; a stack, a reduction and a launch
-        reading every pair of bitsets found them (:meth:`counts_and_overlaps`), with two small
-        tables copied in on the host's path."""
+        CpuBackend.candidate_sets): where each segment takes one launch, the filter's launches
+        add up the sets' sizes and the overlaps of the pairs as they write them, and
+        ``union_degrees`` the cost, all read in one read; a stack, a reduction and a launch
+        reading every pair of bitsets found them (:meth:`counts_and_overlaps`), as they still do
+        past 32 pattern vertices."""
         k = len(ands)
-        if k > 32:                                   # past the kernel's overlap words
+        if not self.filter_in_one_launch(parts, ands):
             return sets_then_summary(self, n, parts, ands, cost_jobs)
         stats = cp.zeros(2 * k + 1, cp.int64)        # the counts, the overlaps' bits, the cost
         bits = self.candidate_bits(n, parts, ands, stats)

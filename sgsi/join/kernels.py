@@ -298,169 +298,147 @@ extern "C" __global__ void pack_rows(const int* __restrict__ gba, const long lon
     }
 }
 
-// Candidate sets C(u) over one vertex segment [start, start + count) of k pattern vertices at
-// once (reference: CpuBackend.candidate_bits): a thread per vertex (a grid-stride loop of whole
-// warps; blocks of CB_BLOCK threads), the pattern vertices in chunks of 32. table[j] is where
-// pattern vertex j's record starts in the table: label, label column (0: no label test), the
-// number of signature tests, then (column, query word) per test, the number of degree masks,
-// then the masks. The table is read from its copy in shared memory where the launch gives its
-// n_table entries the room.
+// Candidate sets C(u) over one vertex segment [start, start + count) of k <= 32 pattern vertices
+// at once (reference: CpuBackend.candidate_bits; more take more launches): a thread per vertex, a
+// grid-stride loop of whole warps over blocks of CB_BLOCK threads, CB_BLOCKS_PER_SM of them an SM
+// (32 registers a thread). table[u] is where pattern vertex u's record starts in the table: label,
+// label column (0: no label test), the number of signature tests, then (column, query word) per
+// test, the number of degree masks, then the masks. The table is copied to shared memory (the host
+// sizes the launches to fit), so a record is read there; the columns are read through the
+// read-only cache.
 //
-// Each block first groups a chunk's pattern vertices by the label they test (column and label):
-// a vertex then loads its label once a column and, comparing it with each distinct label, finds
-// the pattern vertices whose label it has; only their signature words (loaded together) and
-// degree masks are read. A warp then ballots its 32 vertices into one word of each bitset (lane
-// j writing pattern vertex j's; warps start at multiples of 32 vertices; a word shared with the
-// next segment is ORed in). The filter is bound by instructions, not memory (Nsight Compute on
-// the 100M graph: 63-88% of the SM's issue rate, 10-13% of DRAM's), so the loops a vertex runs
-// per pattern vertex are few: a compare per distinct label and a ballot.
+// Each block first groups the pattern vertices by the label they test (column and label): a
+// vertex then loads its label once a column and, comparing it with each distinct label, finds the
+// pattern vertices whose label it has; only their first SIG_UNROLL signature words and first
+// degree mask are read, all at once, then the rest one by one while they pass. A warp then ballots
+// its 32 vertices into one word of each bitset, which lane u keeps for pattern vertex u and writes
+// (warps start at multiples of 32 vertices; a word shared with the next segment is ORed in).
 //
-// stats (or null; k <= 32 then): stats[u] += |C(u) in this segment| (lane u's running sum of its
-// ballots' bits), and stats[k + u] |= bit w where C(u) and C(w) share a vertex (u != w), for
-// the pairs whose label tests do not exclude it (checked on each warp's ballots): what the
-// planner asks of the sets (GpuBackend.candidate_sets), added once a block.
-#define SIG_UNROLL 8
+// stats (or null): stats[u] += |C(u) in this segment|, and stats[k + u] |= bit w where C(u) and
+// C(w) share a vertex (lane u meets the words the others' lanes hold through shuffles; two sets
+// whose label tests differ in one column cannot meet), added once a block: what the planner asks
+// of the sets (GpuBackend.candidate_sets).
+#define SIG_UNROLL 4
 #define CB_BLOCK 256
-#define CB_CHUNKS 8                 // 256 pattern vertices at most (graph.py's MAX_PATTERN_VERTICES)
-#define CB_PAIRS 496                // 32 * 31 / 2
-extern "C" __global__ void __launch_bounds__(CB_BLOCK) candidate_bits(
+#define CB_BLOCKS_PER_SM 8
+extern "C" __global__ void __launch_bounds__(CB_BLOCK, CB_BLOCKS_PER_SM) candidate_bits(
         const long long* __restrict__ table, int n_table, int k, long long start, long long count,
         long long words, unsigned int* __restrict__ out, unsigned long long* __restrict__ stats) {
-    __shared__ unsigned int s_m[CB_BLOCK / 32][32];          // a warp's ballots of one chunk
-    __shared__ const int* s_dcol[CB_CHUNKS][32];             // per chunk, the distinct label tests:
-    __shared__ int s_dlabel[CB_CHUNKS][32];                  // column, label, and the chunk's
-    __shared__ unsigned int s_dmask[CB_CHUNKS][32];          // pattern vertices testing it
-    __shared__ int s_nd[CB_CHUNKS];
-    __shared__ unsigned int s_free[CB_CHUNKS];               // no label test
-    __shared__ unsigned char s_pu[CB_PAIRS], s_pw[CB_PAIRS], s_hit[CB_PAIRS];
-    __shared__ int s_np;
-    __shared__ unsigned long long s_count[32];
     extern __shared__ long long s_table[];
-    bool track = stats != nullptr;
+    __shared__ const int* s_dcol[32];             // the distinct label tests: column, label, and
+    __shared__ int s_dlabel[32];                  // the pattern vertices testing it
+    __shared__ unsigned int s_dmask[32];
+    __shared__ int s_nd;
+    __shared__ unsigned int s_free;               // the pattern vertices with no label test
+    __shared__ unsigned long long s_count[32];
+    __shared__ unsigned int s_meets[32];
     for (int j = threadIdx.x; j < n_table; j += blockDim.x) s_table[j] = table[j];
-    if (threadIdx.x < 32) s_count[threadIdx.x] = 0;
-    for (int p = threadIdx.x; p < CB_PAIRS; p += blockDim.x) s_hit[p] = 0;
+    if (threadIdx.x < 32) {
+        s_count[threadIdx.x] = 0;
+        s_meets[threadIdx.x] = 0;
+    }
     __syncthreads();
-    const long long* args = n_table ? s_table : table;
     if (threadIdx.x == 0) {
-        for (int c = 0; c * 32 < k; ++c) {
-            s_nd[c] = 0;
-            s_free[c] = 0;
-        }
+        int nd = 0;
+        unsigned int free_ = 0;
         for (int u = 0; u < k; ++u) {
-            int c = u >> 5;
-            const long long* a = args + args[u];
+            const long long* a = s_table + s_table[u];
             const int* col = (const int*)a[1];
             if (!col) {
-                s_free[c] |= 1u << (u & 31);
+                free_ |= 1u << u;
                 continue;
             }
             int d = 0;
-            while (d < s_nd[c] && !(s_dcol[c][d] == col && s_dlabel[c][d] == (int)a[0])) ++d;
-            if (d == s_nd[c]) {
-                s_dcol[c][d] = col;
-                s_dlabel[c][d] = (int)a[0];
-                s_dmask[c][d] = 0;
-                s_nd[c] = d + 1;
+            while (d < nd && !(s_dcol[d] == col && s_dlabel[d] == (int)a[0])) ++d;
+            if (d == nd) {
+                s_dcol[d] = col;
+                s_dlabel[d] = (int)a[0];
+                s_dmask[d] = 0;
+                ++nd;
             }
-            s_dmask[c][d] |= 1u << (u & 31);
+            s_dmask[d] |= 1u << u;
         }
-        int np = 0;
-        if (track) {
-            for (int u = 0; u < k; ++u)
-                for (int w = u + 1; w < k; ++w) {
-                    const long long* a = args + args[u];
-                    const long long* b = args + args[w];
-                    if (a[1] && a[1] == b[1] && a[0] != b[0]) continue;    // different labels of one column
-                    s_pu[np] = (unsigned char)u;
-                    s_pw[np] = (unsigned char)w;
-                    ++np;
-                }
-        }
-        s_np = np;
+        s_nd = nd;
+        s_free = free_;
     }
     __syncthreads();
-    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    int np = s_np;
-    unsigned long long mine = 0;                            // lane u's count of C(u) (track)
-    long long first = start & ~31LL;
-    for (long long v = first + (long long)blockIdx.x * blockDim.x + threadIdx.x; v - lane < start + count;
+    bool track = stats != nullptr;
+    int lane = threadIdx.x & 31, nd = s_nd;
+    unsigned int free_ = s_free, meets = 0;
+    unsigned int mine = 0;          // lane u's count of C(u) (track; a warp's vertices fit 32 bits)
+    long long stop = start + count;
+    for (long long v = (start & ~31LL) + (long long)blockIdx.x * blockDim.x + threadIdx.x; v - lane < stop;
          v += (long long)gridDim.x * blockDim.x) {
-        bool inside = v >= start && v < start + count;
-        long long i = inside ? v - start : 0;
-        long long wd = v >> 5;
-        bool whole = (wd << 5) >= start && (wd << 5) + 32 <= start + count;
-        for (int u0 = 0, c = 0; u0 < k; u0 += 32, ++c) {
-            int kk = min(32, k - u0);
-            // The label tests: one load a distinct column, a compare a distinct label.
-            unsigned int pass = s_free[c];
+        bool inside = v >= start && v < stop;
+        long long i = v - start;
+        // The label tests: one load a distinct column, a compare a distinct label.
+        unsigned int pass = 0;
+        if (inside) {
+            pass = free_;
             const int* seen = nullptr;
             int label = 0;
-            for (int d = 0; d < s_nd[c]; ++d) {
-                const int* col = s_dcol[c][d];
+            for (int d = 0; d < nd; ++d) {
+                const int* col = s_dcol[d];
                 if (col != seen) {
-                    label = inside ? col[i] : 0;
+                    label = __ldg(col + i);
                     seen = col;
                 }
-                if (label == s_dlabel[c][d]) pass |= s_dmask[c][d];
+                if (label == s_dlabel[d]) pass |= s_dmask[d];
             }
-            if (!inside) pass = 0;
-            // The signature words and degree masks of the pattern vertices left.
-            unsigned int ok_mask = 0;
-            for (unsigned int p = pass; p; p &= p - 1u) {
-                int j = __ffs(p) - 1;
-                const long long* a = args + args[u0 + j];
-                int n_tests = (int)a[2];
-                const long long* t = a + 3;
-                unsigned int w[SIG_UNROLL];
+        }
+        // The signature words and degree masks of the pattern vertices left.
+        unsigned int ok_mask = 0;
+        for (unsigned int p = pass; p; p &= p - 1u) {
+            int j = __ffs(p) - 1;
+            const long long* a = s_table + s_table[j];
+            int n_tests = (int)a[2];
+            const long long* t = a + 3;
+            const long long* dm = t + 2 * n_tests;
+            int n_ands = (int)dm[0];
+            unsigned int w[SIG_UNROLL];
 #pragma unroll
-                for (int q = 0; q < SIG_UNROLL; ++q)
-                    w[q] = q < n_tests ? ((const unsigned int*)t[2 * q])[i] : 0u;
-                bool ok = true;
+            for (int q = 0; q < SIG_UNROLL; ++q)
+                w[q] = q < n_tests ? __ldg((const unsigned int*)t[2 * q] + i) : 0u;
+            bool ok = n_ands > 0 ? __ldg((const unsigned char*)dm[1] + v) != 0 : true;
 #pragma unroll
-                for (int q = 0; q < SIG_UNROLL; ++q) {
-                    unsigned int want = q < n_tests ? (unsigned int)t[2 * q + 1] : 0u;
-                    ok = ok && (w[q] & want) == want;
-                }
-                for (int q = SIG_UNROLL; q < n_tests && ok; ++q) {
-                    unsigned int want = (unsigned int)t[2 * q + 1];
-                    ok = (((const unsigned int*)t[2 * q])[i] & want) == want;
-                }
-                const long long* dm = t + 2 * n_tests;
-                int n_ands = (int)dm[0];
-                for (int m = 0; m < n_ands && ok; ++m) ok = ((const bool*)dm[1 + m])[v];
-                if (ok) ok_mask |= 1u << j;
+            for (int q = 0; q < SIG_UNROLL; ++q) {
+                unsigned int want = q < n_tests ? (unsigned int)t[2 * q + 1] : 0u;
+                ok = ok && (w[q] & want) == want;
             }
-            // The ballots, a word of each bitset; lane j writes pattern vertex j's.
-            for (int j = 0; j < kk; ++j) {
-                unsigned int m = __ballot_sync(FULL, (ok_mask >> j) & 1u);
-                if (lane == 0) s_m[warp][j] = m;
+            for (int q = SIG_UNROLL; q < n_tests && ok; ++q) {
+                unsigned int want = (unsigned int)t[2 * q + 1];
+                ok = (__ldg((const unsigned int*)t[2 * q] + i) & want) == want;
             }
-            __syncwarp();
-            if (lane < kk) {
-                unsigned int m = s_m[warp][lane];
-                if (m) {
-                    unsigned int* o = out + (long long)(u0 + lane) * words + wd;
-                    if (whole) *o = m;
-                    else atomicOr(o, m);
-                }
-                if (track) mine += __popc(m);
-            }
-            if (track)
-                for (int p = lane; p < np; p += 32)
-                    if (s_m[warp][s_pu[p]] & s_m[warp][s_pw[p]]) s_hit[p] = 1;
-            __syncwarp();
+            for (int m = 1; m < n_ands && ok; ++m) ok = __ldg((const unsigned char*)dm[1 + m] + v) != 0;
+            if (ok) ok_mask |= 1u << j;
+        }
+        // The ballots, a word of each bitset; lane u keeps and writes pattern vertex u's.
+        unsigned int m = 0;
+        for (int j = 0; j < k; ++j) {
+            unsigned int b = __ballot_sync(FULL, (ok_mask >> j) & 1u);
+            if (lane == j) m = b;
+        }
+        if (m) {
+            long long wd = v >> 5;
+            unsigned int* o = out + (long long)lane * words + wd;
+            if ((wd << 5) >= start && (wd << 5) + 32 <= stop) *o = m;
+            else atomicOr(o, m);
+        }
+        if (track) {
+            mine += __popc(m);
+            if (__any_sync(FULL, m != 0))
+                for (int u = 0; u < k; ++u)
+                    if (m & __shfl_sync(FULL, m, u)) meets |= 1u << u;
         }
     }
     if (track) {
-        if (lane < k && mine) atomicAdd(&s_count[lane], mine);
+        if (mine) atomicAdd(&s_count[lane], (unsigned long long)mine);
+        if (meets) atomicOr(&s_meets[lane], meets);
         __syncthreads();
-        if (threadIdx.x < k && s_count[threadIdx.x]) atomicAdd(stats + threadIdx.x, s_count[threadIdx.x]);
-        for (int p = threadIdx.x; p < np; p += blockDim.x)
-            if (s_hit[p]) {
-                atomicOr(stats + k + s_pu[p], 1ull << s_pw[p]);
-                atomicOr(stats + k + s_pw[p], 1ull << s_pu[p]);
-            }
+        if (threadIdx.x < k) {
+            if (s_count[threadIdx.x]) atomicAdd(stats + threadIdx.x, s_count[threadIdx.x]);
+            if (s_meets[threadIdx.x]) atomicOr(stats + k + threadIdx.x, (unsigned long long)s_meets[threadIdx.x]);
+        }
     }
 }
 
