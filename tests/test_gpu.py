@@ -627,13 +627,22 @@ def test_piece_summary_matches_reference(gpu, n, rounds, monkeypatch):
     assert offsets is None and list(summary) == list(want) and np.array_equal(cp.asnumpy(deg), want_deg)
 
 
+@pytest.mark.parametrize("way", ["warps", "threads", "threads-few-blocks"])
 @pytest.mark.parametrize("n_conflicts", [0, 1, 2, 17])
-def test_row_lists_and_pack_rows_match_reference(gpu, n_conflicts):
+def test_row_lists_and_pack_rows_match_reference(gpu, n_conflicts, way, monkeypatch):
     """The light pieces' kernels: ``row_lists`` appends to each row's buffer (rows unsorted, with
     repeated and absent vertices) what the NumPy reference appends, after the entries already
     there, without the row's own vertices; ``pack_rows`` packs the buffers as the reference does.
-    17 conflict columns pass the kernel's 16 kept in registers."""
+    17 conflict columns pass the kernel's 16 kept in registers. "warps": a warp a row; "threads":
+    a thread a row first (``row_lists_short``), then the rows of longer lists; "threads-few-blocks":
+    those rows in several rounds of the launch's blocks."""
     import cupy as cp
+
+    from sgsi.join import gpu as gpu_mod
+    monkeypatch.setattr(gpu_mod, "_ROW_THREAD_ROWS", 1 << 40 if way == "warps" else 0)
+    if way == "threads-few-blocks":
+        monkeypatch.setattr(gpu_mod, "_ROW_REST_BLOCKS_PER_SM", 1)
+        monkeypatch.setattr(gpu, "sms", lambda: 2)
     rng = np.random.default_rng(11)
     cpu = CpuBackend()
     for theta in (4, 16):

@@ -304,6 +304,15 @@ def to_device_small(a):
     return staging.to_device(a)
 
 
+#: Rows from which ``GpuBackend.row_lists`` takes a thread a row first (``row_lists_short``):
+#: on walk 0 of the 100M graph a warp a row took 283 us of device time for 350K rows whose lists
+#: hold about 3 entries.
+_ROW_THREAD_ROWS = 2048
+#: Blocks an SM of the ``row_lists`` launch over the rows ``row_lists_short`` left, which stride
+#: over them, a warp a row (their number is on the device). A block a row took 501 us on walk 0's
+#: 350K rows against 262 (one H100, session 31).
+_ROW_REST_BLOCKS_PER_SM = 16
+
 #: Blocks of a ``candidate_bits`` launch an SM (the kernel's CB_BLOCKS_PER_SM): a launch has at most
 #: this many times the SMs, one wave of blocks, each striding over the vertices (fewer blocks, fewer
 #: atomics adding the sets' sizes and overlaps).
@@ -1172,17 +1181,28 @@ class GpuBackend:
 
     def row_lists(self, groups, ci, v, cbits, conflict_cols, F, fill, gba):
         """First link of a light piece in one segment, row by row (reference:
-        CpuBackend.row_lists): the ``row_lists`` kernel, one warp per row (``gba`` None: counts
-        only, a null pointer to the kernel, and ``F`` may be None)."""
+        CpuBackend.row_lists; ``gba`` None: counts only, a null pointer to the kernels, and
+        ``F`` may be None). Under ``_ROW_THREAD_ROWS`` rows the ``row_lists`` kernel, a warp a
+        row; from there ``row_lists_short``, a thread a row, then ``row_lists`` over the rows
+        whose lists it left (longer than its THREAD_LIST), which it counted on the device (no
+        read: the launch's blocks stride over them, a warp a row)."""
         n = int(v.size)
         if n == 0 or ci.size == 0 or groups.shape[0] == 0:
             return
         conf = _conflict_table(conflict_cols, self._no_conflicts)
-        kernels.kernel("row_lists")(_grid(n * 32), (_BLOCK,),
-                                    (groups, np.int64(groups.shape[0]), np.int32(groups.shape[1]), ci,
-                                     cp.ascontiguousarray(v.astype(cp.int32, copy=False)), np.int64(n), cbits,
-                                     conf, np.int32(len(conflict_cols)), np.uint64(0) if F is None else F, fill,
-                                     np.uint64(0) if gba is None else gba))
+        args = (groups, np.int64(groups.shape[0]), np.int32(groups.shape[1]), ci,
+                cp.ascontiguousarray(v.astype(cp.int32, copy=False)), np.int64(n), cbits,
+                conf, np.int32(len(conflict_cols)), np.uint64(0) if F is None else F, fill,
+                np.uint64(0) if gba is None else gba)
+        if n < _ROW_THREAD_ROWS:
+            kernels.kernel("row_lists")(_grid(n * 32), (_BLOCK,), args + (np.uint64(0), np.uint64(0)))
+            return
+        rest = cp.empty(n + 1, cp.int64)            # the rows left, then their number
+        count = rest[n:]
+        count.data.memset_async(0, 8)
+        kernels.kernel("row_lists_short")(_grid(n), (_BLOCK,), args + (rest, count))
+        blocks = min((n + 7) // 8, _ROW_REST_BLOCKS_PER_SM * self.sms())
+        kernels.kernel("row_lists")((blocks,), (_BLOCK,), args + (rest, count))
 
     def pack_rows(self, gba, F, fill):
         """(row of each entry, entries) of the rows' buffers packed end to end (reference:

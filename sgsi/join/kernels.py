@@ -170,76 +170,131 @@ extern "C" __global__ void pcsr_lookup(const int* __restrict__ groups, long long
 // C(u) (cbits) that are none of the row's own vertices (the conflict columns, n_conflicts
 // rows of n), and appends them in order from gba[F_i + fill_i] (a warp ballot per 32);
 // with gba null it only counts them into fill_i (a count that needs no entries; F may be null
-// then). A small
-// piece's time is its longest list's: a warp reads 32 entries a round, a round of dependent
-// loads. So a block whose rows hold at most BLOCK_LONG_ROWS lists of more than BLOCK_LIST
-// entries reads those with all its threads (256 entries a round, block_append) once its warps
-// are done with their short rows; where more of its rows have long lists (rows of one hub),
-// each warp reads its own, in parallel. Launch bounds of 8 blocks an SM (32 registers): more
-// rows in flight, faster than the spills cost (session 27's replays, row_lists_probe.py).
+// then). rows null: rows 0 .. n-1, a block for each 8; else the rows rows[0 .. *n_rows), which
+// the blocks stride over, 8 a round (the rows row_lists_short left).
+//
+// A small piece's time is its longest list's: a warp reads 32 entries a round, a round of
+// dependent loads. So a block whose rows hold at most BLOCK_LONG_ROWS lists of more than
+// BLOCK_LIST entries reads those with all its threads (256 entries a round, block_append) once
+// its warps are done with their short rows; where more of its rows have long lists (rows of one
+// hub), each warp reads its own, in parallel. Launch bounds of 8 blocks an SM (32 registers):
+// more rows in flight, faster than the spills cost (session 27's replays, row_lists_probe.py).
 #define BLOCK_LIST 512
 #define BLOCK_LONG_ROWS 2
 extern "C" __global__ void __launch_bounds__(256, 8)
 row_lists(const int* __restrict__ groups, long long n_groups, int theta, const int* __restrict__ ci,
           const int* __restrict__ v, long long n, const unsigned int* __restrict__ cbits,
           const int* __restrict__ conflicts, int n_conflicts, const long long* __restrict__ F,
-          long long* __restrict__ fill, int* __restrict__ gba) {
+          long long* __restrict__ fill, int* __restrict__ gba, const long long* __restrict__ rows,
+          const unsigned long long* __restrict__ n_rows) {
     __shared__ long long long_start[32], long_count[32], long_at[32], long_row[32];
     __shared__ int n_long;
     __shared__ int warp_total[32];
-    if (threadIdx.x == 0) n_long = 0;
-    __syncthreads();
-    long long warp = ((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    long long m = rows ? (long long)*n_rows : n;
+    int lane = threadIdx.x & 31, warps = blockDim.x >> 5;
+    for (long long base = (long long)blockIdx.x * warps; base < m; base += (long long)gridDim.x * warps) {
+        if (threadIdx.x == 0) n_long = 0;
+        __syncthreads();
+        long long i = base + (threadIdx.x >> 5), warp = 0;
+        long long start = 0, c = 0, f0 = 0;
+        if (i < m) {
+            warp = rows ? rows[i] : i;
+            longlong2 se = warp_pcsr_find(groups, n_groups, theta, v[warp]);
+            start = se.x;
+            c = se.y - se.x;
+            f0 = F ? F[warp] : 0;
+            if (c > BLOCK_LIST) {
+                if (lane == 0) {
+                    int slot = atomicAdd(&n_long, 1);
+                    long_start[slot] = se.x;
+                    long_count[slot] = c;
+                    long_at[slot] = f0 + fill[warp];
+                    long_row[slot] = warp;
+                }
+            } else if (c > 0) {
+                long long out = warp_keep_list(ci + se.x, c, cbits, conflicts, n_conflicts, n, warp, f0 + fill[warp],
+                                               gba);
+                if (lane == 0) fill[warp] = out - f0;
+            }
+        }
+        __syncthreads();
+        int n_block = n_long;
+        if (n_block > BLOCK_LONG_ROWS) {                // many long lists: a warp each
+            if (c > BLOCK_LIST) {
+                long long out = warp_keep_list(ci + start, c, cbits, conflicts, n_conflicts, n, warp, f0 + fill[warp],
+                                               gba);
+                if (lane == 0) fill[warp] = out - f0;
+            }
+        } else {
+            for (int s = 0; s < n_block; ++s) {         // a few: the whole block, one at a time
+                const int* src = ci + long_start[s];
+                long long count = long_count[s], row = long_row[s], out = long_at[s], base_f = F ? F[row] : 0;
+                for (long long b = 0; b < count; b += blockDim.x) {
+                    long long j = b + threadIdx.x;
+                    int x = 0;
+                    bool ok = j < count;
+                    if (ok) {
+                        x = src[j];
+                        if (cbits) ok = test_bit(cbits, x);
+                        for (int q = 0; q < n_conflicts && ok; ++q) ok = x != conflicts[(long long)q * n + row];
+                    }
+                    if (gba) {
+                        out += block_append(ok, x, gba, out, warp_total);
+                    } else {
+                        out += block_ballot_scan(__ballot_sync(FULL, ok), warp_total).y;
+                        __syncthreads();                // warp_total is rewritten by the next round
+                    }
+                }
+                if (threadIdx.x == 0) fill[row] = out - base_f;
+            }
+        }
+        __syncthreads();                                // n_long is reset by the next round
+    }
+}
+
+// row_lists with a thread a row (reference: CpuBackend.row_lists): the thread finds its row's
+// list in the PCSR (pcsr_find) and, where it holds at most THREAD_LIST entries, keeps and
+// appends (or counts) them itself; the rows of longer lists are appended to rest (a warp's at
+// once, *n_rest counting them) for a row_lists launch over them. On the many
+// short lists of a large light piece a warp a row leaves 31 lanes idle and needs a warp's round
+// of dependent loads per row: a thread a row reads 32 rows' lists at once.
+#define THREAD_LIST 32
+extern "C" __global__ void __launch_bounds__(256, 8)
+row_lists_short(const int* __restrict__ groups, long long n_groups, int theta, const int* __restrict__ ci,
+                const int* __restrict__ v, long long n, const unsigned int* __restrict__ cbits,
+                const int* __restrict__ conflicts, int n_conflicts, const long long* __restrict__ F,
+                long long* __restrict__ fill, int* __restrict__ gba, long long* __restrict__ rest,
+                unsigned long long* __restrict__ n_rest) {
+    long long row = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     int lane = threadIdx.x & 31;
-    long long start = 0, c = 0, f0 = 0;
-    if (warp < n) {
-        longlong2 se = warp_pcsr_find(groups, n_groups, theta, v[warp]);
-        start = se.x;
+    long long c = 0;
+    longlong2 se = make_longlong2(0, 0);
+    if (row < n) {
+        se = pcsr_find(groups, n_groups, theta, v[row]);
         c = se.y - se.x;
-        f0 = F ? F[warp] : 0;
-        if (c > BLOCK_LIST) {
-            if (lane == 0) {
-                int slot = atomicAdd(&n_long, 1);
-                long_start[slot] = se.x;
-                long_count[slot] = c;
-                long_at[slot] = f0 + fill[warp];
-                long_row[slot] = warp;
-            }
-        } else if (c > 0) {
-            long long out = warp_keep_list(ci + se.x, c, cbits, conflicts, n_conflicts, n, warp, f0 + fill[warp], gba);
-            if (lane == 0) fill[warp] = out - f0;
+    }
+    bool defer = c > THREAD_LIST;
+    unsigned int later = __ballot_sync(FULL, defer);
+    if (later) {
+        int leader = __ffs(later) - 1;
+        unsigned long long at = 0;
+        if (lane == leader) at = atomicAdd(n_rest, (unsigned long long)__popc(later));
+        at = __shfl_sync(FULL, at, leader);
+        if (defer) rest[at + __popc(later & ((1u << lane) - 1u))] = row;
+    }
+    if (defer || c == 0) return;
+    long long had = fill[row], out = gba ? F[row] + had : 0;
+    int kept = 0;
+    for (const int* x = ci + se.x; x < ci + se.y; ++x) {
+        int y = *x;
+        bool ok = !cbits || test_bit(cbits, y);
+        for (int q = 0; q < n_conflicts && ok; ++q) ok = y != conflicts[(long long)q * n + row];
+        if (ok) {
+            if (gba) gba[out + kept] = y;
+            ++kept;
         }
     }
-    __syncthreads();
-    int n_block = n_long;
-    if (n_block > BLOCK_LONG_ROWS) {                // many long lists: a warp each
-        if (c > BLOCK_LIST) {
-            long long out = warp_keep_list(ci + start, c, cbits, conflicts, n_conflicts, n, warp, f0 + fill[warp], gba);
-            if (lane == 0) fill[warp] = out - f0;
-        }
-        return;
-    }
-    for (int s = 0; s < n_block; ++s) {             // a few: the whole block, one at a time
-        const int* src = ci + long_start[s];
-        long long count = long_count[s], row = long_row[s], out = long_at[s], base_f = F ? F[row] : 0;
-        for (long long base = 0; base < count; base += blockDim.x) {
-            long long j = base + threadIdx.x;
-            int x = 0;
-            bool ok = j < count;
-            if (ok) {
-                x = src[j];
-                if (cbits) ok = test_bit(cbits, x);
-                for (int q = 0; q < n_conflicts && ok; ++q) ok = x != conflicts[(long long)q * n + row];
-            }
-            if (gba) {
-                out += block_append(ok, x, gba, out, warp_total);
-            } else {
-                out += block_ballot_scan(__ballot_sync(FULL, ok), warp_total).y;
-                __syncthreads();                    // warp_total is rewritten by the next round
-            }
-        }
-        if (threadIdx.x == 0) fill[row] = out - base_f;
-    }
+    if (kept) fill[row] = had + kept;
 }
 
 // out[0] += sum of d[i] over the i whose vertex v[i] is in the bitset (reference:
