@@ -450,6 +450,12 @@ def _record_table(head, records):
     return to_device_small(np.array(list(head) + list(starts) + [x for r in records for x in r], dtype=np.int64))
 
 
+def _filter_record_length(pairs, masks):
+    """Entries of a pattern vertex's record in a ``candidate_bits`` table: label, label column,
+    the number of tests, a column and a query word per test, the number of masks, the masks."""
+    return 4 + 2 * len(pairs) + len(masks)
+
+
 def _filter_launches(lengths):
     """The launches of ``candidate_bits`` for pattern vertices whose records are ``lengths`` long:
     (first, past the last) ranges of at most 32, each table (a start and a record each) at most
@@ -1239,7 +1245,7 @@ class GpuBackend:
                 records.append(record + [len(masks)] + [_pointer(m, cp.bool_, held) for m in masks])
             threads = count + start % 32
             blocks = min((threads + _BLOCK - 1) // _BLOCK, _CANDIDATE_BLOCKS_PER_SM * self.sms())
-            launches = _filter_launches([len(r) for r in records])
+            launches = _filter_launches([len(r) for r in records])     # _filter_record_length each
             if stats is not None and len(launches) > 1:
                 raise ValueError("candidate_bits: the sets' stats need one launch a segment")
             for u0, u1 in launches:
@@ -1256,7 +1262,8 @@ class GpuBackend:
         """Whether :meth:`candidate_bits` filters each segment in one launch (at most 32 pattern
         vertices, a table that fits), as its stats need."""
         return len(ands) <= 32 and all(
-            len(_filter_launches([4 + 2 * len(pairs) + len(masks) for (_l, _b, pairs), masks in zip(tests, ands)])) == 1
+            len(_filter_launches([_filter_record_length(pairs, masks)
+                                  for (_l, _b, pairs), masks in zip(tests, ands)])) == 1
             for _s, _c, tests in parts)
 
     def candidate_sets(self, n, parts, ands, cost_jobs=None):
