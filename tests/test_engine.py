@@ -942,10 +942,10 @@ def test_weighted_subtree_extends_a_hubs_windows(cases, monkeypatch):
     ways = []
     real = engine.Engine._sets
 
-    def spy(self, piece, deg, step, how, lim, counts=False):
+    def spy(self, piece, deg, step, how, lim, counts=False, take=None):
         if any(t.step is step for t in self.plan.subtrees):
             ways.append(how.way)
-        return real(self, piece, deg, step, how, lim, counts)
+        return real(self, piece, deg, step, how, lim, counts, take)
     monkeypatch.setattr(engine.Engine, "_sets", spy)
     case = cases["hub"]
     pattern = "(h:9)-[:E0]->(r), (r)-[:E1]->(l), (q)-[:E1]->(h), (q)-[:E0]->(r)"

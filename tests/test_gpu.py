@@ -686,6 +686,17 @@ def test_row_lists_and_pack_rows_match_reference(gpu, n_conflicts, way, monkeypa
         erow, vals = gpu.pack_rows(gba, cp.asarray(F), fill)
         assert np.array_equal(erow_ref, cp.asnumpy(erow)) and np.array_equal(vals_ref, cp.asnumpy(vals))
         assert erow.dtype == cp.int64 and vals.dtype == cp.int32
+        for k4, k8 in ((0, 0), (1, 0), (3, 1), (6, 2), (7, 0), (0, 3)):     # the last two: a take after
+            cols = [rng.integers(-9, 1 << 30, n).astype(np.int32 if j % 2 else np.uint32) for j in range(k4)]
+            cols += [rng.integers(-9, 1 << 60, n) for _ in range(k8)]
+            rng.shuffle(cols)
+            taken_ref, vals_ref2 = cpu.pack_rows(gba_ref, F, fill_ref, take=cols)
+            taken, vals2 = gpu.pack_rows(gba, cp.asarray(F), fill, take=[cp.asarray(c) for c in cols])
+            assert np.array_equal(vals_ref2, vals_ref) and np.array_equal(vals_ref, cp.asnumpy(vals2))
+            assert len(taken) == len(cols)
+            for c, t_ref, t in zip(cols, taken_ref, taken):
+                assert t.dtype == c.dtype and np.array_equal(t_ref, np.take(c, erow_ref))
+                assert np.array_equal(t_ref, cp.asnumpy(t))
 
 
 @pytest.mark.parametrize("n", [1, 2, 31, 1023, 1024, 1025, 5000, 65536, 65537, 300000])

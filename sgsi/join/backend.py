@@ -345,10 +345,12 @@ class CpuBackend:
             return
         self._append(gba, F, fill, rid[keep], nb[keep])
 
-    def pack_rows(self, gba, F, fill):
+    def pack_rows(self, gba, F, fill, take=None):
         """(row of each entry, entries) of the rows' buffers ``gba[F[i] : F[i] + fill[i]]``
-        packed end to end, rows in order."""
-        return self.repeat_index(fill), np.take(gba, pcsr.ragged_indices(F, fill, np))
+        packed end to end, rows in order; with ``take`` (columns of the rows), those columns
+        taken at each entry's row in place of the rows."""
+        erow, vals = self.repeat_index(fill), np.take(gba, pcsr.ragged_indices(F, fill, np))
+        return (erow, vals) if take is None else ([np.take(c, erow) for c in take], vals)
 
     def _append(self, gba, start, fill, owner, vals):
         """Prealloc-Combine: ``vals`` appended, in order, to their owners' buffers (owner i's

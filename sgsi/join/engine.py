@@ -239,16 +239,19 @@ class Engine:
     def _step(self, chunk, step: Step, lim, held, level, keep=None):
         """One join step over ``chunk``: its output in slices of about ``chunk_rows`` rows, with
         the columns of the vertices ``keep`` and the new one (None: every column)."""
-        for piece, sets in self._pieces_with_sets(chunk, step, lim):
+        take = [u for u in chunk if keep is None or u in keep]       # the columns carried over
+        for piece, sets in self._pieces_with_sets(chunk, step, lim, take=take):
             for out in self._extension(piece, sets, step, lim, keep):
                 held[level] = _nbytes(chunk) + sets.nbytes + _nbytes(out)
                 yield out
 
-    def _pieces_with_sets(self, chunk, step, lim, counts=False):
+    def _pieces_with_sets(self, chunk, step, lim, counts=False, take=None):
         """Each piece of ``chunk`` with its sets; ``counts``: only the sets' sizes are wanted
-        (a light piece of one link then counts its rows' entries without writing them)."""
+        (a light piece of one link then counts its rows' entries without writing them).
+        ``take``: the columns a light piece of one link takes at its entries' rows as it
+        packs them (:attr:`_RowSets.taken`, the extension's output)."""
         for piece, deg, how in self._pieces(chunk, step, lim):
-            for sets in self._sets(piece, deg, step, how, lim, counts):
+            for sets in self._sets(piece, deg, step, how, lim, counts, take):
                 self._stats["chunks"] += 1
                 yield piece, sets
 
@@ -356,7 +359,7 @@ class Engine:
             deg = xp.where(hit, d[pos].astype(xp.int64), deg)
         return deg
 
-    def _sets(self, piece, deg, step: Step, how, lim: Limits, counts=False):
+    def _sets(self, piece, deg, step: Step, how, lim: Limits, counts=False, take=None):
         """The candidate set S(t) of each distinct linking tuple t of the piece's rows.
 
         Rows that map the linking vertices alike share one set: S(t) =
@@ -368,7 +371,7 @@ class Engine:
         :class:`_RowSets` instead.
         """
         if how.way == "light":
-            yield self._row_sets(piece, deg, step, lim, how, counts)
+            yield self._row_sets(piece, deg, step, lim, how, counts, take)
             return
         if how.way == "tuples":
             yield self._sets_whole(piece, deg, step, lim, how)      # a call: nothing of it stays here
@@ -522,13 +525,15 @@ class Engine:
         if self.counting:
             self._replan_past(self.work + rows)
 
-    def _row_sets(self, piece, deg, step: Step, lim: Limits, light: "_How", counts=False):
+    def _row_sets(self, piece, deg, step: Step, lim: Limits, light: "_How", counts=False, take=None):
         """S(t_i) \\ m_i of each row of a light piece, row by row, with no distinct tuples:
         each row's first-link list is streamed into its own buffer (Prealloc-Combine, F the
         prefix sum of the rows' |N(v'_i, l0)|), keeping the entries in C(u) that are none
         of the row's vertices (``backend.row_lists``); the buffers are packed, and the
         entries not in the row's lists of the other links dropped (Algorithm 5). ``counts``
-        and one link: the entries are counted per row, not written (no GBA, no packing)."""
+        and one link: the entries are counted per row, not written (no GBA, no packing).
+        ``take`` (names of the piece's columns) and one link: the packing takes those columns
+        at the entries' rows too (:attr:`_RowSets.taken`; on the GPU in its launch)."""
         xp, backend, store = self.xp, self.backend, self.store
         n = int(deg.size)
         self._stats["light_steps"] += 1
@@ -551,7 +556,9 @@ class Engine:
             self._charge(total + n)
             self._stats["entries"] += total
             return _RowSets(None, None, fill, total)
-        erow, evals = backend.pack_rows(gba, F, fill)
+        taking = take is not None and len(step.links) == 1      # no entry dropped after the packing
+        first, evals = backend.pack_rows(gba, F, fill, take=[piece[u] for u in take] if taking else None)
+        erow, taken = (None, dict(zip(take, first))) if taking else (first, None)
         # The work charged is what the rows kept, as a piece of tuples charges its distinct
         # vertices' lists: rows that share a vertex read its list again, but that reading
         # is not the join's growth that replanning looks for.
@@ -566,7 +573,7 @@ class Engine:
             keep = nonzero_index(xp, alive)
             erow, evals = xp.take(erow, keep), xp.take(evals, keep)
             fill = backend.bincount(erow, n)
-        return _RowSets(erow, evals, fill, int(evals.size))
+        return _RowSets(erow, evals, fill, int(evals.size), taken)
 
     def _count(self, piece, s, step: Step) -> int:
         """Σ_rows |S(t_i)| minus the rows' own vertices found in their S(t_i) (count-only last step)."""
@@ -813,7 +820,7 @@ class Engine:
         xp, backend = self.xp, self.backend
         if isinstance(s, _RowSets):                       # a light piece: its entries are the output
             if s.total:
-                out = _taken(xp, piece, s.erow, keep)
+                out = dict(s.taken) if s.taken is not None else _taken(xp, piece, s.erow, keep)
                 out[step.vertex] = s.evals
                 yield out
             return
@@ -940,12 +947,15 @@ def _packed(xp, backend, s):
 @dataclass
 class _RowSets:
     """A light piece's sets, row by row: S(t_i) \\ m_i of each row i, rows in order (only
-    their sizes where the entries were counted, not written: ``erow`` and ``evals`` None)."""
+    their sizes where the entries were counted, not written: ``erow`` and ``evals`` None).
+    ``taken``: where the packing took the piece's columns at the entries' rows, those columns
+    by vertex (``erow`` None)."""
 
     erow: object         # row of each entry
     evals: object        # vertex of each entry
     count: object        # entries per row (int64)
     total: int           # entries in all
+    taken: dict = None   # columns of the piece at each entry's row (the extension's output)
 
     @property
     def nbytes(self):

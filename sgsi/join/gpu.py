@@ -348,6 +348,23 @@ def stack_rows(arrays, idx=None):
     return out
 
 
+#: Most columns of 4-byte and of 8-byte elements that one ``pack_rows`` launch takes at the
+#: entries' rows (the kernel's PACK_COLS_4 and PACK_COLS_8).
+_PACK_COLS = (6, 2)
+
+
+def _pack_columns(take):
+    """(positions of the 4-byte columns, of the 8-byte ones) in ``take`` where ``pack_rows`` takes
+    them all in its launch (1-D, within ``_PACK_COLS``); (None, None) where it does not."""
+    if take is None:
+        return None, None
+    cols4 = [i for i, c in enumerate(take) if c.ndim == 1 and c.dtype.itemsize == 4]
+    cols8 = [i for i, c in enumerate(take) if c.ndim == 1 and c.dtype.itemsize == 8]
+    if len(cols4) + len(cols8) != len(take) or len(cols4) > _PACK_COLS[0] or len(cols8) > _PACK_COLS[1]:
+        return None, None
+    return cols4, cols8
+
+
 def take_columns(arrays, idx):
     """``[cp.take(a, idx) for a in arrays]`` (1-D arrays): the arrays of one dtype gathered by one
     :func:`stack_rows` launch for up to ``_STACK_MAX`` of them, each taken as a row of its output
@@ -1210,19 +1227,45 @@ class GpuBackend:
         blocks = min((n + 7) // 8, _ROW_REST_BLOCKS_PER_SM * self.sms())
         kernels.kernel("row_lists")((blocks,), (_BLOCK,), args + (rest, count))
 
-    def pack_rows(self, gba, F, fill):
-        """(row of each entry, entries) of the rows' buffers packed end to end (reference:
-        CpuBackend.pack_rows): a scan of ``fill``, one host read of the total, the
-        ``pack_rows`` kernel."""
+    def pack_rows(self, gba, F, fill, take=None):
+        """(row of each entry, entries) of the rows' buffers packed end to end; with ``take``
+        (columns of the rows), those columns taken at each entry's row in place of the rows
+        (reference: CpuBackend.pack_rows): a scan of ``fill``, one host read of the total, the
+        ``pack_rows`` kernel, which takes up to ``_PACK_COLS`` of 4-byte and 8-byte columns as
+        it writes the entries (more, or other sizes: a ``take_columns`` after it)."""
         n = int(fill.size)
+        cols4, cols8 = _pack_columns(take)
         if n == 0:
-            return cp.zeros(0, cp.int64), cp.zeros(0, cp.int32)
+            vals = cp.zeros(0, cp.int32)
+            return (cp.zeros(0, cp.int64) if take is None else [c[:0] for c in take]), vals
         ends = scan(fill)
         total = read_last(ends)
-        erow, vals = cp.empty(total, cp.int64), cp.empty(total, cp.int32)
+        vals = cp.empty(total, cp.int32)
+        fused = take is not None and cols4 is not None
+        erow = None if fused else cp.empty(total, cp.int64)
+        out4 = cp.empty((len(cols4), total), cp.uint32) if fused and cols4 else None
+        out8 = cp.empty((len(cols8), total), cp.uint64) if fused and cols8 else None
         if total:
-            kernels.kernel("pack_rows")(_grid(n * 32), (_BLOCK,), (gba, F, fill, ends, np.int64(n), erow, vals))
-        return erow, vals
+            a = [cp.ascontiguousarray(take[i]) for i in cols4] if out4 is not None else []
+            b = [cp.ascontiguousarray(take[i]) for i in cols8] if out8 is not None else []
+            a += [a[0] if a else gba] * (_PACK_COLS[0] - len(a))
+            b += [b[0] if b else F] * (_PACK_COLS[1] - len(b))
+            null = np.uint64(0)
+            kernels.kernel("pack_rows")(_grid(n * 32), (_BLOCK,),
+                                        (gba, F, fill, ends, np.int64(n), null if fused else erow, vals, *a,
+                                         np.int32(len(cols4) if fused else 0), null if out4 is None else out4, *b,
+                                         np.int32(len(cols8) if fused else 0), null if out8 is None else out8,
+                                         np.int64(total)))
+        if take is None:
+            return erow, vals
+        if not fused:
+            return take_columns(take, erow), vals
+        taken = [None] * len(take)
+        for r, i in enumerate(cols4):
+            taken[i] = out4[r].view(take[i].dtype)
+        for r, i in enumerate(cols8):
+            taken[i] = out8[r].view(take[i].dtype)
+        return taken, vals
 
     def candidate_bits(self, n, parts, ands, stats=None):
         """C(u) of several pattern vertices (reference: CpuBackend.candidate_bits): a

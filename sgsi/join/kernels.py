@@ -339,17 +339,42 @@ extern "C" __global__ void union_degrees(const long long* __restrict__ args, int
 
 // The rows' buffers packed end to end (reference: CpuBackend.pack_rows): one warp per row
 // copies gba[F_i : F_i + fill_i] to vals[O_i : O_i + fill_i], O_i = ends_i - fill_i, and
-// writes i as the row of each.
+// writes i as the row of each (erow; null: not written). With it, up to PACK_COLS_4 columns of
+// 4-byte and PACK_COLS_8 of 8-byte elements of the rows are taken at the entries' rows (reference:
+// numpy.take(column, erow)): entry e of row i gets a_q[i] in out4[q * total + e] (b_q[i] in out8),
+// where the take of the packed rows cost a launch of its own and its host time.
+#define PACK_COLS_4 6
+#define PACK_COLS_8 2
 extern "C" __global__ void pack_rows(const int* __restrict__ gba, const long long* __restrict__ F,
                                      const long long* __restrict__ fill, const long long* __restrict__ ends,
-                                     long long n, long long* __restrict__ erow, int* __restrict__ vals) {
+                                     long long n, long long* __restrict__ erow, int* __restrict__ vals,
+                                     const unsigned int* a0, const unsigned int* a1, const unsigned int* a2,
+                                     const unsigned int* a3, const unsigned int* a4, const unsigned int* a5,
+                                     int k4, unsigned int* __restrict__ out4, const unsigned long long* b0,
+                                     const unsigned long long* b1, int k8, unsigned long long* __restrict__ out8,
+                                     long long total) {
     long long warp = ((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     int lane = threadIdx.x & 31;
     if (warp >= n) return;
     long long c = fill[warp], s = F[warp], o = ends[warp] - c;
+    if (c == 0) return;
+    const unsigned int* a[PACK_COLS_4] = {a0, a1, a2, a3, a4, a5};
+    const unsigned long long* b[PACK_COLS_8] = {b0, b1};
+    unsigned int x[PACK_COLS_4];
+    unsigned long long y[PACK_COLS_8];
+#pragma unroll
+    for (int q = 0; q < PACK_COLS_4; q++) x[q] = q < k4 ? a[q][warp] : 0u;
+#pragma unroll
+    for (int q = 0; q < PACK_COLS_8; q++) y[q] = q < k8 ? b[q][warp] : 0ull;
     for (long long j = lane; j < c; j += 32) {
         vals[o + j] = gba[s + j];
-        erow[o + j] = warp;
+        if (erow) erow[o + j] = warp;
+#pragma unroll
+        for (int q = 0; q < PACK_COLS_4; q++)
+            if (q < k4) out4[q * total + o + j] = x[q];
+#pragma unroll
+        for (int q = 0; q < PACK_COLS_8; q++)
+            if (q < k8) out8[q * total + o + j] = y[q];
     }
 }
 
