@@ -699,6 +699,44 @@ def test_row_lists_and_pack_rows_match_reference(gpu, n_conflicts, way, monkeypa
                 assert np.array_equal(t_ref, cp.asnumpy(t))
 
 
+@pytest.mark.parametrize("per_round", [1, 3, 8])
+@pytest.mark.parametrize("way", ["warps", "threads"])
+def test_row_lists_long_lists_match_reference(gpu, way, per_round, monkeypatch):
+    """``row_lists`` on lists of up to 16K entries (``LIGHT_MAX_LIST``), ``per_round`` rows a
+    block a round: the block's warps share the long lists' chunks, over several windows of the
+    kernel's ROW_CHUNKS (1024 chunks of 32 entries) where a round's lists hold more (8 rows); the
+    buffers and counts are the reference's."""
+    import cupy as cp
+
+    from sgsi.join import gpu as gpu_mod
+    monkeypatch.setattr(gpu_mod, "_ROW_THREAD_ROWS", 1 << 40 if way == "warps" else 0)
+    monkeypatch.setattr(gpu_mod, "_ROW_LISTS_ROWS", per_round)
+    monkeypatch.setattr(gpu_mod, "_ROW_REST_ROWS", per_round)
+    rng = np.random.default_rng(5)
+    cpu = CpuBackend()
+    deg = np.array([16384, 12000, 9000, 40, 33, 5, 0, 16000, 700, 3])
+    src = np.repeat(np.arange(deg.size), deg)
+    dst = np.concatenate([np.sort(rng.choice(200_000, d, replace=False)) for d in deg])
+    groups, ci = pcsr.build(src, dst, 8)
+    v = np.r_[[0, 1, 2, 7, 0, 1, 7, 2], rng.integers(0, deg.size, 40)].astype(np.int32)
+    n = v.size
+    conflicts = [ci[rng.integers(0, ci.size, n)].astype(np.int32)]
+    cbits = cpu.pack_bits(rng.random(200_000) < 0.7)
+    before = rng.integers(0, 3, n).astype(np.int64)
+    room = deg[v] + before
+    F = np.r_[0, np.cumsum(room)[:-1]].astype(np.int64)
+    fill_ref, gba_ref = before.copy(), np.full(int(room.sum()), -7, np.int32)
+    cpu.row_lists(groups, ci, v, cbits, conflicts, F, fill_ref, gba_ref)
+    dev = [cp.asarray(a) for a in (groups, ci, v, cbits)]
+    fill, gba = cp.asarray(before), cp.full(int(room.sum()), -7, cp.int32)
+    gpu.row_lists(*dev, [cp.asarray(c) for c in conflicts], cp.asarray(F), fill, gba)
+    assert np.array_equal(fill_ref, cp.asnumpy(fill)) and np.array_equal(gba_ref, cp.asnumpy(gba))
+    counted = cp.asarray(before)
+    gpu.row_lists(*dev, [cp.asarray(c) for c in conflicts], None, counted, None)
+    assert np.array_equal(cp.asnumpy(counted), fill_ref)
+    assert fill_ref[0] - before[0] > 10000          # the 16K list, most of it kept
+
+
 @pytest.mark.parametrize("n", [1, 2, 31, 1023, 1024, 1025, 5000, 65536, 65537, 300000])
 def test_scan_and_flatnonzero_match_numpy(n):
     """The one-block scan and nonzero (small arrays) and the tiled ones (large) give NumPy's values

@@ -309,9 +309,13 @@ def to_device_small(a):
 #: hold about 3 entries.
 _ROW_THREAD_ROWS = 2048
 #: Blocks an SM of the ``row_lists`` launch over the rows ``row_lists_short`` left, which stride
-#: over them, a warp a row (their number is on the device). A block a row took 501 us on walk 0's
-#: 350K rows against 262 (one H100, session 31).
+#: over them (their number is on the device).
 _ROW_REST_BLOCKS_PER_SM = 16
+#: Rows a ``row_lists`` block takes a round (1 to 8, its warps; a row's list of more than 32
+#: entries is shared by them all): under ``_ROW_THREAD_ROWS`` rows, and over the rows that
+#: ``row_lists_short`` left. Fewer rows a round spread the long lists over more blocks.
+_ROW_LISTS_ROWS = 1
+_ROW_REST_ROWS = 4
 
 #: Blocks of a ``candidate_bits`` launch an SM (the kernel's CB_BLOCKS_PER_SM): a launch has at most
 #: this many times the SMs, one wave of blocks, each striding over the vertices (fewer blocks, fewer
@@ -1205,10 +1209,11 @@ class GpuBackend:
     def row_lists(self, groups, ci, v, cbits, conflict_cols, F, fill, gba):
         """First link of a light piece in one segment, row by row (reference:
         CpuBackend.row_lists; ``gba`` None: counts only, a null pointer to the kernels, and
-        ``F`` may be None). Under ``_ROW_THREAD_ROWS`` rows the ``row_lists`` kernel, a warp a
-        row; from there ``row_lists_short``, a thread a row, then ``row_lists`` over the rows
-        whose lists it left (longer than its THREAD_LIST), which it counted on the device (no
-        read: the launch's blocks stride over them, a warp a row)."""
+        ``F`` may be None). Under ``_ROW_THREAD_ROWS`` rows the ``row_lists`` kernel, a block
+        for 8 rows (a list of more than 32 entries is shared by the block's warps); from there
+        ``row_lists_short``, a thread a row, then ``row_lists`` over the rows whose lists it left
+        (longer than its THREAD_LIST), which it counted on the device (no read: the launch's
+        blocks stride over them, 8 a round)."""
         n = int(v.size)
         if n == 0 or ci.size == 0 or groups.shape[0] == 0:
             return
@@ -1218,14 +1223,17 @@ class GpuBackend:
                 conf, np.int32(len(conflict_cols)), np.uint64(0) if F is None else F, fill,
                 np.uint64(0) if gba is None else gba)
         if n < _ROW_THREAD_ROWS:
-            kernels.kernel("row_lists")(_grid(n * 32), (_BLOCK,), args + (np.uint64(0), np.uint64(0)))
+            per = _ROW_LISTS_ROWS
+            kernels.kernel("row_lists")(((n + per - 1) // per,), (_BLOCK,),
+                                        args + (np.uint64(0), np.uint64(0), np.int32(per)))
             return
         rest = cp.empty(n + 1, cp.int64)            # the rows left, then their number
         count = rest[n:]
         count.data.memset_async(0, 8)
         kernels.kernel("row_lists_short")(_grid(n), (_BLOCK,), args + (rest, count))
-        blocks = min((n + 7) // 8, _ROW_REST_BLOCKS_PER_SM * self.sms())
-        kernels.kernel("row_lists")((blocks,), (_BLOCK,), args + (rest, count))
+        # Their number is not read: the blocks stride over them.
+        blocks = min(-(-n // _ROW_REST_ROWS), _ROW_REST_BLOCKS_PER_SM * self.sms())
+        kernels.kernel("row_lists")((blocks,), (_BLOCK,), args + (rest, count, np.int32(_ROW_REST_ROWS)))
 
     def pack_rows(self, gba, F, fill, take=None):
         """(row of each entry, entries) of the rows' buffers packed end to end; with ``take``

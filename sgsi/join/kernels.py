@@ -165,90 +165,138 @@ extern "C" __global__ void pcsr_lookup(const int* __restrict__ groups, long long
     if ((threadIdx.x & 31) == 0) { start[warp] = se.x; end[warp] = se.y; }
 }
 
-// First link of a light piece, row by row (reference: CpuBackend.row_lists): one warp per
-// row finds its vertex's list in one segment's PCSR (warp_pcsr_find), keeps the entries in
-// C(u) (cbits) that are none of the row's own vertices (the conflict columns, n_conflicts
-// rows of n), and appends them in order from gba[F_i + fill_i] (a warp ballot per 32);
-// with gba null it only counts them into fill_i (a count that needs no entries; F may be null
-// then). rows null: rows 0 .. n-1, a block for each 8; else the rows rows[0 .. *n_rows), which
-// the blocks stride over, 8 a round (the rows row_lists_short left).
+// First link of a light piece, row by row (reference: CpuBackend.row_lists): the rows' vertices'
+// lists in one segment's PCSR (warp_pcsr_find, a warp a row), of which the entries in C(u) (cbits)
+// that are none of the row's own vertices (the conflict columns, n_conflicts rows of n) are
+// appended in order from gba[F_i + fill_i]; with gba null they are only counted into fill_i (F may
+// be null then). rows null: rows 0 .. n-1; else the rows rows[0 .. *n_rows) (the rows
+// row_lists_short left); the blocks stride over them, per_round (1 to 8) a round.
 //
-// A small piece's time is its longest list's: a warp reads 32 entries a round, a round of
-// dependent loads. So a block whose rows hold at most BLOCK_LONG_ROWS lists of more than
-// BLOCK_LIST entries reads those with all its threads (256 entries a round, block_append) once
-// its warps are done with their short rows; where more of its rows have long lists (rows of one
-// hub), each warp reads its own, in parallel. Launch bounds of 8 blocks an SM (32 registers):
-// more rows in flight, faster than the spills cost (session 27's replays, row_lists_probe.py).
-#define BLOCK_LIST 512
-#define BLOCK_LONG_ROWS 2
+// A warp reads a list of at most 32 entries itself (one round: a load of the entries, their
+// bits, a ballot). The longer lists of a round's 8 rows are cut into chunks of 32 entries that the
+// block's warps take in turn, so that a block's time is its rows' entries over its warps, not its
+// longest list over one warp (a 16K list was 512 rounds of one warp while the others idled). A
+// round of fewer rows spreads long lists over more blocks (the host's choice).
+// Counting, a chunk's survivors are added to its row's count in shared memory. Appending, the order
+// is kept in two passes over a window of ROW_CHUNKS chunks: each chunk's ballot is kept in shared
+// memory, a block scan of their counts gives each chunk its place in its row's buffer, and the
+// entries are read again (from the cache) and written there.
+#define ROW_CHUNKS 1024
+__device__ __forceinline__ int row_chunk_slot(const int* chunk_first, int n_long, int g) {
+    int s = 0;
+    while (s + 1 < n_long && chunk_first[s + 1] <= g) ++s;
+    return s;
+}
+
 extern "C" __global__ void __launch_bounds__(256, 8)
 row_lists(const int* __restrict__ groups, long long n_groups, int theta, const int* __restrict__ ci,
           const int* __restrict__ v, long long n, const unsigned int* __restrict__ cbits,
           const int* __restrict__ conflicts, int n_conflicts, const long long* __restrict__ F,
           long long* __restrict__ fill, int* __restrict__ gba, const long long* __restrict__ rows,
-          const unsigned long long* __restrict__ n_rows) {
-    __shared__ long long long_start[32], long_count[32], long_at[32], long_row[32];
-    __shared__ int n_long;
-    __shared__ int warp_total[32];
+          const unsigned long long* __restrict__ n_rows, int per_round) {
+    __shared__ long long long_start[8], long_at[8], long_row[8];
+    __shared__ int long_count[8], chunk_first[9], kept[8], n_long;
+    __shared__ unsigned int masks[ROW_CHUNKS];
+    __shared__ int place[ROW_CHUNKS + 1];
+    __shared__ int warp_sum[8];
     long long m = rows ? (long long)*n_rows : n;
-    int lane = threadIdx.x & 31, warps = blockDim.x >> 5;
-    for (long long base = (long long)blockIdx.x * warps; base < m; base += (long long)gridDim.x * warps) {
+    int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, warps = blockDim.x >> 5;
+    for (long long base = (long long)blockIdx.x * per_round; base < m; base += (long long)gridDim.x * per_round) {
         if (threadIdx.x == 0) n_long = 0;
         __syncthreads();
-        long long i = base + (threadIdx.x >> 5), warp = 0;
-        long long start = 0, c = 0, f0 = 0;
-        if (i < m) {
-            warp = rows ? rows[i] : i;
-            longlong2 se = warp_pcsr_find(groups, n_groups, theta, v[warp]);
-            start = se.x;
-            c = se.y - se.x;
-            f0 = F ? F[warp] : 0;
-            if (c > BLOCK_LIST) {
+        long long i = base + wid;
+        if (wid < per_round && i < m) {
+            long long row = rows ? rows[i] : i;
+            longlong2 se = warp_pcsr_find(groups, n_groups, theta, v[row]);
+            long long c = se.y - se.x, f0 = F ? F[row] : 0;
+            if (c > 32) {                               // the block's warps share it
                 if (lane == 0) {
                     int slot = atomicAdd(&n_long, 1);
                     long_start[slot] = se.x;
-                    long_count[slot] = c;
-                    long_at[slot] = f0 + fill[warp];
-                    long_row[slot] = warp;
+                    long_count[slot] = (int)c;
+                    long_at[slot] = f0 + fill[row];
+                    long_row[slot] = row;
+                    kept[slot] = 0;
                 }
             } else if (c > 0) {
-                long long out = warp_keep_list(ci + se.x, c, cbits, conflicts, n_conflicts, n, warp, f0 + fill[warp],
+                long long out = warp_keep_list(ci + se.x, c, cbits, conflicts, n_conflicts, n, row, f0 + fill[row],
                                                gba);
-                if (lane == 0) fill[warp] = out - f0;
+                if (lane == 0) fill[row] = out - f0;
             }
         }
         __syncthreads();
-        int n_block = n_long;
-        if (n_block > BLOCK_LONG_ROWS) {                // many long lists: a warp each
-            if (c > BLOCK_LIST) {
-                long long out = warp_keep_list(ci + start, c, cbits, conflicts, n_conflicts, n, warp, f0 + fill[warp],
-                                               gba);
-                if (lane == 0) fill[warp] = out - f0;
-            }
-        } else {
-            for (int s = 0; s < n_block; ++s) {         // a few: the whole block, one at a time
-                const int* src = ci + long_start[s];
-                long long count = long_count[s], row = long_row[s], out = long_at[s], base_f = F ? F[row] : 0;
-                for (long long b = 0; b < count; b += blockDim.x) {
-                    long long j = b + threadIdx.x;
-                    int x = 0;
-                    bool ok = j < count;
-                    if (ok) {
-                        x = src[j];
-                        if (cbits) ok = test_bit(cbits, x);
-                        for (int q = 0; q < n_conflicts && ok; ++q) ok = x != conflicts[(long long)q * n + row];
-                    }
-                    if (gba) {
-                        out += block_append(ok, x, gba, out, warp_total);
-                    } else {
-                        out += block_ballot_scan(__ballot_sync(FULL, ok), warp_total).y;
-                        __syncthreads();                // warp_total is rewritten by the next round
-                    }
-                }
-                if (threadIdx.x == 0) fill[row] = out - base_f;
-            }
+        int nl = n_long;
+        if (nl > 0) {                                   // the same for every thread of the block
+        if (threadIdx.x == 0) {
+            int acc = 0;
+            for (int s = 0; s < nl; ++s) { chunk_first[s] = acc; acc += (long_count[s] + 31) >> 5; }
+            chunk_first[nl] = acc;
         }
-        __syncthreads();                                // n_long is reset by the next round
+        __syncthreads();
+        int chunks = chunk_first[nl];
+        for (int w0 = 0; w0 < chunks; w0 += ROW_CHUNKS) {
+            int wc = min(ROW_CHUNKS, chunks - w0);
+            for (int q = wid; q < wc; q += warps) {     // pass 1: each chunk's survivors
+                int g = w0 + q, s = row_chunk_slot(chunk_first, nl, g);
+                int j = ((g - chunk_first[s]) << 5) + lane;
+                long long row = long_row[s];
+                bool ok = j < long_count[s];
+                if (ok) {
+                    int x = ci[long_start[s] + j];
+                    if (cbits) ok = test_bit(cbits, x);
+                    for (int k = 0; k < n_conflicts && ok; ++k) ok = x != conflicts[(long long)k * n + row];
+                }
+                unsigned int mask = __ballot_sync(FULL, ok);
+                if (lane == 0) {
+                    if (gba) masks[q] = mask;
+                    else if (mask) atomicAdd(&kept[s], __popc(mask));
+                }
+            }
+            if (!gba) continue;
+            __syncthreads();
+            // place[q]: survivors of the window's chunks before q (a thread sums 4 chunks, then a
+            // scan of the threads' sums: warp shuffles, then the warps' sums).
+            int q0 = threadIdx.x * (ROW_CHUNKS / 256), mine = 0;
+            for (int k = 0; k < ROW_CHUNKS / 256; ++k) mine += q0 + k < wc ? __popc(masks[q0 + k]) : 0;
+            int incl = mine;
+            for (int o = 1; o < 32; o <<= 1) {
+                int y = __shfl_up_sync(FULL, incl, o);
+                if (lane >= o) incl += y;
+            }
+            if (lane == 31) warp_sum[wid] = incl;
+            __syncthreads();
+            int before = incl - mine;
+            for (int w = 0; w < wid; ++w) before += warp_sum[w];
+            for (int k = 0; k < ROW_CHUNKS / 256; ++k) {
+                place[q0 + k] = before;
+                before += q0 + k < wc ? __popc(masks[q0 + k]) : 0;
+            }
+            if (threadIdx.x == blockDim.x - 1) place[ROW_CHUNKS] = before;
+            __syncthreads();
+            for (int q = wid; q < wc; q += warps) {     // pass 2: the survivors written in order
+                unsigned int mask = masks[q];
+                if (mask == 0) continue;
+                int g = w0 + q, s = row_chunk_slot(chunk_first, nl, g);
+                int first = max(chunk_first[s], w0) - w0;
+                if ((mask >> lane) & 1u) {
+                    int j = ((g - chunk_first[s]) << 5) + lane;
+                    long long at = long_at[s] + kept[s] + (place[q] - place[first]) +
+                                   __popc(mask & ((1u << lane) - 1u));
+                    gba[at] = ci[long_start[s] + j];
+                }
+            }
+            __syncthreads();
+            if (threadIdx.x < nl) {                     // each row's survivors in this window
+                int s = threadIdx.x;
+                int a = max(chunk_first[s], w0) - w0, b = min(chunk_first[s + 1], w0 + wc) - w0;
+                if (a < b) kept[s] += place[b] - place[a];
+            }
+            __syncthreads();
+        }
+        __syncthreads();
+        if (threadIdx.x < nl) fill[long_row[threadIdx.x]] += kept[threadIdx.x];
+        }
+        __syncthreads();                                // n_long and the slots are reset next round
     }
 }
 
