@@ -386,7 +386,8 @@ class CpuBackend:
         overlaps, cost or None). ``cost_jobs``: None, or a function giving the cost's jobs (or
         None: no cost), called once the filter is issued (the GPU's host work on them then
         overlaps the filter's device work). The GPU's filter finds the counts and overlaps as
-        it writes the sets."""
+        it writes the sets, and gives the cost as a function reading it (the plan's
+        ``refine_cost``)."""
         return sets_then_summary(self, n, parts, ands, cost_jobs)
 
     def counts_and_overlaps(self, bits, cost_jobs=None):

@@ -14,6 +14,7 @@ pass). Hot steps use the kernels of :mod:`sgsi.join.kernels`.
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 import time
@@ -1323,21 +1324,25 @@ class GpuBackend:
         add up the sets' sizes and the overlaps of the pairs as they write them, and
         ``union_degrees`` the cost, all read in one read; a stack, a reduction and a launch
         reading every pair of bitsets found them (:meth:`counts_and_overlaps`), as they still do
-        past 32 pattern vertices."""
+        past 32 pattern vertices. The cost is summed by a ``union_degrees`` launch after the read
+        (off its path: the read waited some 75 us for it on the 100M graph's walks, one H100)
+        and given as a function that reads it when asked, which most counts never do."""
         k = len(ands)
         if not self.filter_in_one_launch(parts, ands):
             return sets_then_summary(self, n, parts, ands, cost_jobs)
         stats = cp.zeros(2 * k + 1, cp.int64)        # the counts, the overlaps' bits, the cost
         bits = self.candidate_bits(n, parts, ands, stats)
-        jobs = cost_jobs() if cost_jobs is not None else None
+        jobs = cost_jobs() if cost_jobs is not None else None       # built while the filter runs
+        host = read_small(stats[:2 * k])
+        cost = None
         if jobs is not None:
             self.add_union_degrees(stats[2 * k:], bits, jobs)
-        host = read_small(stats)
+            cost = functools.partial(read_last, stats[2 * k:])
         hits = (host[k:2 * k, None] >> np.arange(k)) & 1        # the kernel's pairs, u != w
         hits[np.arange(k), np.arange(k)] = host[:k] > 0          # a set meets itself where not empty
         meets = GpuOverlaps(bits)
         meets._record(hits)
-        return bits, [int(x) for x in host[:k]], meets, None if jobs is None else int(host[-1])
+        return bits, [int(x) for x in host[:k]], meets, cost
 
     def extend(self, row_tuple, per_row, evals, sstart, scount, conflict_cols, sizes=None):
         """Columnar extension of one slice (reference: CpuBackend.extend), Prealloc-Combine:

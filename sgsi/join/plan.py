@@ -63,7 +63,9 @@ class QueryPlan:
     factored: int = 0           # the last ``factored`` vertices of ``order`` are counted per row (count only)
     leaf_groups: list = field(default_factory=list)   # the factored vertices, as :class:`LeafGroup`
     subtrees: list = field(default_factory=list)      # factored vertices with leaves, as :class:`Subtree`
-    refine_cost: int | None = None   # :func:`refine_cost` of this plan, where the planner found it already
+    # :func:`refine_cost` of this plan, where the planner found it already (or a function giving it:
+    # the GPU's sum, read when first asked)
+    refine_cost: object = None
 
 
 #: Most vertices a :class:`LeafGroup` counts together (its terms are the set partitions of
@@ -463,6 +465,8 @@ def refine_cost(store, backend, plan: QueryPlan) -> int:
     For each partition the pattern uses, the degrees (from the degree
     index) of the union of its users' candidates: what refinement streams.
     """
+    if callable(plan.refine_cost):
+        plan.refine_cost = int(plan.refine_cost())
     if plan.refine_cost is not None:
         return plan.refine_cost
     xp = backend.xp
