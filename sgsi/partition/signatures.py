@@ -18,6 +18,8 @@ multiple of 32 (coalesced reads on the GPU).
 
 from __future__ import annotations
 
+import functools
+
 import mmh3
 import numpy as np
 
@@ -38,6 +40,7 @@ def validate_params(n_bits: int, label_bits: int) -> None:
         raise ValueError(f"label bits must be even and below {n_bits}, got {label_bits}")
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def label_bit(vertex_label_id: int, label_bits: int) -> int:
     """Bit (0..K-1) that encodes a vertex label id; -1 for no label."""
     if vertex_label_id < 0:
@@ -45,6 +48,7 @@ def label_bit(vertex_label_id: int, label_bits: int) -> int:
     return mmh3.hash(f"v{vertex_label_id}", signed=False) % label_bits
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def pair_group(edge_label_id: int, direction: str, neighbour_label_id: int, groups: int) -> int:
     """Two-bit group of one (edge label, direction, neighbour label) key."""
     return mmh3.hash(f"{edge_label_id}|{direction}|{neighbour_label_id}", signed=False) % groups
@@ -128,11 +132,10 @@ def query_signature(label_id, pairs, n_bits, label_bits, injective=True):
     pattern edges whose key is fully known. Under homomorphism two pattern
     edges may map onto one data edge, so only the 01 bits are kept.
     """
-    n_words = n_bits // 32
-    sig = np.zeros(n_words, np.uint32)
+    words = [0] * (n_bits // 32)           # Python ints: numpy's scalar ORs cost a microsecond each
     if label_id is not None and label_id >= 0:
         b = label_bit(label_id, label_bits)
-        sig[b // 32] |= np.uint32(1 << (b % 32))
+        words[b // 32] |= 1 << (b % 32)
     groups = n_groups(n_bits, label_bits)
     counts = {}
     for key in pairs:
@@ -141,8 +144,8 @@ def query_signature(label_id, pairs, n_bits, label_bits, injective=True):
     for g, c in counts.items():
         bit = label_bits + 2 * g
         val = 3 if (c > 1 and injective) else 1
-        sig[bit // 32] |= np.uint32(val << (bit % 32))
-    return sig
+        words[bit // 32] |= val << (bit % 32)
+    return np.array(words, np.uint32)
 
 
 def signature_pass(columns, query_words, xp=np):
