@@ -67,7 +67,23 @@ def main():
     timed("cp.empty in backend.run (its pool as the allocator)", lambda: backend.run(lambda: cp.empty(n, cp.int64)))
     with backend.measuring_memory():        # the allocator that keeps the query's peak
         timed("cp.empty in backend.run, the peak measured", lambda: backend.run(lambda: cp.empty(n, cp.int64)))
+    # Allocations inside one run, as a query makes them (backend.run's context entered once).
+    hundred = 100
+
+    def allocs():
+        for _ in range(hundred):
+            cp.empty(n, cp.int64)
+    for label, fn in [("cp.empty, default allocator", allocs),
+                      ("cp.empty, 100 in one backend.run", lambda: backend.run(allocs))]:
+        timed(label + " (per 100)", fn)
+    with backend.measuring_memory():
+        timed("cp.empty, 100 in one backend.run, the peak measured (per 100)", lambda: backend.run(allocs))
+    with cp.cuda.using_allocator(backend.pool.malloc):
+        timed("cp.empty, 100 under using_allocator(pool.malloc) entered once (per 100)", allocs)
     timed("empty kernel launch, no arguments", lambda: empty((1,), (32,), ()))
+    args16 = (a64, np.int64(n), np.int32(3), a32, a64, np.int64(n), a32, a32, np.int32(1), np.uint64(0), a64, a32,
+              np.uint64(0), np.uint64(0), np.int32(1), out)
+    timed("empty kernel launch, 16 arguments (arrays and scalars, as row_lists)", lambda: empty((1,), (32,), args16))
     timed("scan_small_i64 launch, 4 arguments", lambda: scan_small((1,), (1024,), (a64, np.int64(n), out, np.int32(0))))
     timed("gpu.scan (an array allocated, one launch)", lambda: gpu.scan(a64))
     timed("cp.take", lambda: cp.take(a32, idx))
