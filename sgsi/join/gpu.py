@@ -310,7 +310,7 @@ def to_device_small(a):
 #: hold about 3 entries.
 _ROW_THREAD_ROWS = 2048
 #: Blocks an SM of the ``row_lists`` launch over the rows ``row_lists_short`` left, which stride
-#: over them (their number is on the device).
+#: over them (their number is on the device), and of the ``row_lists_spread`` launch counting them.
 _ROW_REST_BLOCKS_PER_SM = 16
 #: Rows a ``row_lists`` block takes a round (1 to 8, its warps; a row's list of more than 32
 #: entries is shared by them all): under ``_ROW_THREAD_ROWS`` rows, and over the rows that
@@ -1214,7 +1214,8 @@ class GpuBackend:
         for 8 rows (a list of more than 32 entries is shared by the block's warps); from there
         ``row_lists_short``, a thread a row, then ``row_lists`` over the rows whose lists it left
         (longer than its THREAD_LIST), which it counted on the device (no read: the launch's
-        blocks stride over them, 8 a round)."""
+        blocks stride over them, ``_ROW_REST_ROWS`` a round); counting, ``row_lists_spread``
+        over those rows instead, their lists' chunks spread evenly over its warps."""
         n = int(v.size)
         if n == 0 or ci.size == 0 or groups.shape[0] == 0:
             return
@@ -1228,10 +1229,24 @@ class GpuBackend:
             kernels.kernel("row_lists")(((n + per - 1) // per,), (_BLOCK,),
                                         args + (np.uint64(0), np.uint64(0), np.int32(per)))
             return
+        if gba is None:
+            # Counting: the rows left (and their lists' starts and lengths) for row_lists_spread,
+            # which spreads their chunks over the grid's warps by the prefix sum of their chunks
+            # (zero past the rows left). Layout: rows, starts, lengths, their number, chunks.
+            buf = cp.empty(4 * n + 1, cp.int64)
+            rest, starts, lens, count, chunks = buf[:n], buf[n:2 * n], buf[2 * n:3 * n], buf[3 * n:3 * n + 1], \
+                buf[3 * n + 1:]
+            count.data.memset_async(0, 8 * (n + 1))
+            kernels.kernel("row_lists_short")(_grid(n), (_BLOCK,), args + (rest, count, starts, lens, chunks))
+            kernels.kernel("row_lists_spread")((_ROW_REST_BLOCKS_PER_SM * self.sms(),), (_BLOCK,),
+                                               (ci, cbits, conf, np.int32(len(conflict_cols)), np.int64(n), fill,
+                                                rest, count, starts, lens, scan(chunks)))
+            return
         rest = cp.empty(n + 1, cp.int64)            # the rows left, then their number
         count = rest[n:]
         count.data.memset_async(0, 8)
-        kernels.kernel("row_lists_short")(_grid(n), (_BLOCK,), args + (rest, count))
+        null = np.uint64(0)
+        kernels.kernel("row_lists_short")(_grid(n), (_BLOCK,), args + (rest, count, null, null, null))
         # Their number is not read: the blocks stride over them.
         blocks = min(-(-n // _ROW_REST_ROWS), _ROW_REST_BLOCKS_PER_SM * self.sms())
         kernels.kernel("row_lists")((blocks,), (_BLOCK,), args + (rest, count, np.int32(_ROW_REST_ROWS)))

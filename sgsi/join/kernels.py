@@ -312,7 +312,8 @@ row_lists_short(const int* __restrict__ groups, long long n_groups, int theta, c
                 const int* __restrict__ v, long long n, const unsigned int* __restrict__ cbits,
                 const int* __restrict__ conflicts, int n_conflicts, const long long* __restrict__ F,
                 long long* __restrict__ fill, int* __restrict__ gba, long long* __restrict__ rest,
-                unsigned long long* __restrict__ n_rest) {
+                unsigned long long* __restrict__ n_rest, long long* __restrict__ rest_start,
+                long long* __restrict__ rest_len, long long* __restrict__ rest_chunks) {
     long long row = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     int lane = threadIdx.x & 31;
     long long c = 0;
@@ -328,7 +329,15 @@ row_lists_short(const int* __restrict__ groups, long long n_groups, int theta, c
         unsigned long long at = 0;
         if (lane == leader) at = atomicAdd(n_rest, (unsigned long long)__popc(later));
         at = __shfl_sync(FULL, at, leader);
-        if (defer) rest[at + __popc(later & ((1u << lane) - 1u))] = row;
+        if (defer) {
+            long long slot = at + __popc(later & ((1u << lane) - 1u));
+            rest[slot] = row;
+            if (rest_start) {                           // for row_lists_spread
+                rest_start[slot] = se.x;
+                rest_len[slot] = c;
+                rest_chunks[slot] = (c + 31) >> 5;
+            }
+        }
     }
     if (defer || c == 0) return;
     long long had = fill[row], out = gba ? F[row] + had : 0;
@@ -343,6 +352,60 @@ row_lists_short(const int* __restrict__ groups, long long n_groups, int theta, c
         }
     }
     if (kept) fill[row] = had + kept;
+}
+
+// The count of the rows row_lists_short left (gba null: reference CpuBackend.row_lists counting),
+// their lists' chunks of 32 entries spread evenly over the grid's warps: the deferred rows'
+// chunks, in their order, are cut into one run of consecutive chunks a warp (incl: the inclusive
+// prefix sum of each row's chunks, zero past the *n_rest rows). A warp finds its run's first
+// row by a binary search, then reads its chunks in turn (32 entries a round), adding each
+// row's survivors to fill[row] with one atomic per row it met. A block's rows no longer wait on
+// its longest list: the lists of a 16K-entry row are shared by as many warps as need be.
+extern "C" __global__ void row_lists_spread(const int* __restrict__ ci, const unsigned int* __restrict__ cbits,
+                                            const int* __restrict__ conflicts, int n_conflicts, long long n,
+                                            long long* __restrict__ fill, const long long* __restrict__ rest,
+                                            const unsigned long long* __restrict__ n_rest,
+                                            const long long* __restrict__ rest_start,
+                                            const long long* __restrict__ rest_len,
+                                            const long long* __restrict__ incl) {
+    long long m = (long long)*n_rest;
+    if (m == 0) return;
+    long long total = incl[m - 1];
+    long long warps = (long long)gridDim.x * (blockDim.x >> 5);
+    long long w = ((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    int lane = threadIdx.x & 31;
+    long long per = (total + warps - 1) / warps;
+    long long g = w * per, g1 = g + per < total ? g + per : total;
+    if (g >= g1) return;
+    long long a = 0, b = m - 1;                     // the first row whose chunks end past g
+    while (a < b) {
+        long long mid = (a + b) >> 1;
+        if (incl[mid] > g) b = mid; else a = mid + 1;
+    }
+    long long s = a, end = incl[s], len = rest_len[s], first = end - ((len + 31) >> 5);
+    long long row = rest[s], start = rest_start[s];
+    unsigned long long kept = 0;
+    for (; g < g1; ++g) {
+        if (g >= end) {                             // the next row's chunks
+            if (lane == 0 && kept) atomicAdd((unsigned long long*)&fill[row], kept);
+            kept = 0;
+            ++s;
+            first = end;
+            end = incl[s];
+            len = rest_len[s];
+            row = rest[s];
+            start = rest_start[s];
+        }
+        long long j = ((g - first) << 5) + lane;
+        bool ok = j < len;
+        if (ok) {
+            int x = ci[start + j];
+            if (cbits) ok = test_bit(cbits, x);
+            for (int k = 0; k < n_conflicts && ok; ++k) ok = x != conflicts[(long long)k * n + row];
+        }
+        kept += __popc(__ballot_sync(FULL, ok));
+    }
+    if (lane == 0 && kept) atomicAdd((unsigned long long*)&fill[row], kept);
 }
 
 // out[0] += sum of d[i] over the i whose vertex v[i] is in the bitset (reference:
