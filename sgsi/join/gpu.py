@@ -1211,7 +1211,8 @@ class GpuBackend:
         """First link of a light piece in one segment, row by row (reference:
         CpuBackend.row_lists; ``gba`` None: counts only, a null pointer to the kernels, and
         ``F`` may be None). Under ``_ROW_THREAD_ROWS`` rows the ``row_lists`` kernel, a block
-        for 8 rows (a list of more than 32 entries is shared by the block's warps); from there
+        for ``_ROW_LISTS_ROWS`` rows a round (a list of more than 32 entries is shared by the
+        block's warps); from there
         ``row_lists_short``, a thread a row, then ``row_lists`` over the rows whose lists it left
         (longer than its THREAD_LIST), which it counted on the device (no read: the launch's
         blocks stride over them, ``_ROW_REST_ROWS`` a round); counting, ``row_lists_spread``

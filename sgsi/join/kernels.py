@@ -173,7 +173,7 @@ extern "C" __global__ void pcsr_lookup(const int* __restrict__ groups, long long
 // row_lists_short left); the blocks stride over them, per_round (1 to 8) a round.
 //
 // A warp reads a list of at most 32 entries itself (one round: a load of the entries, their
-// bits, a ballot). The longer lists of a round's 8 rows are cut into chunks of 32 entries that the
+// bits, a ballot). The longer lists of a round's rows are cut into chunks of 32 entries that the
 // block's warps take in turn, so that a block's time is its rows' entries over its warps, not its
 // longest list over one warp (a 16K list was 512 rounds of one warp while the others idled). A
 // round of fewer rows spreads long lists over more blocks (the host's choice).
