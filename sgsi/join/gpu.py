@@ -1266,7 +1266,7 @@ class GpuBackend:
         ends = scan(fill)
         total = read_last(ends)
         vals = cp.empty(total, cp.int32)
-        fused = take is not None and cols4 is not None
+        fused = cols4 is not None                   # take given, and every column fits the launch
         erow = None if fused else cp.empty(total, cp.int64)
         out4 = cp.empty((len(cols4), total), cp.uint32) if fused and cols4 else None
         out8 = cp.empty((len(cols8), total), cp.uint64) if fused and cols8 else None

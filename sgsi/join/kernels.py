@@ -88,6 +88,16 @@ __device__ __forceinline__ longlong2 warp_pcsr_find(const int* __restrict__ grou
     }
 }
 
+// Whether entry x of a row's list stays: in cbits (null: all) and none of the row's own vertices
+// (column `row` of the conflicts table, n_conflicts rows of table_rows).
+__device__ __forceinline__ bool entry_kept(int x, const unsigned int* __restrict__ cbits,
+                                           const int* __restrict__ conflicts, int n_conflicts, long long table_rows,
+                                           long long row) {
+    bool ok = !cbits || test_bit(cbits, x);
+    for (int k = 0; k < n_conflicts && ok; ++k) ok = x != conflicts[(long long)k * table_rows + row];
+    return ok;
+}
+
 // One row's list src[0 : c], read by one warp: the entries in cbits (null: all) that are none of
 // the row's own vertices (column `row` of the conflicts table, n_conflicts rows of table_rows)
 // are appended in order from gba[out] (a warp ballot per 32; gba null: only counted). Returns
@@ -240,12 +250,7 @@ row_lists(const int* __restrict__ groups, long long n_groups, int theta, const i
                 int g = w0 + q, s = row_chunk_slot(chunk_first, nl, g);
                 int j = ((g - chunk_first[s]) << 5) + lane;
                 long long row = long_row[s];
-                bool ok = j < long_count[s];
-                if (ok) {
-                    int x = ci[long_start[s] + j];
-                    if (cbits) ok = test_bit(cbits, x);
-                    for (int k = 0; k < n_conflicts && ok; ++k) ok = x != conflicts[(long long)k * n + row];
-                }
+                bool ok = j < long_count[s] && entry_kept(ci[long_start[s] + j], cbits, conflicts, n_conflicts, n, row);
                 unsigned int mask = __ballot_sync(FULL, ok);
                 if (lane == 0) {
                     if (gba) masks[q] = mask;
@@ -344,9 +349,7 @@ row_lists_short(const int* __restrict__ groups, long long n_groups, int theta, c
     int kept = 0;
     for (const int* x = ci + se.x; x < ci + se.y; ++x) {
         int y = *x;
-        bool ok = !cbits || test_bit(cbits, y);
-        for (int q = 0; q < n_conflicts && ok; ++q) ok = y != conflicts[(long long)q * n + row];
-        if (ok) {
+        if (entry_kept(y, cbits, conflicts, n_conflicts, n, row)) {
             if (gba) gba[out + kept] = y;
             ++kept;
         }
@@ -397,12 +400,7 @@ extern "C" __global__ void row_lists_spread(const int* __restrict__ ci, const un
             start = rest_start[s];
         }
         long long j = ((g - first) << 5) + lane;
-        bool ok = j < len;
-        if (ok) {
-            int x = ci[start + j];
-            if (cbits) ok = test_bit(cbits, x);
-            for (int k = 0; k < n_conflicts && ok; ++k) ok = x != conflicts[(long long)k * n + row];
-        }
+        bool ok = j < len && entry_kept(ci[start + j], cbits, conflicts, n_conflicts, n, row);
         kept += __popc(__ballot_sync(FULL, ok));
     }
     if (lane == 0 && kept) atomicAdd((unsigned long long*)&fill[row], kept);
