@@ -740,13 +740,16 @@ def test_row_lists_long_lists_match_reference(gpu, way, per_round, monkeypatch):
 @pytest.mark.parametrize("n", [1, 2, 31, 1023, 1024, 1025, 5000, 65536, 65537, 300000])
 def test_scan_and_flatnonzero_match_numpy(n):
     """The one-block scan and nonzero (small arrays) and the tiled ones (large) give NumPy's values
-    and dtypes, on int64, int32 and bool input, and on a strided view; the exclusive scan too."""
+    and dtypes, on int64, int32 and bool input, and on a strided view; the exclusive scan too, and
+    the sum scan_total has the kernel write into a result slot."""
     import cupy as cp
-    from sgsi.join.gpu import flatnonzero, scan
+    from sgsi.join.gpu import flatnonzero, scan, scan_total
     rng = np.random.default_rng(n)
     for x in (rng.integers(-5, 1 << 40, n), rng.integers(0, 7, n).astype(np.int32), rng.random(n) < 0.3):
         got = scan(cp.asarray(x))
         assert got.dtype == np.cumsum(x).dtype and np.array_equal(np.cumsum(x), cp.asnumpy(got))
+        got, total = scan_total(cp.asarray(x))
+        assert total == int(np.sum(x, dtype=np.int64)) and np.array_equal(np.cumsum(x), cp.asnumpy(got))
         assert np.array_equal(np.cumsum(x[::2]), cp.asnumpy(scan(cp.asarray(x)[::2])))
         assert np.array_equal(np.cumsum(x) - x, cp.asnumpy(scan(cp.asarray(x), exclusive=True)))
     mask = rng.random(n) < 0.4
@@ -775,8 +778,54 @@ def test_single_pass_scan_matches_numpy(block, small, monkeypatch):
                 assert got.dtype == np.int64 and np.array_equal(np.cumsum(x), cp.asnumpy(got)), (n, x.dtype)
             before = gpu_mod.scan(cp.asarray(x), exclusive=True)
             assert np.array_equal(np.cumsum(x) - x, cp.asnumpy(before)), (n, x.dtype)
+            got, total = gpu_mod.scan_total(cp.asarray(x))
+            assert total == int(np.sum(x, dtype=np.int64)) and np.array_equal(np.cumsum(x), cp.asnumpy(got))
         m = rng.random(n) < 0.1
         assert np.array_equal(np.flatnonzero(m), cp.asnumpy(gpu_mod.flatnonzero(cp.asarray(m))))
+
+
+@pytest.mark.parametrize("mapped", [1, 0], ids=["mapped", "device-slots"])
+def test_result_slots_taken_again_give_each_read_its_values(mapped, monkeypatch):
+    """Kernels writing their results into this thread's pinned ring (gpu.result_slots), read with
+    no copy: with a ring of 16 slots, taken again hundreds of times, every read gets the values
+    written for it: scan_total (one block and single-pass; empty, int64, int32, bool), the
+    reductions of 1-6 arrays (two launches past 4), 2-12 scalars, nonzero's count, a piece's
+    summary; a read of more slots than the ring holds is refused. The same with the slots in device
+    memory, copied back (the switch that measures the ring's gain)."""
+    import cupy as cp
+    from sgsi.join import gpu as g
+    from sgsi.join.backend import CpuBackend
+    monkeypatch.setattr(g, "_RESULT_SLOTS", 16)
+    monkeypatch.setattr(g, "_MAPPED_RESULTS", mapped)
+    if hasattr(g._read_buffers, "ring"):
+        del g._read_buffers.ring
+    try:
+        rng = np.random.default_rng(16)
+        cpu, backend = CpuBackend(), g.GpuBackend("1GB")
+        for _ in range(40):
+            n = int(rng.choice([0, 1, 5, 1000, g._SMALL_SCAN, g._SMALL_SCAN + 1, 70_001]))
+            for dtype in (np.int64, np.int32, np.bool_):
+                x = rng.integers(0, 3, n).astype(dtype)
+                out, total = g.scan_total(cp.asarray(x))
+                assert total == int(np.sum(x, dtype=np.int64))
+                assert np.array_equal(cp.asnumpy(out), np.cumsum(x, dtype=np.int64))
+            pairs = [("sum" if j % 2 else "max", rng.integers(-5, 50, int(rng.integers(0, 3000))))
+                     for j in range(int(rng.integers(1, 7)))]
+            want = [int(a.sum()) if op == "sum" else (int(a.max()) if a.size else 0) for op, a in pairs]
+            assert g.read_reductions([(op, cp.asarray(a)) for op, a in pairs]) == want
+            values = rng.integers(-100, 100, int(rng.integers(2, 13)))
+            assert g.read_ints([cp.asarray(np.int64(v)) for v in values]) == values.tolist()
+            m = rng.random(int(rng.integers(1, 3000))) < 0.3
+            assert np.array_equal(cp.asnumpy(g.flatnonzero(cp.asarray(m))), np.flatnonzero(m))
+            col = rng.integers(0, 500, int(rng.integers(1, 9000))).astype(np.int32)
+            deg = rng.integers(0, 40, col.size).astype(np.int64)
+            assert backend.piece_summary(cp.asarray(deg), cp.asarray(col)) == list(cpu.piece_summary(deg, col))
+        if mapped:
+            with pytest.raises(ValueError, match="ring holds 16"):
+                g.result_slots(17)
+    finally:
+        if hasattr(g._read_buffers, "ring"):
+            del g._read_buffers.ring
 
 
 def test_single_pass_state_per_thread_and_growing():

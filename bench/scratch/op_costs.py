@@ -84,7 +84,8 @@ def main():
     args16 = (a64, np.int64(n), np.int32(3), a32, a64, np.int64(n), a32, a32, np.int32(1), np.uint64(0), a64, a32,
               np.uint64(0), np.uint64(0), np.int32(1), out)
     timed("empty kernel launch, 16 arguments (arrays and scalars, as row_lists)", lambda: empty((1,), (32,), args16))
-    timed("scan_small_i64 launch, 4 arguments", lambda: scan_small((1,), (1024,), (a64, np.int64(n), out, np.int32(0))))
+    timed("scan_small_i64 launch, 5 arguments", lambda: scan_small((1,), (1024,), (a64, np.int64(n), out, np.int32(0),
+                                                                                   np.uint64(0))))
     timed("gpu.scan (an array allocated, one launch)", lambda: gpu.scan(a64))
     timed("cp.take", lambda: cp.take(a32, idx))
     timed("elementwise a + b", lambda: a64 + a64)

@@ -113,9 +113,10 @@ def _scan_state() -> _ScanState:
     return state
 
 
-def scan(a, exclusive=False):
+def scan(a, exclusive=False, sum_out=0):
     """Inclusive prefix sum of a 1-D array as ``numpy.cumsum`` gives it (int64 for bool, int32 and
-    int64); ``exclusive``: each value's sum before it (``cumsum(a) - a``) in the same launch."""
+    int64); ``exclusive``: each value's sum before it (``cumsum(a) - a``) in the same launch.
+    ``sum_out``: the address of a result slot for the sum of the values (:func:`scan_total`), or 0."""
     kind = _SCAN_KERNELS.get(a.dtype)
     n = int(a.size)
     if kind is None or n == 0 or a.ndim != 1:
@@ -124,13 +125,26 @@ def scan(a, exclusive=False):
     a = cp.ascontiguousarray(a)
     out = cp.empty(n, cp.int64)
     if n <= _SMALL_SCAN:
-        kernels.kernel("scan_small_" + kind)((1,), (1024,), (a, np.int64(n), out, np.int32(exclusive)))
+        kernels.kernel("scan_small_" + kind)((1,), (1024,), (a, np.int64(n), out, np.int32(exclusive),
+                                                              np.uint64(sum_out)))
         return out
     tile = _SCAN_BLOCK * _SCAN_ROUNDS
     tiles = (n + tile - 1) // tile
-    kernels.kernel("scan_pass_" + kind)((tiles,), (_SCAN_BLOCK,), (a, np.int64(n), out, np.int32(exclusive))
-                                        + _scan_state().args(tiles))
+    kernels.kernel("scan_pass_" + kind)((tiles,), (_SCAN_BLOCK,), (a, np.int64(n), out, np.int32(exclusive),
+                                                                   np.uint64(sum_out)) + _scan_state().args(tiles))
     return out
+
+
+def scan_total(a):
+    """(:func:`scan` of ``a``, its last value, the sum of ``a``, as a Python int): the scan's kernel
+    writes the sum into a result slot (:func:`result_slots`) as it scans, where the last value was
+    copied back."""
+    if _SCAN_KERNELS.get(a.dtype) is None or a.size == 0 or a.ndim != 1:
+        out = scan(a)
+        return out, (read_last(out) if out.size else 0)
+    host, ptr = result_slots(1)
+    out = scan(a, sum_out=ptr)
+    return out, read_results(host)[0]
 
 
 def flatnonzero(a):
@@ -140,13 +154,14 @@ def flatnonzero(a):
         return cp.flatnonzero(a)
     a = cp.ascontiguousarray(a)
     if n > _SMALL_SCAN:
-        ends = scan(a)
-        out = cp.empty(read_last(ends), cp.int64)
+        ends, total = scan_total(a)
+        out = cp.empty(total, cp.int64)
         kernels.kernel("nonzero_at")(_grid(n), (_BLOCK,), (a, ends, np.int64(n), out))
         return out
-    out = cp.empty(n + 1, cp.int64)             # the count goes in the last slot
-    kernels.kernel("nonzero_small")((1,), (1024,), (a, np.int64(n), out, out[n:]))
-    return out[:read_last(out)]
+    out = cp.empty(n, cp.int64)
+    host, count = result_slots(1)
+    kernels.kernel("nonzero_small")((1,), (1024,), (a, np.int64(n), out, np.uint64(count)))
+    return out[:read_results(host)[0]]
 
 
 def distinct_dense(values, lo, r):
@@ -163,8 +178,8 @@ def distinct_dense(values, lo, r):
     kernels.kernel("mark_bits")(_grid(n), (_BLOCK,), (values, np.int64(n), np.int32(lo), bits))
     counts = cp.empty(words, cp.int64)
     kernels.kernel("word_counts")(_grid(words), (_BLOCK,), (bits, np.int64(words), np.int64(32 * words), counts))
-    wend = scan(counts)
-    uniq = cp.empty(read_last(wend), cp.int32)
+    wend, distinct = scan_total(counts)
+    uniq = cp.empty(distinct, cp.int32)
     idx = cp.empty(n, cp.int64)
     kernels.kernel("distinct_of_bits")(_grid(max(n, words)), (_BLOCK,),
                                        (bits, wend, np.int64(words), np.int32(lo), values, np.int64(n), uniq, idx))
@@ -190,9 +205,10 @@ def row_scan(counts, starts=None, total=None):
     counts = counts.astype(cp.int64, copy=False)
     if counts.size == 0:
         return cp.zeros(0, cp.int64)
-    ends = scan(counts)
     if total is None:
-        total = read_last(ends)
+        ends, total = scan_total(counts)
+    else:
+        ends = scan(counts)
     if total == 0:
         return cp.zeros(0, cp.int64)
     ramp = starts is not None
@@ -260,6 +276,63 @@ def read_small(a):
 def read_last(a) -> int:
     """``int(a[-1])`` of a device array, through :func:`read_small`."""
     return int(read_small(a[-1:])[0])
+
+
+#: int64 slots of a thread's ring of result slots (:func:`result_slots`).
+_RESULT_SLOTS = 1 << 12
+#: 0: result slots are device memory, read back by a copy (as before them), to measure what they
+#: gain (bench/scratch/consts_probe.py).
+_MAPPED_RESULTS = 1
+
+
+class _ResultRing:
+    """A thread's pinned host memory for small results that kernels write themselves."""
+
+    def __init__(self):
+        dev = cp.cuda.runtime.getDevice()
+        if not cp.cuda.runtime.getDeviceProperties(dev).get("unifiedAddressing", 0):
+            raise RuntimeError("sgsi's GPU backend needs unified addressing (a 64-bit CUDA platform): "
+                               "its kernels write small results into pinned host memory")
+        self.size = _RESULT_SLOTS
+        self.mem = cp.cuda.alloc_pinned_memory(8 * self.size)
+        self.host = np.frombuffer(self.mem, np.int64, self.size)
+        self.ptr = int(self.host.ctypes.data)
+        self.at = 0
+
+
+def result_slots(k):
+    """``k`` int64 slots of pinned host memory for a kernel to write a small result into itself:
+    (their host view, the address the kernel takes), read with :func:`read_results` (a synchronize,
+    no copy). Where a kernel wrote device memory and a read copied it back, the copy cost the host
+    some 15 us a read (31.4 against 16.2 us with the kernel's launch, one H100,
+    bench/scratch/mapped_probe.py), and a count reads a dozen times or more. Pinned memory is the
+    device's to address under unified addressing, at its host address. A thread's slots are taken
+    in turn from its ring; at the ring's end the stream is synchronized before the first slots are
+    taken again, so no kernel still writes them. The kernel must write the slots plainly (no
+    atomics: those on host memory need not be atomic over the bus)."""
+    if not _MAPPED_RESULTS:
+        dev = cp.empty(k, cp.int64)
+        return dev, dev.data.ptr
+    ring = getattr(_read_buffers, "ring", None)
+    if ring is None:
+        ring = _read_buffers.ring = _ResultRing()
+    if k > ring.size:
+        raise ValueError(f"result_slots: {k} slots asked for, a ring holds {ring.size}")
+    at = ring.at
+    if at + k > ring.size:
+        cp.cuda.get_current_stream().synchronize()
+        at = 0
+    ring.at = at + k
+    return ring.host[at:at + k], ring.ptr + 8 * at
+
+
+def read_results(host):
+    """The values (Python ints) of result slots (:func:`result_slots`) once the work queued on the
+    current stream, their kernels' included, is done."""
+    if isinstance(host, cp.ndarray):            # device slots (_MAPPED_RESULTS off)
+        return read_small(host).tolist()
+    cp.cuda.get_current_stream().synchronize()
+    return host.tolist()
 
 
 class _Staging:
@@ -401,22 +474,20 @@ def read_reductions(pairs):
     """Python ints of ("sum" | "max", int64 array) pairs (reference: backend.host_reductions; the
     max of an empty array is 0), up to 4 arrays a ``reduce_ints`` launch and one read in all, where
     each of CuPy's reductions cost some 20-30 us of host time and ``read_ints`` a gather launch more."""
-    out = []
+    host, ptr = result_slots(len(pairs))         # the last block of each launch writes its results there
     for a in range(0, len(pairs), 4):
         part = pairs[a:a + 4]
         arrays = [cp.ascontiguousarray(x.astype(cp.int64, copy=False)) for _op, x in part]
         k = len(arrays)
         longest = max(int(x.size) for x in arrays)
         blocks = max(1, min(_REDUCE_BLOCKS, -(-longest // (_REDUCE_BLOCK * _REDUCE_PER_THREAD))))
-        buf = cp.empty(k * blocks + k, cp.int64)            # the blocks' partials, then the results
+        partials = cp.empty(k * blocks, cp.int64)
         maxes = sum(1 << j for j, (op, _x) in enumerate(part) if op == "max")
         sizes = [np.int64(x.size) for x in arrays] + [np.int64(0)] * (4 - k)
         kernels.kernel("reduce_ints")((blocks, k), (_REDUCE_BLOCK,),
                                       tuple(arrays + [arrays[0]] * (4 - k) + sizes) +
-                                      (np.int32(maxes), buf, _scan_state().done, buf[k * blocks:]))
-        out.append(buf[k * blocks:])
-    host = read_small(out[0] if len(out) == 1 else cp.concatenate(out))
-    return [int(x) for x in host]
+                                      (np.int32(maxes), partials, _scan_state().done, np.uint64(ptr + 8 * a)))
+    return read_results(host)
 
 
 def arange(n):
@@ -438,12 +509,12 @@ def read_ints(scalars):
         return []
     if k == 1:                                  # one: read where it is
         return read_small(scalars[0].reshape(1)).tolist()
-    out = cp.empty(k, cp.int64)
+    host, ptr = result_slots(k)
     for a in range(0, k, _STACK_MAX):
         part = scalars[a:a + _STACK_MAX]
         kernels.kernel("gather_scalars")((1,), (32,), tuple(part + [part[0]] * (_STACK_MAX - len(part))
-                                                            + [np.int32(len(part)), out[a:]]))
-    return read_small(out).tolist()
+                                                            + [np.int32(len(part)), np.uint64(ptr + 8 * a)]))
+    return read_results(host)
 
 
 def _conflict_table(conflict_cols, placeholder):
@@ -918,8 +989,11 @@ class GpuBackend:
             return cp.zeros(0, cp.int32)
         counts = cp.empty(words, cp.int64)
         kernels.kernel("word_counts")(_grid(words), (_BLOCK,), (bits, np.int64(words), np.int64(n), counts))
-        ends = scan(counts)
-        ids = cp.empty(read_last(ends) if count is None else count, cp.int32)
+        if count is None:
+            ends, count = scan_total(counts)
+        else:
+            ends = scan(counts)
+        ids = cp.empty(count, cp.int32)
         if ids.size:
             kernels.kernel("word_ids")(_grid(words), (_BLOCK,), (bits, np.int64(words), np.int64(n), ends, counts,
                                                                  np.int64(ids.size), ids))
@@ -1175,22 +1249,21 @@ class GpuBackend:
         summary's kernel, which writes their prefix sum too (a light step's buffer offsets) for a
         piece of at most ``_OFFSETS_MAX`` rows."""
         n = int(col.size)
-        buf = cp.empty(n + 5, cp.int64)                # the degrees, then the summary
+        deg = cp.empty(n, cp.int64)
         offsets = cp.empty(n, cp.int64) if n <= _OFFSETS_MAX else None
-        deg = buf[:n]
-        summary = self._summary(deg, col, cp.ascontiguousarray(dense.astype(cp.int32, copy=False)), offsets,
-                                buf[n:])
+        summary = self._summary(deg, col, cp.ascontiguousarray(dense.astype(cp.int32, copy=False)), offsets)
         return deg, summary, offsets
 
-    def _summary(self, deg, col, dense, offsets=None, out=None):
+    def _summary(self, deg, col, dense, offsets=None):
         """The summary as Python ints, in one launch and one read: one block up to
-        ``_SUMMARY_ONE_BLOCK`` rows, else ``piece_pass`` (single-pass, a tile a block);
-        ``offsets``: where to write the exclusive prefix sum of deg (None: nowhere); ``out``: 5
-        int64 to write the summary to (None: allocated)."""
+        ``_SUMMARY_ONE_BLOCK`` rows, else ``piece_pass`` (single-pass, a tile a block), its last
+        tile writing the summary into result slots (:func:`result_slots`); ``offsets``: where to
+        write the exclusive prefix sum of deg (None: nowhere)."""
         n = int(col.size)
         col = cp.ascontiguousarray(col.astype(cp.int32, copy=False))
         dense = np.uint64(0) if dense is None else dense
-        out = cp.empty(5, cp.int64) if out is None else out
+        host, ptr = result_slots(5)
+        out = np.uint64(ptr)
         if n <= _SUMMARY_ONE_BLOCK:
             kernels.kernel("piece_summary_small")((1,), (1024,), (deg, col, np.int64(n), out, dense,
                                                                   np.uint64(0) if offsets is None else offsets))
@@ -1205,7 +1278,7 @@ class GpuBackend:
                 tiles = (n + 256 * rounds - 1) // (256 * rounds)
                 kernels.kernel("piece_pass")((tiles,), (256,), (deg, col, np.int64(n), np.int32(rounds), out, dense)
                                              + state.args(tiles))
-        return read_small(out).tolist()
+        return read_results(host)
 
     def row_lists(self, groups, ci, v, cbits, conflict_cols, F, fill, gba):
         """First link of a light piece in one segment, row by row (reference:
@@ -1263,8 +1336,7 @@ class GpuBackend:
         if n == 0:
             vals = cp.zeros(0, cp.int32)
             return (cp.zeros(0, cp.int64) if take is None else [c[:0] for c in take]), vals
-        ends = scan(fill)
-        total = read_last(ends)
+        ends, total = scan_total(fill)
         vals = cp.empty(total, cp.int32)
         fused = cols4 is not None                   # take given, and every column fits the launch
         erow = None if fused else cp.empty(total, cp.int64)

@@ -710,10 +710,11 @@ __device__ __forceinline__ long long block_exclusive_scan(long long v, long long
 // Inclusive prefix sum of a small array in one block (gpu.scan's one-launch path; reference:
 // numpy.cumsum): each thread sums a run of consecutive values, the block scans the runs' sums,
 // then each thread writes its run.
-// ``exclusive``: each value's sum before it (out[i] - x[i]) instead.
+// ``exclusive``: each value's sum before it (out[i] - x[i]) instead. ``sum_out`` (null: none): where
+// the sum of all the values goes too (gpu.scan_total: a result slot in pinned host memory).
 template <typename T>
 __device__ __forceinline__ void scan_small(const T* __restrict__ x, long long n, long long* __restrict__ out,
-                                           int exclusive) {
+                                           int exclusive, long long* sum_out) {
     long long per = (n + blockDim.x - 1) / blockDim.x;
     long long a = threadIdx.x * per, b = a + per < n ? a + per : n;
     long long s = 0;
@@ -725,15 +726,19 @@ __device__ __forceinline__ void scan_small(const T* __restrict__ x, long long n,
         run += v;
         out[i] = exclusive ? run - v : run;
     }
+    if (sum_out && threadIdx.x == 0) *sum_out = total;
 }
-extern "C" __global__ void scan_small_i64(const long long* x, long long n, long long* out, int exclusive) {
-    scan_small(x, n, out, exclusive);
+extern "C" __global__ void scan_small_i64(const long long* x, long long n, long long* out, int exclusive,
+                                          long long* sum_out) {
+    scan_small(x, n, out, exclusive, sum_out);
 }
-extern "C" __global__ void scan_small_i32(const int* x, long long n, long long* out, int exclusive) {
-    scan_small(x, n, out, exclusive);
+extern "C" __global__ void scan_small_i32(const int* x, long long n, long long* out, int exclusive,
+                                          long long* sum_out) {
+    scan_small(x, n, out, exclusive, sum_out);
 }
-extern "C" __global__ void scan_small_bool(const bool* x, long long n, long long* out, int exclusive) {
-    scan_small(x, n, out, exclusive);
+extern "C" __global__ void scan_small_bool(const bool* x, long long n, long long* out, int exclusive,
+                                           long long* sum_out) {
+    scan_small(x, n, out, exclusive, sum_out);
 }
 
 // piece_summary of a piece of at most 4,096 rows in one block (gpu.py's _SUMMARY_ONE_BLOCK),
@@ -925,15 +930,17 @@ __device__ __forceinline__ void run_store(long long* buf, const long long* v, lo
     }
 }
 
+// ``sum_out`` (null: none): where the last tile writes the sum of all the values too.
 template <typename T>
 __device__ __forceinline__ void scan_pass(const T* __restrict__ x, long long n, long long* __restrict__ out,
-                                          int exclusive, unsigned long long* ticket, int* flags, long long* agg,
-                                          long long* incl, int epoch) {
+                                          int exclusive, long long* sum_out, unsigned long long* ticket, int* flags,
+                                          long long* agg, long long* incl, int epoch) {
     __shared__ long long s[2];
     __shared__ long long buf[SCAN_SLOT(SCAN_BLOCK_MAX * SCAN_ROUNDS)];
     int b = blockDim.x;
     long long tile = (long long)SCAN_ROUNDS * b;
-    long long t = take_ticket(ticket, (n + tile - 1) / tile);
+    long long n_tiles = (n + tile - 1) / tile;
+    long long t = take_ticket(ticket, n_tiles);
     long long t0 = t * tile;
 #pragma unroll
     for (int r = 0; r < SCAN_ROUNDS; ++r) {
@@ -948,6 +955,7 @@ __device__ __forceinline__ void scan_pass(const T* __restrict__ x, long long n, 
     if (threadIdx.x == 0) s[0] = total;
     __syncthreads();
     look_back<SumOp>(t, s, flags, agg, incl, epoch);
+    if (sum_out && t == n_tiles - 1 && threadIdx.x == 0) *sum_out = s[1] + s[0];
     run_store<SCAN_ROUNDS>(buf, v, s[1] + before, exclusive);
     __syncthreads();
 #pragma unroll
@@ -958,15 +966,16 @@ __device__ __forceinline__ void scan_pass(const T* __restrict__ x, long long n, 
 }
 #define SCAN_PASS_ARGS unsigned long long* ticket, int* flags, long long* agg, long long* incl, int epoch
 extern "C" __global__ void scan_pass_i64(const long long* x, long long n, long long* out, int exclusive,
-                                         SCAN_PASS_ARGS) {
-    scan_pass(x, n, out, exclusive, ticket, flags, agg, incl, epoch);
+                                         long long* sum_out, SCAN_PASS_ARGS) {
+    scan_pass(x, n, out, exclusive, sum_out, ticket, flags, agg, incl, epoch);
 }
-extern "C" __global__ void scan_pass_i32(const int* x, long long n, long long* out, int exclusive, SCAN_PASS_ARGS) {
-    scan_pass(x, n, out, exclusive, ticket, flags, agg, incl, epoch);
+extern "C" __global__ void scan_pass_i32(const int* x, long long n, long long* out, int exclusive,
+                                         long long* sum_out, SCAN_PASS_ARGS) {
+    scan_pass(x, n, out, exclusive, sum_out, ticket, flags, agg, incl, epoch);
 }
 extern "C" __global__ void scan_pass_bool(const bool* x, long long n, long long* out, int exclusive,
-                                          SCAN_PASS_ARGS) {
-    scan_pass(x, n, out, exclusive, ticket, flags, agg, incl, epoch);
+                                          long long* sum_out, SCAN_PASS_ARGS) {
+    scan_pass(x, n, out, exclusive, sum_out, ticket, flags, agg, incl, epoch);
 }
 
 // piece_summary of a piece past one block (reference: CpuBackend.piece_summary) in one launch,
