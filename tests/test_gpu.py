@@ -595,8 +595,8 @@ def test_piece_summary_matches_reference(gpu, n, rounds, monkeypatch):
     """Both paths of the summary (one block up to 4,096 rows; past that the single-pass
     ``piece_pass``, in its default tiles and in tiles of at least 768 rows, at most 7; with the
     offsets ``piece_pass_offsets``, tiles of 4,096 rows: 74 for 300,001 rows), against the
-    reference, with the rows' offsets (the degrees' exclusive prefix sum) up to ``_OFFSETS_MAX``
-    rows, and none past it."""
+    reference, with the rows' offsets (the degrees' exclusive prefix sum) and zeros (a light step's
+    fill, in memory the pool had handed out before) up to ``_OFFSETS_MAX`` rows, and none past it."""
     import cupy as cp
     from sgsi.join import gpu as gpu_mod
     monkeypatch.setattr(gpu_mod, "_SUMMARY_ROUNDS_SUM", rounds[0])
@@ -615,16 +615,20 @@ def test_piece_summary_matches_reference(gpu, n, rounds, monkeypatch):
     # The degrees gathered from every vertex's (piece_degrees), rows repeating vertices.
     dense = rng.integers(0, 2**31 - 1, 5000).astype(np.int32)
     v = rng.integers(0, 5000, n).astype(np.int32)
-    want_deg, want, none = CpuBackend().piece_degrees(dense, v)
-    assert none is None
+    want_deg, want, none, no_zeros = CpuBackend().piece_degrees(dense, v)
+    assert none is None and no_zeros is None
     for _ in range(2):                      # twice: the second launch on the same state
-        deg, summary, offsets = gpu.piece_degrees(cp.asarray(dense), cp.asarray(v))
+        junk = cp.full(3 * n, 7, cp.int64)  # the pool hands this memory out again: no zero comes free
+        del junk
+        deg, summary, offsets, zeros = gpu.piece_degrees(cp.asarray(dense), cp.asarray(v))
         assert deg.dtype == cp.int64 and np.array_equal(cp.asnumpy(deg), want_deg) and list(summary) == list(want)
         assert offsets.dtype == cp.int64 and offsets.shape == (n,)
         assert np.array_equal(cp.asnumpy(offsets), np.cumsum(want_deg) - want_deg)
+        assert zeros.dtype == cp.int64 and zeros.shape == (n,) and not cp.asnumpy(zeros).any()
     monkeypatch.setattr(gpu_mod, "_OFFSETS_MAX", n - 1)
-    deg, summary, offsets = gpu.piece_degrees(cp.asarray(dense), cp.asarray(v))
-    assert offsets is None and list(summary) == list(want) and np.array_equal(cp.asnumpy(deg), want_deg)
+    deg, summary, offsets, zeros = gpu.piece_degrees(cp.asarray(dense), cp.asarray(v))
+    assert offsets is None and zeros is None and list(summary) == list(want)
+    assert np.array_equal(cp.asnumpy(deg), want_deg)
 
 
 @pytest.mark.parametrize("way", ["warps", "threads", "threads-few-blocks"])

@@ -52,7 +52,7 @@ def lean_count(g, pat):
                 return 0
             p = store.partition(e0.label_id, e0.direction)
             dense = backend.dense_degrees(store, p)
-            deg, (total, longest, lo, hi, _d), offsets = backend.piece_degrees(dense, col)
+            deg, (total, longest, lo, hi, _d), offsets, _zeros = backend.piece_degrees(dense, col)
             if not (total <= min(lim.gba_entries, lim.chunk_rows, backend.light_entries)
                     and longest <= E.LIGHT_MAX_LIST) or offsets is None:
                 return None

@@ -323,9 +323,10 @@ class CpuBackend:
     def piece_degrees(self, dense, col):
         """(|N(v, l)| of each row's vertex ``col`` from ``dense``, every vertex's degree, as
         int64; :meth:`piece_summary` of them; their exclusive prefix sum where the backend found
-        it on the way, else None), for a non-empty ``col``."""
+        it on the way, else None; int64 zeros a row where the backend wrote them with it (a light
+        step's fill counts), else None), for a non-empty ``col``."""
         deg = dense[col].astype(np.int64)
-        return deg, self.piece_summary(deg, col), None
+        return deg, self.piece_summary(deg, col), None, None
 
     def row_lists(self, groups, ci, v, cbits, conflict_cols, F, fill, gba):
         """buf_i += N_x(v_i, l) ∩ C(u) minus row i's own vertices (``conflict_cols``), for each

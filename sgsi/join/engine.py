@@ -272,9 +272,9 @@ class Engine:
         self._rows_ahead(n)
         cap = lim.gba_entries
         dense = self._dense_degrees(e0)
-        offsets = None
+        offsets = zeros = None
         if dense is not None:           # the degrees gathered as the rows are summarised
-            deg, (total, longest, lo, hi, descents), offsets = self.backend.piece_degrees(dense, col)
+            deg, (total, longest, lo, hi, descents), offsets, zeros = self.backend.piece_degrees(dense, col)
         else:
             deg = self._degrees(e0, col)
             total, longest, lo, hi, descents = self.backend.piece_summary(deg, col)
@@ -283,7 +283,8 @@ class Engine:
         light_max = self.backend.light_entries if len(step.links) == 1 else \
             min(self.backend.light_entries, SHORTEST_LIST_MIN_PROBES - 1)
         light = total <= min(cap, lim.chunk_rows, light_max) and longest <= LIGHT_MAX_LIST
-        whole = _How("light" if light else "tuples", total, lo, hi, descents == 0, offsets if light else None)
+        whole = (_How("light", total, lo, hi, descents == 0, offsets, zeros) if light
+                 else _How("tuples", total, lo, hi, descents == 0))
         if total <= cap:                # a light piece is within the cap too
             yield chunk, deg, whole
             return
@@ -543,7 +544,7 @@ class Engine:
         else:
             F = light.offsets if light.offsets is not None else exclusive_sum(xp, deg)
             gba = xp.empty(light.total, dtype=xp.int32)
-        fill = xp.zeros(n, dtype=xp.int64)
+        fill = light.zeros if light.zeros is not None else xp.zeros(n, dtype=xp.int64)
         e0 = step.links[0]
         cbits = self.plan.candidates[step.vertex]
         col = piece[e0.other]
@@ -975,6 +976,7 @@ class _How:
     hi: int | None = None
     ascending: bool | None = None
     offsets: object = None          # the rows' exclusive prefix sum of their degrees, where found
+    zeros: object = None            # int64 zeros a row (for a light step's fill), where written with offsets
 
 
 #: Whether a subtree of one leaf is counted from its root's sets and weights, not by extending

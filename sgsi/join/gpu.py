@@ -1245,34 +1245,40 @@ class GpuBackend:
 
     def piece_degrees(self, dense, col):
         """(the rows' degrees ``dense[col]`` as int64, :meth:`piece_summary` of them, their exclusive
-        prefix sum or None) (reference: CpuBackend.piece_degrees): the degrees are gathered by the
-        summary's kernel, which writes their prefix sum too (a light step's buffer offsets) for a
-        piece of at most ``_OFFSETS_MAX`` rows."""
+        prefix sum or None, zeros a row or None) (reference: CpuBackend.piece_degrees): the degrees
+        are gathered by the summary's kernel, which writes their prefix sum too (a light step's
+        buffer offsets) and zeros (its fill counts, which then need no memset) for a piece of at
+        most ``_OFFSETS_MAX`` rows; the three come in one allocation."""
         n = int(col.size)
-        deg = cp.empty(n, cp.int64)
-        offsets = cp.empty(n, cp.int64) if n <= _OFFSETS_MAX else None
-        summary = self._summary(deg, col, cp.ascontiguousarray(dense.astype(cp.int32, copy=False)), offsets)
-        return deg, summary, offsets
+        dense = cp.ascontiguousarray(dense.astype(cp.int32, copy=False))
+        if n > _OFFSETS_MAX:
+            deg = cp.empty(n, cp.int64)
+            return deg, self._summary(deg, col, dense), None, None
+        buf = cp.empty(3 * n, cp.int64)
+        deg, offsets, zeros = buf[:n], buf[n:2 * n], buf[2 * n:]
+        return deg, self._summary(deg, col, dense, offsets, zeros), offsets, zeros
 
-    def _summary(self, deg, col, dense, offsets=None):
+    def _summary(self, deg, col, dense, offsets=None, zeros=None):
         """The summary as Python ints, in one launch and one read: one block up to
         ``_SUMMARY_ONE_BLOCK`` rows, else ``piece_pass`` (single-pass, a tile a block), its last
         tile writing the summary into result slots (:func:`result_slots`); ``offsets``: where to
-        write the exclusive prefix sum of deg (None: nowhere)."""
+        write the exclusive prefix sum of deg (None: nowhere), and ``zeros`` a zero a row."""
         n = int(col.size)
         col = cp.ascontiguousarray(col.astype(cp.int32, copy=False))
         dense = np.uint64(0) if dense is None else dense
         host, ptr = result_slots(5)
         out = np.uint64(ptr)
         if n <= _SUMMARY_ONE_BLOCK:
+            null = np.uint64(0)
             kernels.kernel("piece_summary_small")((1,), (1024,), (deg, col, np.int64(n), out, dense,
-                                                                  np.uint64(0) if offsets is None else offsets))
+                                                                  null if offsets is None else offsets,
+                                                                  null if zeros is None else zeros))
         else:
             state = _scan_state()
             if offsets is not None:
                 tiles = (n + 256 * _SUMMARY_ROUNDS - 1) // (256 * _SUMMARY_ROUNDS)
-                kernels.kernel("piece_pass_offsets")((tiles,), (256,), (deg, col, np.int64(n), out, dense, offsets)
-                                                     + state.args(tiles))
+                kernels.kernel("piece_pass_offsets")((tiles,), (256,), (deg, col, np.int64(n), out, dense, offsets,
+                                                                        zeros) + state.args(tiles))
             else:
                 rounds = max(_SUMMARY_ROUNDS_SUM, -(-n // (256 * _SUMMARY_TILES)))
                 tiles = (n + 256 * rounds - 1) // (256 * rounds)

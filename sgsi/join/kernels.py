@@ -743,12 +743,14 @@ extern "C" __global__ void scan_small_bool(const bool* x, long long n, long long
 
 // piece_summary of a piece of at most 4,096 rows in one block (gpu.py's _SUMMARY_ONE_BLOCK),
 // with the rows' exclusive prefix sum of deg written to F where F is given (the offsets of their
-// buffers in a light step, Engine._row_sets): each thread takes a run of consecutive rows, as scan_small does.
+// buffers in a light step, Engine._row_sets), and zeros to ``zeros`` (the step's fill counts, which
+// then need no memset): each thread takes a run of consecutive rows, as scan_small does.
 // One block needs no atomics, so out needs no identities copied in first, and the offsets need
 // no scan launch of their own.
 extern "C" __global__ void piece_summary_small(long long* __restrict__ deg, const int* __restrict__ col,
                                                long long n, long long* __restrict__ out,
-                                               const int* __restrict__ dense, long long* __restrict__ F) {
+                                               const int* __restrict__ dense, long long* __restrict__ F,
+                                               long long* __restrict__ zeros) {
     __shared__ long long part[4][32];
     long long per = (n + blockDim.x - 1) / blockDim.x;
     long long a = threadIdx.x * per, b = a + per < n ? a + per : n;
@@ -767,6 +769,7 @@ extern "C" __global__ void piece_summary_small(long long* __restrict__ deg, cons
     for (long long i = a; F && i < b; ++i) {
         F[i] = run;
         run += deg[i];
+        zeros[i] = 0;
     }
     for (int o = 16; o > 0; o >>= 1) {
         desc += __shfl_down_sync(FULL, desc, o);
@@ -985,14 +988,16 @@ extern "C" __global__ void scan_pass_bool(const bool* x, long long n, long long*
 // gathered from it (int32, every vertex's) and written to deg (reference:
 // CpuBackend.piece_degrees). piece_pass_offsets writes the rows' exclusive prefix sum of deg to F
 // too (the offsets of their buffers in a light step, Engine._row_sets), in tiles of
-// PASS_OFFSETS_ROUNDS rows a thread staged in shared memory, as scan_pass does.
+// PASS_OFFSETS_ROUNDS rows a thread staged in shared memory, as scan_pass does, and zeros to
+// ``zeros`` (the step's fill counts).
 #define PASS_OFFSETS_ROUNDS 16
 #define PASS_BLOCK 256
 template <bool OFFSETS>
 __device__ __forceinline__ void piece_pass_tile(long long* __restrict__ deg, const int* __restrict__ col, long long n,
                                                 int rounds, long long* __restrict__ out,
                                                 const int* __restrict__ dense, long long* __restrict__ F,
-                                                long long* buf, unsigned long long* ticket, int* flags, long long* agg,
+                                                long long* __restrict__ zeros, long long* buf,
+                                                unsigned long long* ticket, int* flags, long long* agg,
                                                 long long* incl, int epoch) {
     __shared__ long long s[10];
     __shared__ long long part[5][32];
@@ -1047,20 +1052,24 @@ __device__ __forceinline__ void piece_pass_tile(long long* __restrict__ deg, con
     __syncthreads();
     for (int r = 0; r < PASS_OFFSETS_ROUNDS; ++r) {
         long long i = t0 + (long long)r * b + threadIdx.x;
-        if (i < n) F[i] = buf[SCAN_SLOT(r * b + threadIdx.x)];
+        if (i < n) {
+            F[i] = buf[SCAN_SLOT(r * b + threadIdx.x)];
+            zeros[i] = 0;
+        }
     }
 }
 extern "C" __global__ void __launch_bounds__(PASS_BLOCK, 8)
 piece_pass(long long* __restrict__ deg, const int* __restrict__ col, long long n, int rounds,
            long long* __restrict__ out, const int* __restrict__ dense, SCAN_PASS_ARGS) {
-    piece_pass_tile<false>(deg, col, n, rounds, out, dense, 0, 0, ticket, flags, agg, incl, epoch);
+    piece_pass_tile<false>(deg, col, n, rounds, out, dense, 0, 0, 0, ticket, flags, agg, incl, epoch);
 }
 extern "C" __global__ void __launch_bounds__(PASS_BLOCK, 4)
 piece_pass_offsets(long long* __restrict__ deg, const int* __restrict__ col, long long n,
                    long long* __restrict__ out, const int* __restrict__ dense, long long* __restrict__ F,
-                   SCAN_PASS_ARGS) {
+                   long long* __restrict__ zeros, SCAN_PASS_ARGS) {
     __shared__ long long buf[SCAN_SLOT(PASS_BLOCK * PASS_OFFSETS_ROUNDS)];
-    piece_pass_tile<true>(deg, col, n, PASS_OFFSETS_ROUNDS, out, dense, F, buf, ticket, flags, agg, incl, epoch);
+    piece_pass_tile<true>(deg, col, n, PASS_OFFSETS_ROUNDS, out, dense, F, zeros, buf, ticket, flags, agg, incl,
+                          epoch);
 }
 
 // 0, 1, ..., n - 1 (reference: numpy.arange, int64).
