@@ -233,10 +233,11 @@ def test_stack_rows_and_read_ints_match_numpy(gpu):
 @pytest.mark.parametrize("block,per,most", [(256, 16, 264), (32, 1, 3)], ids=["default", "few-blocks"])
 def test_read_reductions_match_numpy(gpu, block, per, most, monkeypatch):
     """backend.host_reductions on the GPU (reduce_ints: up to 4 arrays a launch, blocks' partials
-    combined by the launch's last block) against NumPy: sums and maxima of negative, huge and
-    empty arrays, one array and several, past 4 (two launches), sizes a thread's share does and
-    does not divide; then again, the counter set back by the last block. Also with 32-thread
-    blocks of 1 element a thread, at most 3 blocks an array (each thread loops)."""
+    combined by the launch's last block) against NumPy: sums, maxima and minima of negative, huge
+    and empty arrays, int64 and int32 (read as they are), one array and several, past 4 (two
+    launches), sizes a thread's share does and does not divide; then again, the counter set back
+    by the last block. Also with 32-thread blocks of 1 element a thread, at most 3 blocks an array
+    (each thread loops)."""
     import cupy as cp
     from sgsi.join import gpu as g
     from sgsi.join.backend import host_reductions
@@ -246,11 +247,15 @@ def test_read_reductions_match_numpy(gpu, block, per, most, monkeypatch):
     rng = np.random.default_rng(block)
     arrays = [rng.integers(-2**50, 2**50, n) for n in (1, 31, 4097, 300_001, 0, 2_000_003)]
     arrays += [-rng.integers(1, 2**40, 999), np.full(5000, 2**40)]
-    for pairs in ([("sum", arrays[0])], [("max", arrays[4])], [("sum", arrays[4])],
-                  [(("sum", "max")[i % 2], a) for i, a in enumerate(arrays)],
-                  [("max", arrays[6]), ("sum", arrays[7]), ("max", arrays[5]), ("sum", arrays[3])]):
+    narrow = [rng.integers(-2**31, 2**31, n).astype(np.int32) for n in (1, 5000, 300_001, 0)]
+    for pairs in ([("sum", arrays[0])], [("max", arrays[4])], [("sum", arrays[4])], [("min", arrays[4])],
+                  [(("sum", "max", "min")[i % 3], a) for i, a in enumerate(arrays)],
+                  [("max", arrays[6]), ("sum", arrays[7]), ("min", arrays[5]), ("sum", arrays[3])],
+                  [("min", narrow[2]), ("max", narrow[2]), ("sum", narrow[1]), ("min", arrays[6]),
+                   ("max", narrow[0]), ("min", narrow[3])]):
         want = host_reductions(np, *pairs)
-        assert want == [int(a.sum()) if op == "sum" else (int(a.max()) if a.size else 0) for op, a in pairs]
+        assert want == [int(a.sum()) if op == "sum" else (int(getattr(np, op)(a)) if a.size else 0)
+                        for op, a in pairs]
         for _ in range(2):
             assert host_reductions(cp, *[(op, cp.asarray(a)) for op, a in pairs]) == want
 
@@ -269,6 +274,7 @@ def test_warp_aggregated_writes_match_numpy(gpu, n):
     """distinct_index (mark_bits, distinct_of_bits), scatter_equal, bincount (count_ids) and
     add_at (add_ids) against NumPy on ids with hubs and runs."""
     import cupy as cp
+    from sgsi.join import gpu as gpu_mod
     from sgsi.join.backend import distinct_index, scatter_equal
     rng = np.random.default_rng(n)
     high = max(4, n // 3)
@@ -282,6 +288,10 @@ def test_warp_aggregated_writes_match_numpy(gpu, n):
     sparse = np.array([5, 1 << 30, 5, 7], dtype=np.int32)       # a range too wide: sort and search
     for a, b in zip(distinct_index(cp, cp.asarray(sparse)), distinct_index(np, sparse)):
         assert np.array_equal(cp.asnumpy(a), b)
+    # Past 16 a value but within DISTINCT_DENSE_RANGE: the bits on the GPU (sort and search on the CPU).
+    wide = np.array([5, gpu_mod.DISTINCT_DENSE_RANGE - 1 + 5, 5, 7, 900_001, 7], dtype=np.int32)
+    for a, b in zip(distinct_index(cp, cp.asarray(wide)), distinct_index(np, wide)):
+        assert a.dtype == b.dtype and np.array_equal(cp.asnumpy(a), b)
     weight = rng.integers(0, 1 << 40, high)                       # equal values at equal indices
     out = cp.full(high, -7, cp.int64)
     scatter_equal(cp, out, cp.asarray(ids.astype(np.int64)), cp.asarray(weight[ids]))

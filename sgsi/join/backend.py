@@ -564,10 +564,10 @@ def row_numbers(xp, n):
 
 
 def host_reductions(xp, *pairs):
-    """Python ints of ("sum" | "max", int array) ``pairs``, reduced where the backend computes and
-    read in one transfer; the max of an empty array is 0."""
+    """Python ints of ("sum" | "max" | "min", int array) ``pairs``, reduced where the backend
+    computes and read in one transfer; the max and min of an empty array are 0."""
     if xp is np:
-        return [int(a.sum()) if op == "sum" else (int(a.max()) if a.size else 0) for op, a in pairs]
+        return [int(a.sum()) if op == "sum" else (int(getattr(a, op)()) if a.size else 0) for op, a in pairs]
     from .gpu import read_reductions
     return read_reductions(pairs)
 
@@ -579,12 +579,13 @@ def distinct_index(xp, values, span=None):
     array and a prefix sum give both in linear passes; otherwise sort and search.
     ``span``: (min, max) of ``values`` where the caller knows them (no host read then).
     """
-    lo, hi = span if span is not None else host_ints(xp, values.min(), values.max())
+    lo, hi = span if span is not None else host_reductions(xp, ("min", values), ("max", values))
     r = hi - lo + 1
+    if xp is not np and values.dtype == np.int32:
+        from .gpu import DISTINCT_DENSE_RANGE, distinct_dense
+        if r <= max(16 * int(values.size), DISTINCT_DENSE_RANGE):
+            return distinct_dense(values, lo, r)        # a bit a value: four launches, one host read
     if r <= 16 * int(values.size):
-        if xp is not np and values.dtype == np.int32:
-            from .gpu import distinct_dense      # the same in three kernels and one host read
-            return distinct_dense(values, lo, r)
         v = values - lo
         mark = xp.zeros(r, dtype=bool)
         mark[v] = True

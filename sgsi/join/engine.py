@@ -337,7 +337,7 @@ class Engine:
         dense = self._dense_degrees(link)
         if dense is not None:                   # kept on the device: one gather
             return xp.take(dense, v).astype(xp.int64)
-        lo, hi = host_ints(xp, v.min(), v.max())
+        lo, hi = host_reductions(xp, ("min", v), ("max", v))
         b0 = int(np.searchsorted(p.idx_last, lo, "left"))
         b1 = int(np.searchsorted(p.idx_first, hi, "right"))
         for bi in range(b0, b1):      # index batches overlapping the rows' vertices
@@ -827,10 +827,10 @@ class Engine:
             return
         per_row = s.scount[s.row_tuple]                   # outputs of each row, at most
         n = int(per_row.size)
-        cum = prefix_sum(xp, per_row)
-        total, heaviest = host_ints(xp, cum[-1], per_row.max()) if n else (0, 0)
+        total, heaviest = host_reductions(xp, ("sum", per_row), ("max", per_row)) if n else (0, 0)
         if total == 0:
             return
+        cum = prefix_sum(xp, per_row)
         self._rows_ahead(total)
         cap = lim.chunk_rows
         if total <= cap:

@@ -26,7 +26,7 @@ import numpy as np
 
 from ..partition import pcsr
 from . import balance, kernels
-from .backend import Overlaps, host_ints, sets_then_summary
+from .backend import Overlaps, sets_then_summary
 from .stream import degree_index, segment_ranges, spanning
 
 _BLOCK = 256
@@ -162,6 +162,12 @@ def flatnonzero(a):
     host, count = result_slots(1)
     kernels.kernel("nonzero_small")((1,), (1024,), (a, np.int64(n), out, np.uint64(count)))
     return out[:read_results(host)[0]]
+
+
+#: ``distinct_index`` of int32 values spanning up to this many (past 16 a value) takes
+#: :func:`distinct_dense` too (r/8 bytes of bits and r/2 of word counts and ranks: 10 MB here),
+#: where a sort and CuPy's run finding cost some 300 us of host time (a 12-vertex walk's profile).
+DISTINCT_DENSE_RANGE = 1 << 24
 
 
 def distinct_dense(values, lo, r):
@@ -470,23 +476,31 @@ _REDUCE_PER_THREAD = 16
 _REDUCE_BLOCKS = 264
 
 
+#: The reductions of ``reduce_ints`` (the low two of an array's four bits of its ``ops``).
+_REDUCE_OPS = {"sum": 0, "max": 1, "min": 2}
+
+
 def read_reductions(pairs):
-    """Python ints of ("sum" | "max", int64 array) pairs (reference: backend.host_reductions; the
-    max of an empty array is 0), up to 4 arrays a ``reduce_ints`` launch and one read in all, where
-    each of CuPy's reductions cost some 20-30 us of host time and ``read_ints`` a gather launch more."""
+    """Python ints of ("sum" | "max" | "min", int array) pairs (reference: backend.host_reductions;
+    the max and min of an empty array are 0), up to 4 arrays a ``reduce_ints`` launch and one read
+    in all, where each of CuPy's reductions cost some 20-30 us of host time and ``read_ints`` a
+    gather launch more."""
     host, ptr = result_slots(len(pairs))         # the last block of each launch writes its results there
     for a in range(0, len(pairs), 4):
         part = pairs[a:a + 4]
-        arrays = [cp.ascontiguousarray(x.astype(cp.int64, copy=False)) for _op, x in part]
+        # int32 arrays are read as they are (bit 2 of their ops); other dtypes as int64.
+        arrays = [cp.ascontiguousarray(x if x.dtype == cp.int32 else x.astype(cp.int64, copy=False))
+                  for _op, x in part]
         k = len(arrays)
         longest = max(int(x.size) for x in arrays)
         blocks = max(1, min(_REDUCE_BLOCKS, -(-longest // (_REDUCE_BLOCK * _REDUCE_PER_THREAD))))
         partials = cp.empty(k * blocks, cp.int64)
-        maxes = sum(1 << j for j, (op, _x) in enumerate(part) if op == "max")
+        ops = sum((_REDUCE_OPS[op] | (4 if x.dtype == cp.int32 else 0)) << (4 * j)
+                  for j, ((op, _x), x) in enumerate(zip(part, arrays)))
         sizes = [np.int64(x.size) for x in arrays] + [np.int64(0)] * (4 - k)
         kernels.kernel("reduce_ints")((blocks, k), (_REDUCE_BLOCK,),
                                       tuple(arrays + [arrays[0]] * (4 - k) + sizes) +
-                                      (np.int32(maxes), partials, _scan_state().done, np.uint64(ptr + 8 * a)))
+                                      (np.int32(ops), partials, _scan_state().done, np.uint64(ptr + 8 * a)))
     return read_results(host)
 
 
@@ -1186,7 +1200,7 @@ class GpuBackend:
         evals = cp.ascontiguousarray(evals.astype(cp.int32, copy=False))
         sel = np.arange(p.seg_ids.size)
         if sel.size > 1:                # the segments meeting the vertices' range (one read)
-            sel = spanning(p, *host_ints(cp, vcol.min(), vcol.max()))
+            sel = spanning(p, *read_reductions([("min", vcol), ("max", vcol)]))
         for i, groups, ci in (via or self).segments(store, p.seg_ids[sel]):
             kernels.kernel("member_entries")(_grid(n), (_BLOCK,),
                                              (groups, np.int64(groups.shape[0]), np.int32(groups.shape[1]), ci,
@@ -1450,7 +1464,7 @@ class GpuBackend:
             cum = scan(per_row)
             # The output's size and the heaviest row's, in one read: the load balance needs no
             # histogram when no row is heavy (balance.warps_suffice).
-            total, heaviest = host_ints(cp, cum[-1], per_row.max()) if m else (0, 0)
+            total, heaviest = read_reductions([("sum", per_row), ("max", per_row)]) if m else (0, 0)
         else:
             cum, total, heaviest = sizes
         F = cum - per_row                       # where each row's output starts

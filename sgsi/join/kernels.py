@@ -1078,35 +1078,42 @@ extern "C" __global__ void iota_i64(long long n, long long* __restrict__ out) {
     if (i < n) out[i] = i;
 }
 
-// Sums and maxima of up to 4 int64 arrays in one launch, for one host read (reference:
-// backend.host_reductions: numpy's sum and max, the max of an empty array 0). Grid (blocks, k):
-// a grid-stride loop over array blockIdx.y, warp shuffles, one partial a block; the last block of
-// the launch to finish (``done``, the single-pass state's second counter, which it sets back to
-// 0) combines each array's partials into out[j]. Bit j of ``maxes``: array j's maximum.
-extern "C" __global__ void reduce_ints(const long long* a0, const long long* a1, const long long* a2,
-                                       const long long* a3, long long n0, long long n1, long long n2, long long n3,
-                                       int maxes, long long* partial, unsigned long long* done,
+// Sums, maxima and minima of up to 4 int arrays in one launch, for one host read (reference:
+// backend.host_reductions: numpy's sum, max and min, the max and min of an empty array 0). Grid
+// (blocks, k): a grid-stride loop over array blockIdx.y, warp shuffles, one partial a block; the
+// last block of the launch to finish (``done``, the single-pass state's second counter, which it
+// sets back to 0) combines each array's partials into out[j]. Bits 4j, 4j + 1 of ``ops``: array
+// j's reduction (0 sum, 1 max, 2 min); bit 4j + 2: its elements are int32 (else int64).
+struct ReduceOp {
+    int op;
+    __device__ long long identity() const {
+        return op == 1 ? -0x7fffffffffffffffLL - 1 : op == 2 ? 0x7fffffffffffffffLL : 0;
+    }
+    __device__ long long operator()(long long a, long long b) const {
+        return op == 1 ? (b > a ? b : a) : op == 2 ? (b < a ? b : a) : a + b;
+    }
+};
+extern "C" __global__ void reduce_ints(const void* a0, const void* a1, const void* a2, const void* a3,
+                                       long long n0, long long n1, long long n2, long long n3,
+                                       int ops, long long* partial, unsigned long long* done,
                                        long long* __restrict__ out) {
     __shared__ long long warp_acc[32];
     __shared__ bool last;
-    const long long MIN = -0x7fffffffffffffffLL - 1;
     int j = blockIdx.y;
-    const long long* a = j == 0 ? a0 : j == 1 ? a1 : j == 2 ? a2 : a3;
+    const void* a = j == 0 ? a0 : j == 1 ? a1 : j == 2 ? a2 : a3;
     long long n = j == 0 ? n0 : j == 1 ? n1 : j == 2 ? n2 : n3;
-    bool is_max = (maxes >> j) & 1;
-    long long acc = is_max ? MIN : 0;
+    ReduceOp f{(ops >> (4 * j)) & 3};
+    bool narrow = (ops >> (4 * j + 2)) & 1;
+    long long acc = f.identity();
     long long stride = (long long)gridDim.x * blockDim.x;
     for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
-        acc = is_max ? (a[i] > acc ? a[i] : acc) : acc + a[i];
-    for (int o = 16; o > 0; o >>= 1) {
-        long long t = __shfl_down_sync(FULL, acc, o);
-        acc = is_max ? (t > acc ? t : acc) : acc + t;
-    }
+        acc = f(acc, narrow ? (long long)((const int*)a)[i] : ((const long long*)a)[i]);
+    for (int o = 16; o > 0; o >>= 1) acc = f(acc, __shfl_down_sync(FULL, acc, o));
     int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, n_warps = (blockDim.x + 31) >> 5;
     if (lane == 0) warp_acc[wid] = acc;
     __syncthreads();
     if (threadIdx.x == 0) {
-        for (int w = 1; w < n_warps; ++w) acc = is_max ? (warp_acc[w] > acc ? warp_acc[w] : acc) : acc + warp_acc[w];
+        for (int w = 1; w < n_warps; ++w) acc = f(acc, warp_acc[w]);
         partial[(long long)j * gridDim.x + blockIdx.x] = acc;
         __threadfence();
         last = atomicAdd(done, 1ULL) == (unsigned long long)gridDim.x * gridDim.y - 1;
@@ -1116,11 +1123,12 @@ extern "C" __global__ void reduce_ints(const long long* a0, const long long* a1,
     __threadfence();
     if (threadIdx.x < gridDim.y) {
         int q = threadIdx.x;
-        bool qmax = (maxes >> q) & 1;
+        ReduceOp g{(ops >> (4 * q)) & 3};
         const volatile long long* p = partial + (long long)q * gridDim.x;
-        long long r = qmax ? MIN : 0;
-        for (unsigned int b = 0; b < gridDim.x; ++b) r = qmax ? (p[b] > r ? p[b] : r) : r + p[b];
-        out[q] = qmax && r == MIN ? 0 : r;
+        long long r = g.identity();
+        long long nq = q == 0 ? n0 : q == 1 ? n1 : q == 2 ? n2 : n3;
+        for (unsigned int b = 0; b < gridDim.x; ++b) r = g(r, p[b]);
+        out[q] = nq == 0 ? 0 : r;
     }
     if (threadIdx.x == 0) atomicExch(done, 0ULL);
 }
