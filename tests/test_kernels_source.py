@@ -59,3 +59,31 @@ def test_host_constants_match_the_kernels():
     assert host("_SCAN_BLOCK") <= define("SCAN_BLOCK_MAX")
     blocks = re.findall(r'kernels\.kernel\("piece_pass(?:_offsets)?"\)\(\(tiles,\), \((\d+),\)', src)
     assert len(blocks) == 2 and {int(b) for b in blocks} == {define("PASS_BLOCK")}
+
+
+def _parameters():
+    """(kernel, parameter declaration) of every kernel of the source (its one-line macros expanded)."""
+    src = kernels._SOURCE
+    for name, body in re.findall(r"^#define (\w+) (.+)$", src, re.M):
+        src = re.sub(rf"\b{name}\b(?!\()", body, src.replace(f"#define {name} {body}", ""))
+    out = []
+    for name, params in re.findall(r'extern "C" __global__ void\s+(?:__launch_bounds__\([^)]*\)\s+)?(\w+)\(([^)]*)\)',
+                                   src):
+        out += [(name, " ".join(p.split())) for p in params.split(",") if p.strip()]
+    return out
+
+
+#: The integer types a kernel parameter may have (kernels.Launch passes each argument in 8 bytes).
+_INTEGER = r"(?:const\s+)?(?:unsigned\s+)?(?:long long|int|char|short|bool)"
+
+
+def test_kernel_parameters_are_pointers_or_integers():
+    """kernels.Launch writes each argument as a 64-bit integer (an address or a value), and the
+    driver copies a parameter's size from its start: a floating-point or struct parameter would
+    read the integer's bits. Every parameter of every kernel is a pointer or an integer."""
+    params = _parameters()
+    assert len(params) > 200
+    value = re.compile(rf"^{_INTEGER}\s+\w+$")
+    bad = [(name, p) for name, p in params if "*" not in p and not value.match(p)]
+    assert bad == []
+    assert not value.match("float x") and not value.match("double y") and value.match("long long n")

@@ -10,12 +10,15 @@ handling (a Python object a pointer or scalar) on top of ``cuLaunchKernel``. Thi
   scalars), and with none;
 - ``cupy_backends.cuda.api.driver.launchKernel`` on the same function, its parameters in a reused 8-byte slot
   each (an int64 array written from a list of Python ints, a pointer array to the slots);
+- sgsi's ``kernels.Launch`` (the driver's way, the arguments converted in the call), given NumPy
+  scalars and given Python ints;
 - the pieces: building the ints (``a.data.ptr``, ``int(n)``), writing the slots.
 
-Session 33 (bench/results/session33/launch_probe_h100.txt): 9.4 us through CuPy, 4.5 through the
-driver with the ints built in the call; a launcher doing that for every kernel (its argument
-conversion in Python) took 8.3, and counts interleaved in one process with it and without
-(consts_launch_not_landed_h100.txt) were not faster: it did not land.
+Session 33 (bench/results/session33/launch_probe_h100.txt): 9.4 us through CuPy with the NumPy
+scalars made in the call, 4.5 through the driver with the ints built in the call, 8.3 through
+Launch given NumPy scalars and 5.8 given Python ints. Launch alone, the call sites still making
+NumPy scalars, was no faster in a count (consts_launch_not_landed_h100.txt); with the call sites
+passing Python ints, 3-5% (ab_inproc_launch_vs_6ad4ef4_h100.txt).
 """
 
 from __future__ import annotations
@@ -45,7 +48,8 @@ def main():
     a64 = cp.arange(n, dtype=cp.int64)
     a32 = cp.arange(n, dtype=cp.int32)
     out = cp.empty(n, cp.int64)
-    empty = kernels.kernel("calib_empty")       # CuPy's RawKernel
+    launch = kernels.kernel("calib_empty")      # sgsi's kernels.Launch
+    empty = launch.raw                          # CuPy's RawKernel
     stream = cp.cuda.get_current_stream()
 
     def timed(label, fn):
@@ -87,6 +91,12 @@ def main():
                       a64, a32, np.uint64(0), np.uint64(0), np.int32(1), out)))
     timed("driver launch, 16 ints made beforehand", lambda: direct(1, 32, pre))
     timed("driver launch, 16 ints made in the call (a.data.ptr)", lambda: direct(1, 32, ints16()))
+    timed("kernels.Launch, no arguments", lambda: launch((1,), (32,), ()))
+    timed("kernels.Launch, 16 arguments, NumPy scalars made in the call", lambda: launch(
+        (1,), (32,), (a64, np.int64(n), np.int32(3), a32, a64, np.int64(n), a32, a32, np.int32(1), np.uint64(0),
+                      a64, a32, np.uint64(0), np.uint64(0), np.int32(1), out)))
+    timed("kernels.Launch, 16 arguments, Python ints", lambda: launch(
+        (1,), (32,), (a64, n, 3, a32, a64, n, a32, a32, 1, 0, a64, a32, 0, 0, 1, out)))
     timed("the 16 ints alone", ints16)
     timed("writing 16 slots alone", lambda: slots.__setitem__(slice(0, 16), pre))
     timed("a.data.ptr", lambda: a64.data.ptr)

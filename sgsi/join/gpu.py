@@ -95,7 +95,7 @@ class _ScanState:
             self.incl = self._zeros(self.tiles * self._WIDTH, cp.int64)
             self.epoch = 0
         self.epoch += 1
-        return self.ticket, self.flags, self.agg, self.incl, np.int32(self.epoch)
+        return self.ticket, self.flags, self.agg, self.incl, self.epoch
 
 
 _scan_states = threading.local()
@@ -125,13 +125,13 @@ def scan(a, exclusive=False, sum_out=0):
     a = cp.ascontiguousarray(a)
     out = cp.empty(n, cp.int64)
     if n <= _SMALL_SCAN:
-        kernels.kernel("scan_small_" + kind)((1,), (1024,), (a, np.int64(n), out, np.int32(exclusive),
-                                                              np.uint64(sum_out)))
+        kernels.kernel("scan_small_" + kind)((1,), (1024,), (a, n, out, exclusive,
+                                                              sum_out))
         return out
     tile = _SCAN_BLOCK * _SCAN_ROUNDS
     tiles = (n + tile - 1) // tile
-    kernels.kernel("scan_pass_" + kind)((tiles,), (_SCAN_BLOCK,), (a, np.int64(n), out, np.int32(exclusive),
-                                                                   np.uint64(sum_out)) + _scan_state().args(tiles))
+    kernels.kernel("scan_pass_" + kind)((tiles,), (_SCAN_BLOCK,), (a, n, out, exclusive,
+                                                                   sum_out) + _scan_state().args(tiles))
     return out
 
 
@@ -156,11 +156,11 @@ def flatnonzero(a):
     if n > _SMALL_SCAN:
         ends, total = scan_total(a)
         out = cp.empty(total, cp.int64)
-        kernels.kernel("nonzero_at")(_grid(n), (_BLOCK,), (a, ends, np.int64(n), out))
+        kernels.kernel("nonzero_at")(_grid(n), (_BLOCK,), (a, ends, n, out))
         return out
     out = cp.empty(n, cp.int64)
     host, count = result_slots(1)
-    kernels.kernel("nonzero_small")((1,), (1024,), (a, np.int64(n), out, np.uint64(count)))
+    kernels.kernel("nonzero_small")((1,), (1024,), (a, n, out, count))
     return out[:read_results(host)[0]]
 
 
@@ -181,14 +181,14 @@ def distinct_dense(values, lo, r):
     n = int(values.size)
     words = (r + 31) // 32
     bits = cp.zeros(words, dtype=cp.uint32)
-    kernels.kernel("mark_bits")(_grid(n), (_BLOCK,), (values, np.int64(n), np.int32(lo), bits))
+    kernels.kernel("mark_bits")(_grid(n), (_BLOCK,), (values, n, lo, bits))
     counts = cp.empty(words, cp.int64)
-    kernels.kernel("word_counts")(_grid(words), (_BLOCK,), (bits, np.int64(words), np.int64(32 * words), counts))
+    kernels.kernel("word_counts")(_grid(words), (_BLOCK,), (bits, words, 32 * words, counts))
     wend, distinct = scan_total(counts)
     uniq = cp.empty(distinct, cp.int32)
     idx = cp.empty(n, cp.int64)
     kernels.kernel("distinct_of_bits")(_grid(max(n, words)), (_BLOCK,),
-                                       (bits, wend, np.int64(words), np.int32(lo), values, np.int64(n), uniq, idx))
+                                       (bits, wend, words, lo, values, n, uniq, idx))
     return uniq, idx
 
 
@@ -200,7 +200,7 @@ def scatter_equal(out, idx, values):
         out[idx] = values
         return
     kernels.kernel("scatter_equal")(_grid(n), (_BLOCK,), (cp.ascontiguousarray(idx), cp.ascontiguousarray(values),
-                                                         np.int64(n), out))
+                                                         n, out))
 
 
 def row_scan(counts, starts=None, total=None):
@@ -225,8 +225,8 @@ def row_scan(counts, starts=None, total=None):
         mark = cp.zeros(total, cp.int64)
         off = ends                                                                  # unused
     n = int(counts.size)
-    kernels.kernel("row_marks")(_grid(n), (_BLOCK,), (ends, counts, off, np.int32(ramp), np.int64(n),
-                                                       np.int64(total), mark))
+    kernels.kernel("row_marks")(_grid(n), (_BLOCK,), (ends, counts, off, ramp, n,
+                                                       total, mark))
     return scan(mark)
 
 
@@ -425,8 +425,8 @@ def stack_rows(arrays, idx=None):
     out = cp.empty((k, n), dtype)
     if n:
         arrays = [cp.ascontiguousarray(a) for a in arrays]
-        at = np.uint64(0) if idx is None else cp.ascontiguousarray(idx.astype(cp.int64, copy=False))
-        args = arrays + [arrays[0]] * (_STACK_MAX - k) + [at, np.int64(n), out]
+        at = 0 if idx is None else cp.ascontiguousarray(idx.astype(cp.int64, copy=False))
+        args = arrays + [arrays[0]] * (_STACK_MAX - k) + [at, n, out]
         fn = kernels.kernel("stack_rows_4") if dtype.itemsize == 4 else kernels.kernel("stack_rows_8")
         fn(((n + _BLOCK - 1) // _BLOCK, k), (_BLOCK,), tuple(args))
     return out
@@ -497,10 +497,10 @@ def read_reductions(pairs):
         partials = cp.empty(k * blocks, cp.int64)
         ops = sum((_REDUCE_OPS[op] | (4 if x.dtype == cp.int32 else 0)) << (4 * j)
                   for j, ((op, _x), x) in enumerate(zip(part, arrays)))
-        sizes = [np.int64(x.size) for x in arrays] + [np.int64(0)] * (4 - k)
+        sizes = [x.size for x in arrays] + [0] * (4 - k)
         kernels.kernel("reduce_ints")((blocks, k), (_REDUCE_BLOCK,),
                                       tuple(arrays + [arrays[0]] * (4 - k) + sizes) +
-                                      (np.int32(ops), partials, _scan_state().done, np.uint64(ptr + 8 * a)))
+                                      (ops, partials, _scan_state().done, ptr + 8 * a))
     return read_results(host)
 
 
@@ -509,7 +509,7 @@ def arange(n):
     host time a call (a light count's profile)."""
     out = cp.empty(int(n), cp.int64)
     if n:
-        kernels.kernel("iota_i64")(_grid(n), (_BLOCK,), (np.int64(n), out))
+        kernels.kernel("iota_i64")(_grid(n), (_BLOCK,), (n, out))
     return out
 
 
@@ -527,7 +527,7 @@ def read_ints(scalars):
     for a in range(0, k, _STACK_MAX):
         part = scalars[a:a + _STACK_MAX]
         kernels.kernel("gather_scalars")((1,), (32,), tuple(part + [part[0]] * (_STACK_MAX - len(part))
-                                                            + [np.int32(len(part)), np.uint64(ptr + 8 * a)]))
+                                                            + [len(part), ptr + 8 * a]))
     return read_results(host)
 
 
@@ -634,8 +634,8 @@ class GpuOverlaps(Overlaps):
         per_pair = max(1, min(64, (words + 8 * _BLOCK - 1) // (8 * _BLOCK)))
         pointers = _pointers(every)
         kernels.kernel("bitset_overlaps")((len(new) * len(every) * per_pair,), (_BLOCK,),
-                                          (pointers[self.seen:], pointers, np.int32(len(every)),
-                                           np.int64(words), np.int32(per_pair), out))
+                                          (pointers[self.seen:], pointers, len(every),
+                                           words, per_pair, out))
 
     def _record(self, hits):
         """Keep the answers ``hits`` (on the host: a row of ``len(bits)`` per bitset not seen yet,
@@ -954,7 +954,7 @@ class GpuBackend:
         out = cp.zeros(n, cp.int64)
         if x.size:
             x = cp.ascontiguousarray(x.astype(cp.int64, copy=False))
-            kernels.kernel("count_ids")(_grid(x.size), (_BLOCK,), (x, np.int64(x.size), out))
+            kernels.kernel("count_ids")(_grid(x.size), (_BLOCK,), (x, x.size, out))
         return out
 
     def add_at(self, out, idx, values):
@@ -965,7 +965,7 @@ class GpuBackend:
         if out.dtype == cp.int64 and getattr(values, "shape", None) == idx.shape and values.dtype == cp.int64:
             kernels.kernel("add_ids")(_grid(idx.size), (_BLOCK,),
                                       (cp.ascontiguousarray(idx.astype(cp.int64, copy=False)),
-                                       cp.ascontiguousarray(values), np.int64(idx.size), out))
+                                       cp.ascontiguousarray(values), idx.size, out))
             return
         cp.add.at(out, idx, values)
 
@@ -990,7 +990,7 @@ class GpuBackend:
         out = cp.empty(v.size, dtype=cp.bool_)
         if v.size:
             v32 = v.astype(cp.int32, copy=False)
-            kernels.kernel("test_bits")(_grid(v.size), (_BLOCK,), (bits, v32, np.int64(v.size), out))
+            kernels.kernel("test_bits")(_grid(v.size), (_BLOCK,), (bits, v32, v.size, out))
         return out
 
     def bits_to_ids(self, bits, n, count=None):
@@ -1002,15 +1002,15 @@ class GpuBackend:
         if words == 0 or count == 0:
             return cp.zeros(0, cp.int32)
         counts = cp.empty(words, cp.int64)
-        kernels.kernel("word_counts")(_grid(words), (_BLOCK,), (bits, np.int64(words), np.int64(n), counts))
+        kernels.kernel("word_counts")(_grid(words), (_BLOCK,), (bits, words, n, counts))
         if count is None:
             ends, count = scan_total(counts)
         else:
             ends = scan(counts)
         ids = cp.empty(count, cp.int32)
         if ids.size:
-            kernels.kernel("word_ids")(_grid(words), (_BLOCK,), (bits, np.int64(words), np.int64(n), ends, counts,
-                                                                 np.int64(ids.size), ids))
+            kernels.kernel("word_ids")(_grid(words), (_BLOCK,), (bits, words, n, ends, counts,
+                                                                 ids.size, ids))
         return ids
 
     def overlaps(self, bits):
@@ -1051,8 +1051,8 @@ class GpuBackend:
         end = cp.zeros(n, cp.int64)
         if n and groups.shape[0]:
             kernels.kernel("pcsr_lookup")(_grid(n * 32), (_BLOCK,),
-                                          (groups, np.int64(groups.shape[0]), np.int32(groups.shape[1]),
-                                           v.astype(cp.int32, copy=False), np.int64(n), start, end))
+                                          (groups, groups.shape[0], groups.shape[1],
+                                           v.astype(cp.int32, copy=False), n, start, end))
         return start, end
 
     def gather_segment(self, groups, ci, verts, cbits, start, fill, gba):
@@ -1065,9 +1065,9 @@ class GpuBackend:
         if n == 0 or ci.size == 0:
             return
         kernels.kernel("gather_lists")(_grid(n * 32), (_BLOCK,),
-                                       (st, en, np.int64(n), ci, cbits, np.int64(_GATHER_WARP_MAX), start, fill, gba))
+                                       (st, en, n, ci, cbits, _GATHER_WARP_MAX, start, fill, gba))
         kernels.kernel("gather_lists_block")((min(n, _GATHER_BLOCKS),), (_BLOCK,),
-                                             (np.int64(n), st, en, np.int64(_GATHER_WARP_MAX), ci, cbits, start,
+                                             (n, st, en, _GATHER_WARP_MAX, ci, cbits, start,
                                               fill, gba))
 
     def own_hits(self, row_tuple, etuple, evals, sstart, scount, cols):
@@ -1088,7 +1088,7 @@ class GpuBackend:
         for col in cols:
             kernels.kernel("own_hit_rows")(_grid(n), (_BLOCK,),
                                            (row_tuple, sstart, scount, evals,
-                                            cp.ascontiguousarray(col.astype(cp.int32, copy=False)), np.int64(n), hit))
+                                            cp.ascontiguousarray(col.astype(cp.int32, copy=False)), n, hit))
             sel = flatnonzero(hit)
             if sel.size:
                 yield sel, cp.ones(int(sel.size), cp.bool_), cp.take(col, sel)
@@ -1106,7 +1106,7 @@ class GpuBackend:
                                               cp.ascontiguousarray(sstart.astype(cp.int64, copy=False)),
                                               cp.ascontiguousarray(scount.astype(cp.int64, copy=False)),
                                               cp.ascontiguousarray(evals.astype(cp.int32, copy=False)), conf,
-                                              np.int32(len(cols)), np.int64(n), out))
+                                              len(cols), n, out))
         return out
 
     def refine_drop(self, store, p, bits, keep, users, ends, needs):
@@ -1142,8 +1142,8 @@ class GpuBackend:
             for j, f0, f1 in zip(asks, fat[:-1], fat[1:]):
                 p, users = jobs[j][0], jobs[j][1]
                 kernels.kernel("segments_meeting")(_grid(words), (_BLOCK,),
-                                                   (bits, np.int64(words), args[j], np.int32(len(users)),
-                                                    segment_ranges(store, self, p), np.int32(f1 - f0), flags[f0:f1]))
+                                                   (bits, words, args[j], len(users),
+                                                    segment_ranges(store, self, p), f1 - f0, flags[f0:f1]))
             meets = self.to_host(flags)
             for j, f0, f1 in zip(asks, fat[:-1], fat[1:]):
                 sels[j] = np.flatnonzero(meets[f0:f1])
@@ -1151,7 +1151,7 @@ class GpuBackend:
         # words it has read: one array serves every job and window of the round.
         hit = cp.zeros(min(store.n_vertices, REFINE_WINDOW), cp.uint32)
         for (p, users, ends, _needs), a, sel in zip(jobs, args, sels):
-            self._refine_partition(store, p, bits, keep, a, np.int32(len(users)), np.int32(len(ends)), sel, hit)
+            self._refine_partition(store, p, bits, keep, a, len(users), len(ends), sel, hit)
 
     def _refine_partition(self, store, p, bits, keep, args, nu, ne, sel, hit):
         """One job of :meth:`refine_round` over the segments ``sel`` of partition ``p`` (``hit``:
@@ -1169,20 +1169,20 @@ class GpuBackend:
                 for _i, groups, ci in self.segments(store, p.seg_ids[here]):
                     lo, hi = max(base, int(p.first_src[here[0]])), min(top, int(p.last_src[here[0]]))
                     kernels.kernel("refine_fused")(_grid((w1 - w0) * 32), (_BLOCK,),
-                                                   (groups, np.int64(groups.shape[0]), np.int32(groups.shape[1]),
-                                                    ci, bits, np.int64(words), args, nu, ne, np.int32(lo),
-                                                    np.int32(hi), np.int64(w0), np.int64(w1 - w0), np.int64(n),
+                                                   (groups, groups.shape[0], groups.shape[1],
+                                                    ci, bits, words, args, nu, ne, lo,
+                                                    hi, w0, w1 - w0, n,
                                                     keep))
                 continue
             for i, groups, ci in self.segments(store, p.seg_ids[here]):
                 lo, hi = max(base, int(p.first_src[here[i]])), min(top, int(p.last_src[here[i]]))
                 kernels.kernel("refine_hits")(_grid(((hi >> 5) - (lo >> 5) + 1) * 32), (_BLOCK,),
-                                              (groups, np.int64(groups.shape[0]), np.int32(groups.shape[1]), ci,
-                                               bits, np.int64(words), args, nu, ne, np.int32(lo), np.int32(hi),
-                                               np.int64(base), hit))
+                                              (groups, groups.shape[0], groups.shape[1], ci,
+                                               bits, words, args, nu, ne, lo, hi,
+                                               base, hit))
             kernels.kernel("refine_drop")(_grid((w1 - w0) * 32), (_BLOCK,),
-                                          (keep, np.int64(words), np.int64(w0), np.int64(w1 - w0), args, nu, ne, hit,
-                                           np.int64(base), np.int64(n)))
+                                          (keep, words, w0, w1 - w0, args, nu, ne, hit,
+                                           base, n))
 
     def member(self, store, link, vcol, erow, evals, cap, ecount=None, cbits=None, via=None):
         """For each entry i: is ``evals[i]`` in N(vcol[erow[i]], l)? (reference:
@@ -1203,9 +1203,9 @@ class GpuBackend:
             sel = spanning(p, *read_reductions([("min", vcol), ("max", vcol)]))
         for i, groups, ci in (via or self).segments(store, p.seg_ids[sel]):
             kernels.kernel("member_entries")(_grid(n), (_BLOCK,),
-                                             (groups, np.int64(groups.shape[0]), np.int32(groups.shape[1]), ci,
-                                              np.int32(p.first_src[sel[i]]), np.int32(p.last_src[sel[i]]), vcol,
-                                              erow, evals, np.int64(n), found))
+                                             (groups, groups.shape[0], groups.shape[1], ci,
+                                              p.first_src[sel[i]], p.last_src[sel[i]], vcol,
+                                              erow, evals, n, found))
         return found
 
     def add_bits_weight(self, out, bits, v, d):
@@ -1217,7 +1217,7 @@ class GpuBackend:
             return
         kernels.kernel("bits_weight")((min(_grid(n)[0], 1024),), (_BLOCK,),
                                       (bits, cp.ascontiguousarray(v.astype(cp.int32, copy=False)),
-                                       cp.ascontiguousarray(d.astype(cp.int64, copy=False)), np.int64(n), out))
+                                       cp.ascontiguousarray(d.astype(cp.int64, copy=False)), n, out))
 
     def distinct_sum(self, col, deg, span):
         """Σ deg over the distinct values of ``col`` (reference: CpuBackend.distinct_sum): a
@@ -1230,8 +1230,8 @@ class GpuBackend:
         out = cp.zeros(1, cp.int64)
         kernels.kernel("distinct_sum")((min(_grid(n)[0], 4096),), (_BLOCK,),
                                        (cp.ascontiguousarray(col.astype(cp.int32, copy=False)),
-                                        cp.ascontiguousarray(deg.astype(cp.int64, copy=False)), np.int64(n),
-                                        np.int32(lo), seen, out))
+                                        cp.ascontiguousarray(deg.astype(cp.int64, copy=False)), n,
+                                        lo, seen, out))
         return int(out[0])
 
     def add_union_degrees(self, out, bits, jobs):
@@ -1249,7 +1249,7 @@ class GpuBackend:
         records = [[_pointer(deg, cp.int32, held), len(users)] + [int(u) for u in users] for users, deg in jobs]
         args = _record_table([_pointer(b, cp.uint32, held) for b in bits], records)
         kernels.kernel("union_degrees")((min(_grid(words)[0], 1024), len(jobs)), (_BLOCK,),
-                                        (args, np.int32(k), np.int64(words), np.int64(n), out))
+                                        (args, k, words, n, out))
 
     def piece_summary(self, deg, col):
         """(Σ deg, max deg, min col, max col, places where col descends) as Python ints
@@ -1279,24 +1279,24 @@ class GpuBackend:
         write the exclusive prefix sum of deg (None: nowhere), and ``zeros`` a zero a row."""
         n = int(col.size)
         col = cp.ascontiguousarray(col.astype(cp.int32, copy=False))
-        dense = np.uint64(0) if dense is None else dense
+        dense = 0 if dense is None else dense
         host, ptr = result_slots(5)
-        out = np.uint64(ptr)
+        out = ptr
         if n <= _SUMMARY_ONE_BLOCK:
-            null = np.uint64(0)
-            kernels.kernel("piece_summary_small")((1,), (1024,), (deg, col, np.int64(n), out, dense,
+            null = 0
+            kernels.kernel("piece_summary_small")((1,), (1024,), (deg, col, n, out, dense,
                                                                   null if offsets is None else offsets,
                                                                   null if zeros is None else zeros))
         else:
             state = _scan_state()
             if offsets is not None:
                 tiles = (n + 256 * _SUMMARY_ROUNDS - 1) // (256 * _SUMMARY_ROUNDS)
-                kernels.kernel("piece_pass_offsets")((tiles,), (256,), (deg, col, np.int64(n), out, dense, offsets,
+                kernels.kernel("piece_pass_offsets")((tiles,), (256,), (deg, col, n, out, dense, offsets,
                                                                         zeros) + state.args(tiles))
             else:
                 rounds = max(_SUMMARY_ROUNDS_SUM, -(-n // (256 * _SUMMARY_TILES)))
                 tiles = (n + 256 * rounds - 1) // (256 * rounds)
-                kernels.kernel("piece_pass")((tiles,), (256,), (deg, col, np.int64(n), np.int32(rounds), out, dense)
+                kernels.kernel("piece_pass")((tiles,), (256,), (deg, col, n, rounds, out, dense)
                                              + state.args(tiles))
         return read_results(host)
 
@@ -1314,14 +1314,14 @@ class GpuBackend:
         if n == 0 or ci.size == 0 or groups.shape[0] == 0:
             return
         conf = _conflict_table(conflict_cols, self._no_conflicts)
-        args = (groups, np.int64(groups.shape[0]), np.int32(groups.shape[1]), ci,
-                cp.ascontiguousarray(v.astype(cp.int32, copy=False)), np.int64(n), cbits,
-                conf, np.int32(len(conflict_cols)), np.uint64(0) if F is None else F, fill,
-                np.uint64(0) if gba is None else gba)
+        args = (groups, groups.shape[0], groups.shape[1], ci,
+                cp.ascontiguousarray(v.astype(cp.int32, copy=False)), n, cbits,
+                conf, len(conflict_cols), 0 if F is None else F, fill,
+                0 if gba is None else gba)
         if n < _ROW_THREAD_ROWS:
             per = _ROW_LISTS_ROWS
             kernels.kernel("row_lists")(((n + per - 1) // per,), (_BLOCK,),
-                                        args + (np.uint64(0), np.uint64(0), np.int32(per)))
+                                        args + (0, 0, per))
             return
         if gba is None:
             # Counting: the rows left (and their lists' starts and lengths) for row_lists_spread,
@@ -1333,17 +1333,17 @@ class GpuBackend:
             count.data.memset_async(0, 8 * (n + 1))
             kernels.kernel("row_lists_short")(_grid(n), (_BLOCK,), args + (rest, count, starts, lens, chunks))
             kernels.kernel("row_lists_spread")((_ROW_REST_BLOCKS_PER_SM * self.sms(),), (_BLOCK,),
-                                               (ci, cbits, conf, np.int32(len(conflict_cols)), np.int64(n), fill,
+                                               (ci, cbits, conf, len(conflict_cols), n, fill,
                                                 rest, count, starts, lens, scan(chunks)))
             return
         rest = cp.empty(n + 1, cp.int64)            # the rows left, then their number
         count = rest[n:]
         count.data.memset_async(0, 8)
-        null = np.uint64(0)
+        null = 0
         kernels.kernel("row_lists_short")(_grid(n), (_BLOCK,), args + (rest, count, null, null, null))
         # Their number is not read: the blocks stride over them.
         blocks = min(-(-n // _ROW_REST_ROWS), _ROW_REST_BLOCKS_PER_SM * self.sms())
-        kernels.kernel("row_lists")((blocks,), (_BLOCK,), args + (rest, count, np.int32(_ROW_REST_ROWS)))
+        kernels.kernel("row_lists")((blocks,), (_BLOCK,), args + (rest, count, _ROW_REST_ROWS))
 
     def pack_rows(self, gba, F, fill, take=None):
         """(row of each entry, entries) of the rows' buffers packed end to end; with ``take``
@@ -1367,12 +1367,12 @@ class GpuBackend:
             b = [cp.ascontiguousarray(take[i]) for i in cols8] if out8 is not None else []
             a += [a[0] if a else gba] * (_PACK_COLS[0] - len(a))
             b += [b[0] if b else F] * (_PACK_COLS[1] - len(b))
-            null = np.uint64(0)
+            null = 0
             kernels.kernel("pack_rows")(_grid(n * 32), (_BLOCK,),
-                                        (gba, F, fill, ends, np.int64(n), null if fused else erow, vals, *a,
-                                         np.int32(len(cols4) if fused else 0), null if out4 is None else out4, *b,
-                                         np.int32(len(cols8) if fused else 0), null if out8 is None else out8,
-                                         np.int64(total)))
+                                        (gba, F, fill, ends, n, null if fused else erow, vals, *a,
+                                         len(cols4) if fused else 0, null if out4 is None else out4, *b,
+                                         len(cols8) if fused else 0, null if out8 is None else out8,
+                                         total))
         if take is None:
             return erow, vals
         if not fused:
@@ -1411,9 +1411,9 @@ class GpuBackend:
             for u0, u1 in launches:
                 args = _record_table([], records[u0:u1])
                 kernels.kernel("candidate_bits")((blocks,), (_BLOCK,),
-                                                 (args, np.int32(args.size), np.int32(u1 - u0), np.int64(start),
-                                                  np.int64(count), np.int64(words), out[u0:],
-                                                  np.uint64(0) if stats is None else stats),
+                                                 (args, args.size, u1 - u0, start,
+                                                  count, words, out[u0:],
+                                                  0 if stats is None else stats),
                                                  shared_mem=8 * int(args.size))
         return [out[i] for i in range(k)]
 
@@ -1506,7 +1506,7 @@ class GpuBackend:
         ptrs = _pointers(values)
         if probes:
             kernels.kernel("intersect_lists")(_grid(n * 32), (_BLOCK,),
-                                              (np.int64(n), np.int32(len(got)), ptrs, lstart, lcount, off, out, kept))
+                                              (n, len(got), ptrs, lstart, lcount, off, out, kept))
         etuple = self.repeat_index(kept)
         evals = out[pcsr.ragged_indices(off, kept, cp)]
         return etuple, evals, probes, untested
@@ -1539,7 +1539,7 @@ class GpuBackend:
         fcnt = fcnt.astype(cp.int64, copy=False)
         flist = flist.astype(cp.int32, copy=False)
         conf = _conflict_table(conflict_cols, self._no_conflicts)
-        args = (flist, fstart, fcnt, conf, np.int32(len(conflict_cols)), np.int64(conf.shape[1]), F, fill, gba)
+        args = (flist, fstart, fcnt, conf, len(conflict_cols), conf.shape[1], F, fill, gba)
         balanced = self.load_balance
         if balanced is None:
             balanced = os.environ.get("SGSI_LOAD_BALANCE", "1") != "0"
@@ -1581,7 +1581,7 @@ class GpuBackend:
                 most = int((hist[w] * (balance.BIN * (w + 1))).sum())       # entries, an upper bound
                 self._launch_pool(r, d, fcnt, args, most // _POOL_ELEMENTS + 1)
             elif name == "block":
-                kernels.kernel("expand_rows_block")((n,), (_BLOCK_ROW,), (r, d, np.int64(n)) + args)
+                kernels.kernel("expand_rows_block")((n,), (_BLOCK_ROW,), (r, d, n) + args)
             else:
                 self._expand_own(r, d, flist, fstart, fcnt, conflict_cols, F, fill, gba)
 
@@ -1596,7 +1596,7 @@ class GpuBackend:
 
     def _launch_warp(self, rows, run, args):
         n = int(rows.size)                      # a warp takes 32 rows
-        kernels.kernel("expand_rows")(_grid((n + 31) // 32 * 32), (_BLOCK,), (rows, run, np.int64(n)) + args)
+        kernels.kernel("expand_rows")(_grid((n + 31) // 32 * 32), (_BLOCK,), (rows, run, n) + args)
 
     def _expand_own(self, rows, run, flist, fstart, fcnt, conflict_cols, F, fill, gba):
         """The heaviest rows, flattened over the whole device: every entry its own thread."""
@@ -1791,8 +1791,8 @@ def _device_costs():
         return (time.perf_counter() - t) / repeat
 
     it = kernels.kernel("calib_iterations")
-    plain = timed(lambda: it((sms,), (1024,), (a, np.int64(a.size), np.int32(iters), np.int32(0), sink)))
-    synced = timed(lambda: it((sms,), (1024,), (a, np.int64(a.size), np.int32(iters), np.int32(1), sink)))
+    plain = timed(lambda: it((sms,), (1024,), (a, a.size, iters, 0, sink)))
+    synced = timed(lambda: it((sms,), (1024,), (a, a.size, iters, 1, sink)))
     empty = kernels.kernel("calib_empty")
     launch = timed(lambda: [empty((1,), (32,), ()) for _ in range(100)]) / 100
     split = timed(_split_rows_once) - timed(lambda: _split_rows_once(warps_only=True))

@@ -9,6 +9,10 @@ Kernels are compiled on first use; importing this module needs no GPU.
 
 from __future__ import annotations
 
+import threading
+
+import numpy as np
+
 _PREAMBLE_HASH = r"""
 // Group of vertex v in a PCSR of n_groups groups: (v * 2654435761 mod 2^32) mod n_groups.
 __device__ __forceinline__ long long pcsr_group(int v, long long n_groups) {
@@ -1787,9 +1791,11 @@ _module = None
 
 def module():
     """The compiled RawModule (compiled once, on first use)."""
-    global _module
+    global _module, _cupy, _ndarray, _driver
     if _module is None:
         import cupy
+        from cupy_backends.cuda.api import driver
+        _cupy, _ndarray, _driver = cupy, cupy.ndarray, driver
         _module = cupy.RawModule(code=_SOURCE, options=("--std=c++14",))
     return _module
 
@@ -1798,8 +1804,74 @@ _functions = {}
 
 
 def kernel(name):
-    """The compiled kernel ``name`` (looked up in the module once)."""
+    """The compiled kernel ``name`` as a :class:`Launch` (looked up in the module once)."""
     fn = _functions.get(name)
     if fn is None:
-        fn = _functions[name] = module().get_function(name)
+        fn = _functions[name] = Launch(module().get_function(name))
     return fn
+
+
+#: Parameter slots of a thread's (8 bytes each, :class:`Launch`).
+_SLOTS = 64
+#: A launch of more arguments than this goes through CuPy (0: every launch with arguments does, to
+#: compare the two ways, bench/scratch/consts_probe.py).
+MAX_PARAMS = _SLOTS
+
+_U64 = (1 << 64) - 1
+
+
+class Launch:
+    """A kernel of the module, called as CuPy calls a ``RawKernel``: ``launch(grid, block, args,
+    shared_mem=0)`` on the current stream, through ``cuLaunchKernel`` itself: each argument goes
+    into an 8-byte slot of a buffer of the thread's (an array's device address, an integer's value)
+    and the driver takes the slots' addresses, where CuPy made a Python object of each argument and
+    converted it. 16 arguments, the integers given as Python ints, cost the host 5.8 us, against 9.4
+    through CuPy with NumPy scalars (one H100 host, bench/scratch/launch_probe.py), and a light count
+    is some 50 to 150 launches that the host issues while the device waits.
+
+    Every parameter of the module's kernels is a pointer or an integer (tests/test_kernels_source.py
+    checks the source): the driver copies each parameter's size from the start of its slot, the
+    low bytes of the little-endian value, so an ``int`` parameter reads the value the slot holds.
+    Arguments may be CuPy arrays (their address, as CuPy passes them), Python ints (the fast case)
+    and bools, and NumPy integer scalars."""
+
+    __slots__ = ("raw", "_ptrs")
+
+    def __init__(self, raw):
+        self.raw = raw                      # the cupy RawKernel (compiled per device when first asked)
+        self._ptrs = {}                     # device id -> CUfunction
+
+    def __call__(self, grid, block, args, shared_mem=0):
+        if len(args) > MAX_PARAMS:
+            return self.raw(grid, block, args, shared_mem=shared_mem)
+        cp = _cupy
+        dev = cp.cuda.runtime.getDevice()
+        fn = self._ptrs.get(dev)
+        if fn is None:
+            fn = self._ptrs[dev] = int(self.raw.kernel.ptr)
+        values = [a if type(a) is int else a.data.ptr if type(a) is _ndarray else int(a) for a in args]
+        slots, unsigned, params = _params()
+        try:
+            slots[:len(values)] = values
+        except OverflowError:               # an unsigned 64-bit value past the int64 range
+            unsigned[:len(values)] = [v & _U64 for v in values]
+        g, b = len(grid), len(block)
+        _driver.launchKernel(fn, grid[0], grid[1] if g > 1 else 1, grid[2] if g > 2 else 1,
+                             block[0], block[1] if b > 1 else 1, block[2] if b > 2 else 1,
+                             shared_mem, cp.cuda.get_current_stream().ptr, params, 0)
+
+
+_cupy = _ndarray = _driver = None
+_slots = threading.local()
+
+
+def _params():
+    """This thread's parameter slots (int64, and the same memory as uint64) and the address of the
+    array of pointers to them (``kernelParams``)."""
+    got = getattr(_slots, "got", None)
+    if got is None:
+        slots = np.zeros(_SLOTS, np.int64)
+        pointers = np.array([slots.ctypes.data + 8 * i for i in range(_SLOTS)], np.uint64)
+        _slots.pointers = pointers          # kept alive with the thread's slots
+        got = _slots.got = (slots, slots.view(np.uint64), int(pointers.ctypes.data))
+    return got
