@@ -23,6 +23,7 @@ from oracle import oracle_matches, random_graph, random_pattern
 from sgsi.errors import InputError, StoreError
 from sgsi.join.backend import CpuBackend
 from sgsi.join.plan import make_plan
+from sgsi.join.stream import spanning
 from sgsi.partition import pcsr, signatures
 from sgsi.partition.plan import plan as size_plan
 from sgsi.pattern import parse_pattern
@@ -211,6 +212,11 @@ def read_partition(store, label_id, direction):
     for v, xs in seg_of.items():
         assert xs == list(range(xs[0], xs[0] + len(xs))), f"vertex {v} in segments {xs}"
     assert flat == sorted(flat), "segments are not sorted by (src, dst)"
+    # stream.spanning (binary searches in the sorted ranges) finds the segments a mask finds.
+    rng = np.random.default_rng(len(flat))
+    top = int(p.last_src.max()) + 3 if p.last_src.size else 3
+    for lo, hi in np.sort(rng.integers(-2, top, (30, 2)), axis=1).tolist():
+        assert spanning(p, lo, hi).tolist() == np.flatnonzero((p.first_src <= hi) & (p.last_src >= lo)).tolist()
     return dict(adj), p
 
 

@@ -876,7 +876,7 @@ class GpuBackend:
 
     def segments(self, store, seg_ids):
         """Yield (position, groups, ci) on the device; segment k+1 copies while k computes."""
-        seg_ids = [int(s) for s in seg_ids]
+        seg_ids = seg_ids.tolist() if isinstance(seg_ids, np.ndarray) else [int(s) for s in seg_ids]
         if not seg_ids:
             return
         if self._resident(store, seg_ids):

@@ -61,8 +61,11 @@ def segment_ranges(store, backend, p):
 
 
 def spanning(p, lo, hi):
-    """Positions, in partition ``p``, of the segments whose source range meets [lo, hi]."""
-    return np.flatnonzero((p.first_src <= hi) & (p.last_src >= lo))
+    """Positions, in partition ``p``, of the segments whose source range meets [lo, hi]: a run of
+    consecutive ones, found by two binary searches (the segments come in (src, dst) order, so
+    both their first and their last sources ascend)."""
+    a = int(np.searchsorted(p.last_src, lo, "left"))
+    return np.arange(a, max(a, int(np.searchsorted(p.first_src, hi, "right"))))
 
 
 def segments_spanning(store, backend, p, lo, hi):
