@@ -125,20 +125,19 @@ def scan(a, exclusive=False, sum_out=0):
     a = cp.ascontiguousarray(a)
     out = cp.empty(n, cp.int64)
     if n <= _SMALL_SCAN:
-        kernels.kernel("scan_small_" + kind)((1,), (1024,), (a, n, out, exclusive,
-                                                              sum_out))
+        kernels.kernel("scan_small_" + kind)((1,), (1024,), (a, n, out, exclusive, sum_out))
         return out
     tile = _SCAN_BLOCK * _SCAN_ROUNDS
     tiles = (n + tile - 1) // tile
-    kernels.kernel("scan_pass_" + kind)((tiles,), (_SCAN_BLOCK,), (a, n, out, exclusive,
-                                                                   sum_out) + _scan_state().args(tiles))
+    kernels.kernel("scan_pass_" + kind)((tiles,), (_SCAN_BLOCK,),
+                                        (a, n, out, exclusive, sum_out) + _scan_state().args(tiles))
     return out
 
 
 def scan_total(a):
-    """(:func:`scan` of ``a``, its last value, the sum of ``a``, as a Python int): the scan's kernel
-    writes the sum into a result slot (:func:`result_slots`) as it scans, where the last value was
-    copied back."""
+    """(:func:`scan` of ``a``, the sum of ``a`` as a Python int): the scan's kernel writes the sum
+    into a result slot (:func:`result_slots`) as it scans, where the scan's last value was copied
+    back."""
     if _SCAN_KERNELS.get(a.dtype) is None or a.size == 0 or a.ndim != 1:
         out = scan(a)
         return out, (read_last(out) if out.size else 0)
@@ -225,8 +224,7 @@ def row_scan(counts, starts=None, total=None):
         mark = cp.zeros(total, cp.int64)
         off = ends                                                                  # unused
     n = int(counts.size)
-    kernels.kernel("row_marks")(_grid(n), (_BLOCK,), (ends, counts, off, ramp, n,
-                                                       total, mark))
+    kernels.kernel("row_marks")(_grid(n), (_BLOCK,), (ends, counts, off, ramp, n, total, mark))
     return scan(mark)
 
 
@@ -1280,8 +1278,7 @@ class GpuBackend:
         n = int(col.size)
         col = cp.ascontiguousarray(col.astype(cp.int32, copy=False))
         dense = 0 if dense is None else dense
-        host, ptr = result_slots(5)
-        out = ptr
+        host, out = result_slots(5)
         if n <= _SUMMARY_ONE_BLOCK:
             null = 0
             kernels.kernel("piece_summary_small")((1,), (1024,), (deg, col, n, out, dense,
