@@ -766,11 +766,38 @@ def test_scan_and_flatnonzero_match_numpy(n):
         assert total == int(np.sum(x, dtype=np.int64)) and np.array_equal(np.cumsum(x), cp.asnumpy(got))
         assert np.array_equal(np.cumsum(x[::2]), cp.asnumpy(scan(cp.asarray(x)[::2])))
         assert np.array_equal(np.cumsum(x) - x, cp.asnumpy(scan(cp.asarray(x), exclusive=True)))
+        got, total = scan_total(cp.asarray(x), exclusive=True)
+        assert total == int(np.sum(x, dtype=np.int64)) and np.array_equal(np.cumsum(x) - x, cp.asnumpy(got))
     mask = rng.random(n) < 0.4
     for m in (mask, np.zeros(n, bool), np.ones(n, bool)):
         got = flatnonzero(cp.asarray(m))
         assert got.dtype == np.int64 and np.array_equal(np.flatnonzero(m), cp.asnumpy(got))
     assert np.array_equal(np.flatnonzero(mask[1::3]), cp.asnumpy(flatnonzero(cp.asarray(mask)[1::3])))
+
+
+@pytest.mark.parametrize("n", [0, 1, 33, 5000, 300000])
+def test_take_matches_numpy(n):
+    """gpu.take (and backend.take_values on the GPU) gives np.take's values and dtype: 4- and
+    8-byte values (int32, uint32, float32, int64, float64) at int32 and int64 indices, negative
+    ones counting from the end, on strided views; other arrays (bool values, 2-D) through CuPy."""
+    import cupy as cp
+    from sgsi.join.backend import take_values
+    from sgsi.join.gpu import take
+    rng = np.random.default_rng(n + 7)
+    m = 1000
+    for dtype in (np.int32, np.uint32, np.float32, np.int64, np.float64):
+        a = rng.integers(-1 << 30, 1 << 30, 2 * m).astype(dtype)
+        for idx in (rng.integers(-m, m, n), rng.integers(0, m, n).astype(np.int32)):
+            want = np.take(a[::2], idx)
+            got = take(cp.asarray(a)[::2], cp.asarray(idx))
+            assert got.dtype == want.dtype and np.array_equal(cp.asnumpy(got), want), (dtype, idx.dtype)
+            got = take_values(cp, cp.asarray(a), cp.asarray(idx)[::-1])
+            assert np.array_equal(cp.asnumpy(got), np.take(a, idx[::-1]))
+    flags = rng.random(m) < 0.5
+    idx = rng.integers(0, m, n)
+    assert np.array_equal(cp.asnumpy(take(cp.asarray(flags), cp.asarray(idx))), flags[idx])
+    grid = rng.integers(0, 9, (4, m))
+    assert np.array_equal(cp.asnumpy(take(cp.asarray(grid), cp.asarray(idx[:3]))), np.take(grid, idx[:3]))
 
 
 @pytest.mark.parametrize("block,small", [(512, 1 << 13), (32, 1000), (64, 64)])

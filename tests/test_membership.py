@@ -117,3 +117,19 @@ def test_intersect_ranked_matches_sets(lengths, gathered):
     # A bitset cap too small for any later list: nothing to intersect by bitsets.
     assert be.intersect_lists(lists, bitcap=0) is None
     assert be.intersect_lists([lists[0]] + [None] * (len(lists) - 1), bitcap=1 << 30) is None
+
+
+def test_exclusive_total_and_take_values_on_the_cpu():
+    """backend.exclusive_total: the exclusive prefix sum (int64) and the sum as a Python int, of
+    int32, int64 and bool arrays, empty ones included; take_values is np.take (negative indices
+    count from the end). The GPU's are checked against the same in tests/test_gpu.py."""
+    from sgsi.join.backend import exclusive_total, take_values
+    rng = np.random.default_rng(5)
+    for n in (0, 1, 17, 1000):
+        for x in (rng.integers(0, 1 << 40, n), rng.integers(0, 9, n).astype(np.int32), rng.random(n) < 0.5):
+            got, total = exclusive_total(np, x)
+            assert got.dtype == np.int64 and np.array_equal(got, np.cumsum(x, dtype=np.int64) - x)
+            assert type(total) is int and total == int(np.sum(x, dtype=np.int64))
+        a = rng.integers(-50, 50, 64).astype(np.int32)
+        idx = rng.integers(-64, 64, n)
+        assert np.array_equal(take_values(np, a, idx), a[idx])

@@ -78,6 +78,7 @@ def summarise(qi, host, dev, out_dir):
     for name, (n, us) in sorted(kern.items(), key=lambda kv: -kv[1][1])[:15]:
         report(f"   dev {name:<50} {n:>5} {us / 1e3:>8.3f} ms")
     if out_dir:
+        os.makedirs(out_dir, exist_ok=True)
         events = [(a, b, "H", n) for a, b, n in host] + [(a, b, "D", n) for a, b, n in dev]
         with open(os.path.join(out_dir, f"timeline_{qi}.txt"), "w") as f:
             last_end = t0

@@ -511,6 +511,16 @@ def prefix_sum(xp, a):
     return scan(a)
 
 
+def exclusive_total(xp, a):
+    """(``exclusive_sum``, the sum of ``a`` as a Python int) of a 1-D int array (on the GPU one
+    scan launch, which writes the sum into a result slot, and its read)."""
+    if xp is np:
+        cs = np.cumsum(a, dtype=np.int64)
+        return cs - a, int(cs[-1]) if cs.size else 0
+    from .gpu import scan_total
+    return scan_total(a, exclusive=True)
+
+
 def exclusive_sum(xp, a):
     """``cumsum(a) - a`` (each value's sum before it) where the backend computes (on the GPU in
     the scan's own launches)."""
@@ -536,6 +546,14 @@ def scatter_equal(xp, out, idx, values):
         return
     from .gpu import scatter_equal as gpu_scatter_equal
     gpu_scatter_equal(out, idx, values)
+
+
+def take_values(xp, a, idx):
+    """``xp.take(a, idx)`` of a 1-D array where the backend computes (on the GPU one launch)."""
+    if xp is np:
+        return np.take(a, idx)
+    from .gpu import take as gpu_take
+    return gpu_take(a, idx)
 
 
 def take_columns(xp, arrays, idx):

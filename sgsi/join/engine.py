@@ -48,8 +48,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..partition import pcsr
-from .backend import (distinct_index, exclusive_sum, host_ints, host_reductions, nonzero_index, prefix_sum,
-                      row_numbers, runs, scatter_equal, take_columns)
+from .backend import (distinct_index, exclusive_sum, exclusive_total, host_ints, host_reductions, nonzero_index,
+                      prefix_sum, row_numbers, runs, scatter_equal, take_columns, take_values)
 from .plan import REFINE_ROUNDS, Link, QueryPlan, Step, refine_cost
 from .stream import degree_index, neighbour_lists, segments_of, segments_spanning
 
@@ -331,12 +331,12 @@ class Engine:
         xp = self.xp
         store, backend = self.store, self.backend
         p = store.partition(link.label_id, link.direction)
-        deg = xp.zeros(v.shape, dtype=xp.int64)
         if v.size == 0 or p.idx_batches.size == 0:
-            return deg
+            return xp.zeros(v.shape, dtype=xp.int64)
         dense = self._dense_degrees(link)
         if dense is not None:                   # kept on the device: one gather
-            return xp.take(dense, v).astype(xp.int64)
+            return take_values(xp, dense, v).astype(xp.int64)
+        deg = xp.zeros(v.shape, dtype=xp.int64)
         lo, hi = host_reductions(xp, ("min", v), ("max", v))
         b0 = int(np.searchsorted(p.idx_last, lo, "left"))
         b1 = int(np.searchsorted(p.idx_first, hi, "right"))
@@ -349,10 +349,10 @@ class Engine:
                 inside = (verts >= a) & (verts <= b)
                 dense[verts[inside] - a] = d[inside]
                 if a == lo and b == hi:
-                    deg = xp.take(dense, v - a)
+                    deg = take_values(xp, dense, v - a)
                 else:
                     sel = nonzero_index(xp, (v >= a) & (v <= b))
-                    deg[sel] = xp.take(dense, v[sel] - a)
+                    deg[sel] = take_values(xp, dense, take_values(xp, v, sel) - a)
                 continue
             pos = xp.searchsorted(verts, v)
             pos = xp.minimum(pos, verts.size - 1)
@@ -425,7 +425,8 @@ class Engine:
         first = self._gather(step.links[0], t.d0, t.tuple_d, d0deg, step)
         lists = [first]
         if len(step.links) > 1:
-            probes = int(first.count[first.of_tuple].sum())      # entries if all come from the first link
+            # entries if all come from the first link
+            probes, = host_reductions(xp, ("sum", _per_tuple(xp, first.count, first.of_tuple)))
             lists += [self._other_lists(link, col, step, lim, probes)
                       for link, col in zip(step.links[1:], t.tuples[1:])]
         return self._finish(t.row_tuple, t.tuples, lists, step, lim)
@@ -439,7 +440,7 @@ class Engine:
         xp = self.xp
         verts, of_tuple = distinct_index(xp, col)
         deg = self._degrees(link, verts)
-        if int(deg.sum()) > min(lim.gba_entries, probes):
+        if host_reductions(xp, ("sum", deg))[0] > min(lim.gba_entries, probes):
             return None
         return self._gather(link, verts, of_tuple, deg, step)
 
@@ -450,14 +451,12 @@ class Engine:
         xp, backend, store = self.xp, self.backend, self.store
         cbits = self.plan.candidates[step.vertex]
         nd = int(verts.size)
-        F = xp.zeros(nd + 1, dtype=xp.int64)
-        F[1:] = prefix_sum(xp, deg)
-        total, = host_ints(xp, F[-1])
+        F, total = exclusive_total(xp, deg)
         gba = xp.empty(total, dtype=xp.int32)
         fill = xp.zeros(nd, dtype=xp.int64)             # candidates written per vertex
         for lo, hi, groups, ci in segments_of(store, backend, store.partition(link.label_id, link.direction), verts):
             backend.gather_segment(groups, ci, verts[lo:hi], cbits, F[lo:hi], fill[lo:hi], gba)
-        return _Lists(of_tuple, F[:-1], fill, gba, total)
+        return _Lists(of_tuple, F, fill, gba, total)
 
     def _finish(self, row_tuple, tuples, lists, step: Step, lim: Limits):
         """The sets S(t) from the gathered lists (``lists[j]``: link j's, or None where not
@@ -468,14 +467,14 @@ class Engine:
         if len(step.links) == 1:
             # One link: each tuple's set is its buffer in the GBA, as it stands (not packed:
             # the extension reads the buffers where they are; _packed when a count needs it).
-            tcnt = _per_tuple(L.count, L.of_tuple)
+            tcnt = _per_tuple(xp, L.count, L.of_tuple)
             self._entries.append(tcnt.sum())
-            return _Sets(row_tuple, None, L.values, tcnt, _per_tuple(L.start, L.of_tuple))
+            return _Sets(row_tuple, None, L.values, tcnt, _per_tuple(xp, L.start, L.of_tuple))
         got = backend.intersect_lists(lists, max(4096, 4 * lim.gba_entries))
         if got is None:
             # Entries from the first link's lists; the other links are tested by streaming.
-            tcnt = L.count[L.of_tuple]
-            etuple, evals = _entries(xp, backend, L.values, L.start[L.of_tuple], tcnt)
+            tcnt = _per_tuple(xp, L.count, L.of_tuple)
+            etuple, evals = _entries(xp, backend, L.values, _per_tuple(xp, L.start, L.of_tuple), tcnt)
             self._stats["entries"] += int(evals.size)
             untested = list(range(1, len(step.links)))
         else:
@@ -488,13 +487,11 @@ class Engine:
         # Links not tested yet (Algorithm 5): keep the entries found in N(t_j, l_j), streamed.
         if untested:
             cbits = self.plan.candidates[step.vertex]
-            alive = xp.ones(evals.size, dtype=bool)
-            for j in untested:
-                if not bool(alive.any()):
-                    break
-                alive &= self._member(step.links[j], tuples[j], etuple, evals, lim, tcnt, cbits)
-            keep = nonzero_index(xp, alive)
-            etuple, evals = xp.take(etuple, keep), xp.take(evals, keep)
+            alive = _alive(xp, evals, (lambda j=j: self._member(step.links[j], tuples[j], etuple, evals, lim, tcnt,
+                                                                  cbits) for j in untested))
+            if alive is not None:
+                keep = nonzero_index(xp, alive)
+                etuple, evals = take_values(xp, etuple, keep), take_values(xp, evals, keep)
         scount = backend.bincount(etuple, int(tuples[0].size))
         return _Sets(row_tuple, etuple, evals, scount, exclusive_sum(xp, scount))
 
@@ -566,13 +563,10 @@ class Engine:
         self._charge(int(evals.size) + n)
         self._stats["entries"] += int(evals.size)
         if len(step.links) > 1 and evals.size:
-            alive = xp.ones(evals.size, dtype=bool)
-            for link in step.links[1:]:
-                if not bool(alive.any()):
-                    break
-                alive &= self._member(link, piece[link.other], erow, evals, lim, fill, cbits)
+            alive = _alive(xp, evals, (lambda link=link: self._member(link, piece[link.other], erow, evals, lim, fill,
+                                                                       cbits) for link in step.links[1:]))
             keep = nonzero_index(xp, alive)
-            erow, evals = xp.take(erow, keep), xp.take(evals, keep)
+            erow, evals = take_values(xp, erow, keep), take_values(xp, evals, keep)
             fill = backend.bincount(erow, n)
         return _RowSets(erow, evals, fill, int(evals.size), taken)
 
@@ -580,14 +574,14 @@ class Engine:
         """Σ_rows |S(t_i)| minus the rows' own vertices found in their S(t_i) (count-only last step)."""
         if isinstance(s, _RowSets):
             return s.total
-        return int(self._row_counts(piece, s, step).sum())
+        return host_reductions(self.xp, ("sum", self._row_counts(piece, s, step)))[0]
 
     def _row_counts(self, piece, s, step: Step):
         """|S(t_i) \\ m_i| for each row i of the piece (int64)."""
         if isinstance(s, _RowSets):
             return s.count
         if not step.conflicts or s.evals.size == 0:
-            return s.scount[s.row_tuple]
+            return take_values(self.xp, s.scount, s.row_tuple)
         return self.backend.sizes_less_own(s.row_tuple, s.etuple, s.evals, s.sstart, s.scount,
                                            [piece[c] for c in step.conflicts])
 
@@ -756,7 +750,10 @@ class Engine:
         r = tree.root
         n = _n_rows(piece)
         rowwise = isinstance(sets, _RowSets)
-        entries = sets.total if rowwise else int(xp.take(sets.scount, sets.row_tuple).sum())   # rows extended
+        if rowwise:                             # the rows extended
+            entries = sets.total
+        else:
+            entries, = host_reductions(xp, ("sum", take_values(xp, sets.scount, sets.row_tuple)))
         if entries < max(WEIGHTED_FANOUT * n, WEIGHTED_MIN_ENTRIES):
             return None
         if entries == 0:
@@ -772,11 +769,11 @@ class Engine:
         if _max(w) * entries >= _INT64_SAFE:
             return None
         sums = xp.zeros(n if rowwise else int(sets.scount.size), dtype=xp.int64)
-        backend.add_at(sums, owner, xp.take(w, idx))           # Σ w over each row's (tuple's) set
-        per_row = sums if rowwise else xp.take(sums, sets.row_tuple)
+        backend.add_at(sums, owner, take_values(xp, w, idx))          # Σ w over each row's (tuple's) set
+        per_row = sums if rowwise else take_values(xp, sums, sets.row_tuple)
         for sel, hit, x in hits:                # a row's own vertex in its set: its weight out
             at = xp.minimum(xp.searchsorted(uniq, x), uniq.size - 1)
-            per_row[sel] -= xp.where(hit, xp.take(w, at), 0)
+            per_row[sel] -= xp.where(hit, take_values(xp, w, at), 0)
         part = {u: col for u, col in piece.items() if u != _ROW}
         part[_ROW] = row_numbers(xp, n)
         for c in leaf_step.conflicts:
@@ -911,15 +908,29 @@ class _Sets:
                    if a is not None)
 
 
-def _per_tuple(a, of_tuple):
+def _alive(xp, evals, tests):
+    """The AND of the bool arrays the callables ``tests`` give, over the entries ``evals``, each
+    called only while some entry is left; None where there are no entries (nothing called)."""
+    if not evals.size:
+        return None
+    alive = None
+    for test in tests:
+        if alive is not None and not bool(alive.any()):
+            break
+        hit = test()
+        alive = hit if alive is None else alive & hit
+    return alive
+
+
+def _per_tuple(xp, a, of_tuple):
     """``a[of_tuple]``: per tuple, the value of its vertex (``of_tuple`` None: tuple t is vertex t)."""
-    return a if of_tuple is None else a[of_tuple]
+    return a if of_tuple is None else take_values(xp, a, of_tuple)
 
 
 def _entries(xp, backend, values, start, count):
     """(tuple of each entry, entries) of the buffers ``values[start[t] : start[t] + count[t]]``
     packed end to end, tuples in order."""
-    return backend.repeat_index(count), xp.take(values, pcsr.ragged_indices(start, count, xp))
+    return backend.repeat_index(count), take_values(xp, values, pcsr.ragged_indices(start, count, xp))
 
 
 def _one_leaf(tree) -> bool:
@@ -1118,7 +1129,7 @@ def _distinct_tuples(xp, backend, cols):
         ukey, row_tuple = distinct_index(xp, combined)
         tuples = []
         for uniq, _rank in ranked[::-1]:
-            tuples.append(xp.take(uniq, ukey % int(uniq.size)))
+            tuples.append(take_values(xp, uniq, ukey % int(uniq.size)))
             ukey = ukey // int(uniq.size)
         return row_tuple, tuples[::-1]
     if all(int(uniq.size) <= 1 << 16 for uniq, _rank in ranked):
@@ -1126,15 +1137,15 @@ def _distinct_tuples(xp, backend, cols):
         # sort of 16-bit ranks per column (linear on NumPy and CuPy).
         order = None
         for _uniq, rank in ranked[::-1]:
-            r = rank.astype(xp.uint16) if order is None else xp.take(rank, order).astype(xp.uint16)
+            r = rank.astype(xp.uint16) if order is None else take_values(xp, rank, order).astype(xp.uint16)
             by = backend.argsort(r)
-            order = by if order is None else xp.take(order, by)
+            order = by if order is None else take_values(xp, order, by)
     elif key is not None:
         order = backend.argsort(key)
     else:
         order = backend.lexsort(cols[::-1])
-    srt = [xp.take(c, order) for c in cols]
-    return _tuples_of_sorted(xp, srt, order, None if key is None else xp.take(key, order))
+    srt = take_columns(xp, cols, order)
+    return _tuples_of_sorted(xp, srt, order, None if key is None else take_values(xp, key, order))
 
 
 def _tuples_of_sorted(xp, srt, order, skey):

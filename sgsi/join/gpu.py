@@ -134,15 +134,16 @@ def scan(a, exclusive=False, sum_out=0):
     return out
 
 
-def scan_total(a):
-    """(:func:`scan` of ``a``, the sum of ``a`` as a Python int): the scan's kernel writes the sum
-    into a result slot (:func:`result_slots`) as it scans, where the scan's last value was copied
-    back."""
+def scan_total(a, exclusive=False):
+    """(:func:`scan` of ``a`` (``exclusive``: as scan takes it), the sum of ``a`` as a Python int):
+    the scan's kernel writes the sum into a result slot (:func:`result_slots`) as it scans, where
+    the scan's last value was copied back."""
     if _SCAN_KERNELS.get(a.dtype) is None or a.size == 0 or a.ndim != 1:
         out = scan(a)
-        return out, (read_last(out) if out.size else 0)
+        total = read_last(out) if out.size else 0
+        return (out - a if exclusive else out), total
     host, ptr = result_slots(1)
-    out = scan(a, sum_out=ptr)
+    out = scan(a, exclusive=exclusive, sum_out=ptr)
     return out, read_results(host)[0]
 
 
@@ -445,6 +446,23 @@ def _pack_columns(take):
     if len(cols4) + len(cols8) != len(take) or len(cols4) > _PACK_COLS[0] or len(cols8) > _PACK_COLS[1]:
         return None, None
     return cols4, cols8
+
+
+def take(a, idx):
+    """``cp.take(a, idx)`` of a 1-D array: one ``take_*`` launch for 4- and 8-byte values and an
+    int32 or int64 index, where CuPy's take cost some 20 us of host time (and an int32 index a
+    conversion before it); other arrays through CuPy."""
+    size = a.itemsize
+    if a.ndim != 1 or idx.ndim != 1 or size not in (4, 8) or idx.dtype not in (cp.int32, cp.int64):
+        return cp.take(a, idx)
+    n = int(idx.size)
+    out = cp.empty(n, a.dtype)
+    if n:
+        wide = idx.dtype == cp.int64
+        fn = (kernels.kernel("take_8_i64") if wide else kernels.kernel("take_8_i32")) if size == 8 else \
+            (kernels.kernel("take_4_i64") if wide else kernels.kernel("take_4_i32"))
+        fn(_grid(n), (_BLOCK,), (cp.ascontiguousarray(a), int(a.size), cp.ascontiguousarray(idx), n, out))
+    return out
 
 
 def take_columns(arrays, idx):

@@ -1773,6 +1773,39 @@ extern "C" __global__ void stack_rows_8(const unsigned long long* a0, const unsi
     stack_rows(a0, a1, a2, a3, a4, a5, a6, a7, idx, n, out);
 }
 
+// out[i] = a[idx[i]] for i < n, a negative index counting from the end of a (``alen`` values)
+// (reference: numpy.take of 1-D arrays): CuPy's take costs some 20 us of host time a call and an
+// int32 index a conversion to int64 before it; this is one launch, on either index type.
+template <typename T, typename I>
+__device__ __forceinline__ void take_values(const T* __restrict__ a, long long alen, const I* __restrict__ idx,
+                                            long long n, T* __restrict__ out) {
+    long long stride = (long long)gridDim.x * blockDim.x;
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+        long long k = idx[i];
+        out[i] = a[k < 0 ? k + alen : k];
+    }
+}
+
+extern "C" __global__ void take_4_i32(const unsigned int* a, long long alen, const int* idx, long long n,
+                                      unsigned int* out) {
+    take_values(a, alen, idx, n, out);
+}
+
+extern "C" __global__ void take_4_i64(const unsigned int* a, long long alen, const long long* idx, long long n,
+                                      unsigned int* out) {
+    take_values(a, alen, idx, n, out);
+}
+
+extern "C" __global__ void take_8_i32(const unsigned long long* a, long long alen, const int* idx, long long n,
+                                      unsigned long long* out) {
+    take_values(a, alen, idx, n, out);
+}
+
+extern "C" __global__ void take_8_i64(const unsigned long long* a, long long alen, const long long* idx,
+                                      long long n, unsigned long long* out) {
+    take_values(a, alen, idx, n, out);
+}
+
 // Up to 8 int64 scalars, given by pointer, into out[0 : k] (reference: numpy.stack of them), for
 // one host read of them all.
 extern "C" __global__ void gather_scalars(const long long* s0, const long long* s1, const long long* s2,
