@@ -184,17 +184,17 @@ def test_own_hits_match_reference(gpu):
 
 
 def test_stack_rows_and_read_ints_match_numpy(gpu):
-    """gpu.stack_rows (one launch for up to 8 arrays of 4- or 8-byte elements, cp.stack past
-    that) against numpy.stack, views and empty arrays included; take_columns against numpy.take;
+    """gpu.stack_rows (a launch for every 8 arrays of 4- or 8-byte elements, cp.stack for other
+    sizes) and backend.stack against numpy.stack, views and empty arrays included; take_columns against numpy.take;
     gpu.read_ints (gathering up to 8 scalars a launch, any integer dtype) against the scalars
     read one by one; backend.row_numbers against numpy.arange."""
     import cupy as cp
     from sgsi.join import gpu as g
-    from sgsi.join.backend import host_ints
+    from sgsi.join.backend import host_ints, stack
     rng = np.random.default_rng(13)
     for dtype in (np.int32, np.uint32, np.int64, np.int8):
         for n in (0, 1, 255, 70001):
-            for k in (1, 2, 3, 8, 9):
+            for k in (1, 2, 3, 8, 9, 17):
                 host = [rng.integers(0, 100, 2 * n).astype(dtype)[::2] for _ in range(k)]     # strided views
                 dev = [cp.asarray(rng.integers(0, 100, 2 * n).astype(dtype))[::2] for _ in range(k)]
                 for h, d in zip(host, dev):
@@ -202,6 +202,7 @@ def test_stack_rows_and_read_ints_match_numpy(gpu):
                 got = g.stack_rows(dev)
                 assert got.dtype == dtype and got.shape == (k, n)
                 assert np.array_equal(cp.asnumpy(got), np.stack(host))
+                assert np.array_equal(cp.asnumpy(stack(cp, dev)), np.stack(host))
     # Gathered at an index (take_columns: one launch per dtype for up to 8 arrays), mixed dtypes
     # and sizes, repeated and unsorted indices, int32 and int64 indices, none at all.
     from sgsi.join.backend import take_columns
@@ -779,7 +780,8 @@ def test_scan_and_flatnonzero_match_numpy(n):
 def test_take_matches_numpy(n):
     """gpu.take (and backend.take_values on the GPU) gives np.take's values and dtype: 4- and
     8-byte values (int32, uint32, float32, int64, float64) at int32 and int64 indices, negative
-    ones counting from the end, on strided views; other arrays (bool values, 2-D) through CuPy."""
+    ones counting from the end, on strided views, and cast to int64 or float64 (int32 widened in
+    the launch); other arrays (bool values, 2-D) through CuPy."""
     import cupy as cp
     from sgsi.join.backend import take_values
     from sgsi.join.gpu import take
@@ -793,11 +795,32 @@ def test_take_matches_numpy(n):
             assert got.dtype == want.dtype and np.array_equal(cp.asnumpy(got), want), (dtype, idx.dtype)
             got = take_values(cp, cp.asarray(a), cp.asarray(idx)[::-1])
             assert np.array_equal(cp.asnumpy(got), np.take(a, idx[::-1]))
+            for to in (np.int64, np.float64):           # int32 widened in the launch; others cast
+                want = np.take(a, idx).astype(to)
+                got = take(cp.asarray(a), cp.asarray(idx), to)
+                assert got.dtype == want.dtype and np.array_equal(cp.asnumpy(got), want), (dtype, to)
     flags = rng.random(m) < 0.5
     idx = rng.integers(0, m, n)
     assert np.array_equal(cp.asnumpy(take(cp.asarray(flags), cp.asarray(idx))), flags[idx])
     grid = rng.integers(0, 9, (4, m))
     assert np.array_equal(cp.asnumpy(take(cp.asarray(grid), cp.asarray(idx[:3]))), np.take(grid, idx[:3]))
+
+
+@pytest.mark.parametrize("n", [1, 2, 40, 5000, 70000])
+def test_runs_match_the_cpu(n):
+    """backend.runs and run_starts on the GPU (run_starts_*, run_ends) give the CPU's: sorted
+    int32 and int64 values with short and long runs, one run, all distinct; uint8 through CuPy."""
+    import cupy as cp
+    from sgsi.join.backend import run_starts, runs
+    rng = np.random.default_rng(n)
+    cases = [np.sort(rng.integers(0, max(1, n // 3), n)), np.sort(rng.integers(-5, 5, n)).astype(np.int32),
+             np.zeros(n, np.int64), np.arange(n, dtype=np.int32), np.sort(rng.integers(0, 4, n)).astype(np.uint8)]
+    for v in cases:
+        want = runs(np, v)
+        got = runs(cp, cp.asarray(v))
+        for w, g in zip(want, got):
+            assert g.dtype == w.dtype and np.array_equal(cp.asnumpy(g), w), v.dtype
+        assert np.array_equal(cp.asnumpy(run_starts(cp, cp.asarray(v))), run_starts(np, v))
 
 
 @pytest.mark.parametrize("block,small", [(512, 1 << 13), (32, 1000), (64, 64)])

@@ -133,3 +133,5 @@ def test_exclusive_total_and_take_values_on_the_cpu():
         a = rng.integers(-50, 50, 64).astype(np.int32)
         idx = rng.integers(-64, 64, n)
         assert np.array_equal(take_values(np, a, idx), a[idx])
+        got = take_values(np, a, idx, np.int64)
+        assert got.dtype == np.int64 and np.array_equal(got, a[idx])

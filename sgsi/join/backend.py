@@ -437,15 +437,28 @@ class Overlaps:
         self.known[key] = bool(self.xp.any(self.bits[a] & self.bits[b]))
 
 
+def run_starts(xp, sorted_values):
+    """Whether each value of a 1-D array starts a run of equal values (the first one does)."""
+    if xp is not np:
+        from .gpu import run_starts as gpu_run_starts
+        return gpu_run_starts(sorted_values)
+    new = np.empty(sorted_values.size, dtype=bool)
+    if new.size:
+        new[0] = True
+        np.not_equal(sorted_values[1:], sorted_values[:-1], out=new[1:])
+    return new
+
+
 def runs(xp, sorted_values):
     """Distinct values of a sorted array, and where each one's run starts and ends (exclusive)."""
     n = sorted_values.size
     if n == 0:
         e = xp.zeros(0, xp.int64)
         return sorted_values, e, e
-    new = xp.empty(n, dtype=bool)
-    new[0] = True
-    xp.not_equal(sorted_values[1:], sorted_values[:-1], out=new[1:])
+    if xp is not np and sorted_values.ndim == 1:
+        from .gpu import runs as gpu_runs
+        return gpu_runs(sorted_values)
+    new = run_starts(xp, sorted_values)
     start = nonzero_index(xp, new)
     end = xp.empty_like(start)
     end[:-1] = start[1:]
@@ -548,12 +561,22 @@ def scatter_equal(xp, out, idx, values):
     gpu_scatter_equal(out, idx, values)
 
 
-def take_values(xp, a, idx):
-    """``xp.take(a, idx)`` of a 1-D array where the backend computes (on the GPU one launch)."""
+def take_values(xp, a, idx, dtype=None):
+    """``xp.take(a, idx)`` of a 1-D array (``dtype``: then ``.astype(dtype)``) where the backend
+    computes (on the GPU one launch)."""
     if xp is np:
-        return np.take(a, idx)
+        got = np.take(a, idx)
+        return got if dtype is None else got.astype(dtype, copy=False)
     from .gpu import take as gpu_take
-    return gpu_take(a, idx)
+    return gpu_take(a, idx, dtype)
+
+
+def stack(xp, arrays):
+    """``xp.stack`` of 1-D arrays of one dtype and size (on the GPU a launch for every 8)."""
+    if xp is np:
+        return np.stack(arrays)
+    from .gpu import stack_rows
+    return stack_rows(arrays)
 
 
 def take_columns(xp, arrays, idx):

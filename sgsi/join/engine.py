@@ -49,7 +49,7 @@ import numpy as np
 
 from ..partition import pcsr
 from .backend import (distinct_index, exclusive_sum, exclusive_total, host_ints, host_reductions, nonzero_index,
-                      prefix_sum, row_numbers, runs, scatter_equal, take_columns, take_values)
+                      prefix_sum, row_numbers, run_starts, runs, scatter_equal, take_columns, take_values)
 from .plan import REFINE_ROUNDS, Link, QueryPlan, Step, refine_cost
 from .stream import degree_index, neighbour_lists, segments_of, segments_spanning
 
@@ -335,7 +335,7 @@ class Engine:
             return xp.zeros(v.shape, dtype=xp.int64)
         dense = self._dense_degrees(link)
         if dense is not None:                   # kept on the device: one gather
-            return take_values(xp, dense, v).astype(xp.int64)
+            return take_values(xp, dense, v, xp.int64)
         deg = xp.zeros(v.shape, dtype=xp.int64)
         lo, hi = host_reductions(xp, ("min", v), ("max", v))
         b0 = int(np.searchsorted(p.idx_last, lo, "left"))
@@ -822,7 +822,7 @@ class Engine:
                 out[step.vertex] = s.evals
                 yield out
             return
-        per_row = s.scount[s.row_tuple]                   # outputs of each row, at most
+        per_row = take_values(xp, s.scount, s.row_tuple)  # outputs of each row, at most
         n = int(per_row.size)
         total, heaviest = host_reductions(xp, ("sum", per_row), ("max", per_row)) if n else (0, 0)
         if total == 0:
@@ -1152,11 +1152,11 @@ def _tuples_of_sorted(xp, srt, order, skey):
     """:func:`_distinct_tuples` of rows ``srt`` sorted by ``order`` (None: as they are);
     ``skey``: their sorted int64 key, or None to compare column by column."""
     n = int(srt[0].size)
-    new = xp.empty(n, dtype=bool)
-    new[0] = True
     if skey is not None:
-        xp.not_equal(skey[1:], skey[:-1], out=new[1:])
+        new = run_starts(xp, skey)
     else:
+        new = xp.empty(n, dtype=bool)
+        new[0] = True
         new[1:] = False
         for c in srt:
             new[1:] |= c[1:] != c[:-1]
@@ -1166,4 +1166,4 @@ def _tuples_of_sorted(xp, srt, order, skey):
     else:
         row_tuple = xp.empty(n, dtype=xp.int64)
         row_tuple[order] = tid_sorted
-    return row_tuple, [c[new] for c in srt]
+    return row_tuple, take_columns(xp, srt, nonzero_index(xp, new))

@@ -412,12 +412,12 @@ _STACK_MAX = 8
 def stack_rows(arrays, idx=None):
     """``cp.stack(arrays)`` of 1-D arrays of one dtype and size (``idx``: of ``cp.take(a, idx)``
     of arrays of one dtype): one ``stack_rows_4`` or ``stack_rows_8`` launch (the arrays as
-    pointer arguments) for up to ``_STACK_MAX`` arrays of 4- or 8-byte elements, where CuPy's
+    pointer arguments) for every ``_STACK_MAX`` arrays of 4- or 8-byte elements, where CuPy's
     stack costs some 70 us of host time and its take some 20 us an array (measured on one H100's
     host, bench/scratch/op_costs.py); others through CuPy."""
     k = len(arrays)
     dtype = arrays[0].dtype if k else None
-    if not 0 < k <= _STACK_MAX or dtype.itemsize not in (4, 8) or \
+    if k == 0 or dtype.itemsize not in (4, 8) or \
             any(a.ndim != 1 or a.dtype != dtype or (idx is None and a.size != arrays[0].size) for a in arrays):
         return cp.stack(arrays if idx is None else [cp.take(a, idx) for a in arrays])
     n = int(arrays[0].size if idx is None else idx.size)
@@ -425,9 +425,11 @@ def stack_rows(arrays, idx=None):
     if n:
         arrays = [cp.ascontiguousarray(a) for a in arrays]
         at = 0 if idx is None else cp.ascontiguousarray(idx.astype(cp.int64, copy=False))
-        args = arrays + [arrays[0]] * (_STACK_MAX - k) + [at, n, out]
         fn = kernels.kernel("stack_rows_4") if dtype.itemsize == 4 else kernels.kernel("stack_rows_8")
-        fn(((n + _BLOCK - 1) // _BLOCK, k), (_BLOCK,), tuple(args))
+        for a in range(0, k, _STACK_MAX):       # up to _STACK_MAX rows a launch, from row a of out
+            part = arrays[a:a + _STACK_MAX]
+            fn(((n + _BLOCK - 1) // _BLOCK, len(part)), (_BLOCK,),
+               tuple(part + [part[0]] * (_STACK_MAX - len(part)) + [at, n, out[a:]]))
     return out
 
 
@@ -448,21 +450,58 @@ def _pack_columns(take):
     return cols4, cols8
 
 
-def take(a, idx):
-    """``cp.take(a, idx)`` of a 1-D array: one ``take_*`` launch for 4- and 8-byte values and an
-    int32 or int64 index, where CuPy's take cost some 20 us of host time (and an int32 index a
-    conversion before it); other arrays through CuPy."""
+def take(a, idx, dtype=None):
+    """``cp.take(a, idx)`` of a 1-D array (``dtype``: then ``.astype(dtype)``): one ``take_*``
+    launch for 4- and 8-byte values and an int32 or int64 index, int32 values taken as int64 too,
+    where CuPy's take cost some 20 us of host time (an int32 index and the cast a launch each
+    more); other arrays through CuPy."""
     size = a.itemsize
-    if a.ndim != 1 or idx.ndim != 1 or size not in (4, 8) or idx.dtype not in (cp.int32, cp.int64):
-        return cp.take(a, idx)
+    widen = dtype is not None and np.dtype(dtype) != a.dtype
+    if a.ndim != 1 or idx.ndim != 1 or size not in (4, 8) or idx.dtype not in (cp.int32, cp.int64) or \
+            (widen and not (a.dtype == cp.int32 and np.dtype(dtype) == cp.int64)):
+        got = cp.take(a, idx)
+        return got if dtype is None else got.astype(dtype, copy=False)
     n = int(idx.size)
-    out = cp.empty(n, a.dtype)
+    out = cp.empty(n, cp.int64 if widen else a.dtype)
     if n:
-        wide = idx.dtype == cp.int64
-        fn = (kernels.kernel("take_8_i64") if wide else kernels.kernel("take_8_i32")) if size == 8 else \
-            (kernels.kernel("take_4_i64") if wide else kernels.kernel("take_4_i32"))
+        at = idx.dtype == cp.int64
+        if widen:
+            fn = kernels.kernel("take_wide_i64") if at else kernels.kernel("take_wide_i32")
+        elif size == 8:
+            fn = kernels.kernel("take_8_i64") if at else kernels.kernel("take_8_i32")
+        else:
+            fn = kernels.kernel("take_4_i64") if at else kernels.kernel("take_4_i32")
         fn(_grid(n), (_BLOCK,), (cp.ascontiguousarray(a), int(a.size), cp.ascontiguousarray(idx), n, out))
     return out
+
+
+def run_starts(v):
+    """Whether each value of a 1-D array starts a run of equal values (reference:
+    backend.run_starts): one ``run_starts_*`` launch for int32 and int64 values, else CuPy."""
+    n = int(v.size)
+    if v.ndim != 1 or v.dtype not in (cp.int32, cp.int64):
+        new = cp.empty(n, dtype=bool)
+        if n:
+            new[0] = True
+            cp.not_equal(v[1:], v[:-1], out=new[1:])
+        return new
+    out = cp.empty(n, dtype=bool)
+    if n:
+        fn = kernels.kernel("run_starts_i64") if v.dtype == cp.int64 else kernels.kernel("run_starts_i32")
+        fn(_grid(n), (_BLOCK,), (cp.ascontiguousarray(v), n, out))
+    return out
+
+
+def runs(v):
+    """(distinct values, where each run starts, where it ends) of a sorted non-empty 1-D array
+    (reference: backend.runs): the run starts (:func:`run_starts`), their positions (one read
+    for their number), their values (:func:`take`) and ends (``run_ends``), where CuPy's
+    fills, comparisons, slice copies and take cost some 100 us of host time."""
+    start = flatnonzero(run_starts(v))
+    k = int(start.size)
+    end = cp.empty(k, cp.int64)
+    kernels.kernel("run_ends")(_grid(k), (_BLOCK,), (start, k, int(v.size), end))
+    return take(v, start), start, end
 
 
 def take_columns(arrays, idx):

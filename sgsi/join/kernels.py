@@ -1776,9 +1776,9 @@ extern "C" __global__ void stack_rows_8(const unsigned long long* a0, const unsi
 // out[i] = a[idx[i]] for i < n, a negative index counting from the end of a (``alen`` values)
 // (reference: numpy.take of 1-D arrays): CuPy's take costs some 20 us of host time a call and an
 // int32 index a conversion to int64 before it; this is one launch, on either index type.
-template <typename T, typename I>
+template <typename T, typename I, typename U = T>
 __device__ __forceinline__ void take_values(const T* __restrict__ a, long long alen, const I* __restrict__ idx,
-                                            long long n, T* __restrict__ out) {
+                                            long long n, U* __restrict__ out) {
     long long stride = (long long)gridDim.x * blockDim.x;
     for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
         long long k = idx[i];
@@ -1804,6 +1804,41 @@ extern "C" __global__ void take_8_i32(const unsigned long long* a, long long ale
 extern "C" __global__ void take_8_i64(const unsigned long long* a, long long alen, const long long* idx,
                                       long long n, unsigned long long* out) {
     take_values(a, alen, idx, n, out);
+}
+
+// int32 values taken as int64 (reference: numpy.take(a, idx).astype(int64)), where the cast was
+// a launch of its own.
+extern "C" __global__ void take_wide_i32(const int* a, long long alen, const int* idx, long long n, long long* out) {
+    take_values(a, alen, idx, n, out);
+}
+
+extern "C" __global__ void take_wide_i64(const int* a, long long alen, const long long* idx, long long n,
+                                         long long* out) {
+    take_values(a, alen, idx, n, out);
+}
+
+// new[i] = whether v[i] starts a run of equal values (i == 0 or v[i] != v[i - 1]) (reference:
+// backend.run_starts): where CuPy took a fill, a comparison launch and their host work.
+template <typename T>
+__device__ __forceinline__ void run_starts(const T* __restrict__ v, long long n, bool* __restrict__ out) {
+    long long stride = (long long)gridDim.x * blockDim.x;
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
+        out[i] = i == 0 || v[i] != v[i - 1];
+}
+
+extern "C" __global__ void run_starts_i32(const int* v, long long n, bool* out) {
+    run_starts(v, n, out);
+}
+
+extern "C" __global__ void run_starts_i64(const long long* v, long long n, bool* out) {
+    run_starts(v, n, out);
+}
+
+// The ends (exclusive) of k runs that start at start[0 : k] in n values: the next run's start,
+// n for the last (reference: backend.runs).
+extern "C" __global__ void run_ends(const long long* start, long long k, long long n, long long* end) {
+    long long j = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (j < k) end[j] = j + 1 < k ? start[j + 1] : n;
 }
 
 // Up to 8 int64 scalars, given by pointer, into out[0 : k] (reference: numpy.stack of them), for

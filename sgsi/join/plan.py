@@ -27,7 +27,7 @@ import numpy as np
 from ..partition import signatures
 from ..pattern import Pattern
 from ..storage.format import ANY_LABEL
-from .backend import union_bits
+from .backend import stack, union_bits
 from .stream import degree_index
 
 
@@ -434,7 +434,7 @@ def _refine(store, backend, bits, inc, check=True):
     Returns the new bitsets and whether any of them shrank (True, unread, where not ``check``).
     """
     xp = backend.xp
-    stacked = xp.stack(bits)                                     # (pattern vertices, words)
+    stacked = stack(xp, bits)                                    # (pattern vertices, words)
     keep = stacked.copy()
     jobs = []
     for (lab, direction), pairs in _by_partition(inc).items():
