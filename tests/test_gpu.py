@@ -272,8 +272,8 @@ def _hub_ids(rng, n, high):
 
 @pytest.mark.parametrize("n", [1, 31, 32, 33, 1000, 100_003])
 def test_warp_aggregated_writes_match_numpy(gpu, n):
-    """distinct_index (mark_bits, distinct_of_bits), scatter_equal, bincount (count_ids) and
-    add_at (add_ids) against NumPy on ids with hubs and runs."""
+    """distinct_index (mark_bits, distinct_of_bits and their int64 kernels), pair_key, scatter_equal,
+    bincount (count_ids) and add_at (add_ids) against NumPy on ids with hubs and runs."""
     import cupy as cp
     from sgsi.join import gpu as gpu_mod
     from sgsi.join.backend import distinct_index, scatter_equal
@@ -286,6 +286,22 @@ def test_warp_aggregated_writes_match_numpy(gpu, n):
             want = distinct_index(np, (ids + shift).astype(dtype))
             for a, b in zip(got, want):
                 assert a.dtype == b.dtype and np.array_equal(cp.asnumpy(a), b)
+    big = ids.astype(np.int64) + (1 << 40)                        # int64 past int32: mark_bits_i64, lo past 2^32
+    for a, b in zip(distinct_index(cp, cp.asarray(big)), distinct_index(np, big)):
+        assert a.dtype == b.dtype and np.array_equal(cp.asnumpy(a), b)
+    # pair_key: two int32 columns' int64 keys, and whether they ascend (sorted, one descent, equal rows)
+    from sgsi.join.backend import pair_key
+    c0 = np.sort(rng.integers(-3, 40, n)).astype(np.int32)
+    c1 = rng.integers(0, (1 << 31) - 1, n).astype(np.int32)
+    seen = set()
+    for x1 in (c1, np.full(n, 5, np.int32), -c1):
+        order = np.lexsort((x1, c0))
+        for a0, a1 in ((c0, x1), (c0[order], x1[order])):
+            key, asc = pair_key(cp, cp.asarray(a0), cp.asarray(a1))
+            want_key, want_asc = pair_key(np, a0, a1)
+            assert np.array_equal(cp.asnumpy(key), want_key) and asc == want_asc
+            seen.add(asc)
+    assert seen == {True, False} or n == 1
     sparse = np.array([5, 1 << 30, 5, 7], dtype=np.int32)       # a range too wide: sort and search
     for a, b in zip(distinct_index(cp, cp.asarray(sparse)), distinct_index(np, sparse)):
         assert np.array_equal(cp.asnumpy(a), b)

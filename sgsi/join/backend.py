@@ -613,6 +613,16 @@ def host_reductions(xp, *pairs):
     return read_reductions(pairs)
 
 
+def pair_key(xp, c0, c1):
+    """(the int64 keys ``c0 << 32 | c1`` of two int columns, each cast to int64 first; whether
+    they ascend) (on the GPU one launch and one read, for int32 columns)."""
+    if xp is not np and c0.dtype == np.int32 and c1.dtype == np.int32:
+        from .gpu import pair_key as gpu_pair_key
+        return gpu_pair_key(c0, c1)
+    key = (c0.astype(xp.int64) << 32) | c1.astype(xp.int64)
+    return key, key.size < 2 or bool((key[1:] >= key[:-1]).all())
+
+
 def distinct_index(xp, values, span=None):
     """(sorted distinct values of a non-empty int array, index of each element among them).
 
@@ -622,9 +632,9 @@ def distinct_index(xp, values, span=None):
     """
     lo, hi = span if span is not None else host_reductions(xp, ("min", values), ("max", values))
     r = hi - lo + 1
-    if xp is not np and values.dtype == np.int32:
+    if xp is not np and values.dtype in (np.int32, np.int64):
         from .gpu import DISTINCT_DENSE_RANGE, distinct_dense
-        if r <= max(16 * int(values.size), DISTINCT_DENSE_RANGE):
+        if r <= max(16 * int(values.size), DISTINCT_DENSE_RANGE) and r < 1 << 31:
             return distinct_dense(values, lo, r)        # a bit a value: four launches, one host read
     if r <= 16 * int(values.size):
         v = values - lo

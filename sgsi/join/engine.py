@@ -49,7 +49,7 @@ import numpy as np
 
 from ..partition import pcsr
 from .backend import (distinct_index, exclusive_sum, exclusive_total, host_ints, host_reductions, nonzero_index,
-                      prefix_sum, row_numbers, run_starts, runs, scatter_equal, take_columns, take_values)
+                      pair_key, prefix_sum, row_numbers, run_starts, runs, scatter_equal, take_columns, take_values)
 from .plan import REFINE_ROUNDS, Link, QueryPlan, Step, refine_cost
 from .stream import degree_index, neighbour_lists, segments_of, segments_spanning
 
@@ -420,7 +420,7 @@ class Engine:
             d0deg = self._degrees(step.links[0], t.d0)          # a gather
         else:
             d0deg = xp.zeros(int(t.d0.size), dtype=xp.int64)
-            row_d = t.row_tuple if t.tuple_d is None else t.tuple_d[t.row_tuple]
+            row_d = t.row_tuple if t.tuple_d is None else take_values(xp, t.tuple_d, t.row_tuple)
             scatter_equal(xp, d0deg, row_d, deg)  # rows carry |N(v'_i, l0)| already
         first = self._gather(step.links[0], t.d0, t.tuple_d, d0deg, step)
         lists = [first]
@@ -766,7 +766,7 @@ class Engine:
         uniq, idx = distinct_index(xp, sets.evals)
         own = Step(leaf_step.vertex, leaf_step.links, [r] if r in leaf_step.conflicts else [])
         w = self._block_sizes({r: uniq, _ROW: row_numbers(xp, int(uniq.size))}, own, lim)
-        if _max(w) * entries >= _INT64_SAFE:
+        if _maxes(xp, w)[0] * entries >= _INT64_SAFE:
             return None
         sums = xp.zeros(n if rowwise else int(sets.scount.size), dtype=xp.int64)
         backend.add_at(sums, owner, take_values(xp, w, idx))          # Σ w over each row's (tuple's) set
@@ -1017,12 +1017,9 @@ def _columns_read(steps, plan=None):
     return {k.other for st in steps for k in st.links} | {c for st in steps for c in st.conflicts}
 
 
-def _max(a) -> int:
-    return int(a.max()) if a.size else 0
-
-
 def _maxes(xp, *arrays) -> list:
-    """:func:`_max` of each of the int64 ``arrays``, where the backend computes, read in one transfer."""
+    """The max of each of the int64 ``arrays`` (0 where empty), where the backend computes, read in
+    one transfer."""
     return host_reductions(xp, *[("max", a) for a in arrays])
 
 
@@ -1055,7 +1052,7 @@ def _group_matches(backend, group, sizes):
     if len(group.terms) == 1 and group.terms[0][0] == 1 and len(group.terms[0][1]) == 1:
         return sizes[group.terms[0][1][0]]            # one leaf
     # Each term is at most (largest size)^|leaves| in magnitude and the |μ| sum to |leaves|!.
-    bound = max(_max(x) for x in sizes) ** len(group.leaves) * math.factorial(len(group.leaves))
+    bound = max(_maxes(backend.xp, *sizes)) ** len(group.leaves) * math.factorial(len(group.leaves))
     if bound >= _INT64_SAFE:
         sizes = [backend.to_host(x).astype(object) for x in sizes]      # Python integers
     total = 0
@@ -1111,9 +1108,13 @@ def _distinct_tuples(xp, backend, cols):
     if n == 0:
         return xp.zeros(0, xp.int64), [c[:0] for c in cols]
     key = None
-    if len(cols) <= 2:
-        key = cols[0] if len(cols) == 1 else (cols[0].astype(xp.int64) << 32) | cols[1].astype(xp.int64)
+    if len(cols) == 1:
+        key = cols[0]
         if n < 2 or bool((key[1:] >= key[:-1]).all()):
+            return _tuples_of_sorted(xp, cols, None, key)
+    elif len(cols) == 2:
+        key, ascending = pair_key(xp, cols[0], cols[1])
+        if ascending:
             return _tuples_of_sorted(xp, cols, None, key)
     if len(cols) == 1:
         uniq, rank = distinct_index(xp, cols[0])

@@ -171,25 +171,41 @@ DISTINCT_DENSE_RANGE = 1 << 24
 
 
 def distinct_dense(values, lo, r):
-    """``distinct_index`` of int32 ``values`` within [lo, lo + r): a bit a value (``mark_bits``:
+    """``distinct_index`` of int32 or int64 ``values`` within [lo, lo + r): a bit a value (``mark_bits``:
     an element sets its bit only where it reads unset, where a plain scatter serialises on a
     hub's repeats), the words' set bits counted and scanned, one host read of their number, and
     one kernel writing the distinct values and each element's index among them
     (``distinct_of_bits``). The bits and their words' ranks take r/8 and r/4 bytes, where a
     byte and a rank a value took 9r."""
     values = cp.ascontiguousarray(values)
+    wide = values.dtype == cp.int64
     n = int(values.size)
     words = (r + 31) // 32
     bits = cp.zeros(words, dtype=cp.uint32)
-    kernels.kernel("mark_bits")(_grid(n), (_BLOCK,), (values, n, lo, bits))
+    (kernels.kernel("mark_bits_i64") if wide else kernels.kernel("mark_bits"))(_grid(n), (_BLOCK,),
+                                                                               (values, n, lo, bits))
     counts = cp.empty(words, cp.int64)
     kernels.kernel("word_counts")(_grid(words), (_BLOCK,), (bits, words, 32 * words, counts))
     wend, distinct = scan_total(counts)
-    uniq = cp.empty(distinct, cp.int32)
+    uniq = cp.empty(distinct, values.dtype)
     idx = cp.empty(n, cp.int64)
-    kernels.kernel("distinct_of_bits")(_grid(max(n, words)), (_BLOCK,),
-                                       (bits, wend, words, lo, values, n, uniq, idx))
+    (kernels.kernel("distinct_of_bits_i64") if wide else kernels.kernel("distinct_of_bits"))(
+        _grid(max(n, words)), (_BLOCK,), (bits, wend, words, lo, values, n, uniq, idx))
     return uniq, idx
+
+
+def pair_key(c0, c1):
+    """(``c0.astype(int64) << 32 | c1.astype(int64)`` of two int32 columns, whether those keys
+    ascend) (reference: backend.pair_key): one ``pair_key`` launch writing the keys and, into a
+    result slot, whether any descends, and the slot's read."""
+    n = int(c0.size)
+    key = cp.empty(n, cp.int64)
+    host, ptr = result_slots(1)
+    host[0] = 0                     # the kernel only ever writes 1
+    if n:
+        kernels.kernel("pair_key")(_grid(n), (_BLOCK,), (cp.ascontiguousarray(c0), cp.ascontiguousarray(c1), n,
+                                                         key, ptr))
+    return key, read_results(host)[0] == 0
 
 
 def scatter_equal(out, idx, values):
@@ -1101,13 +1117,18 @@ class GpuBackend:
 
     # -- kernels for the hot steps ------------------------------------------------------
     def pcsr_lookup(self, groups, v):
+        """(start, end) of each vertex's list in a segment's ci (reference: pcsr.lookup): the
+        ``pcsr_lookup`` kernel writes both for every vertex, in one allocation (zeros, with no
+        launch, where the segment has no group)."""
         n = int(v.size)
-        start = cp.zeros(n, cp.int64)
-        end = cp.zeros(n, cp.int64)
-        if n and groups.shape[0]:
-            kernels.kernel("pcsr_lookup")(_grid(n * 32), (_BLOCK,),
-                                          (groups, groups.shape[0], groups.shape[1],
-                                           v.astype(cp.int32, copy=False), n, start, end))
+        if not (n and groups.shape[0]):
+            se = cp.zeros(2 * n, cp.int64)
+            return se[:n], se[n:]
+        se = cp.empty(2 * n, cp.int64)
+        start, end = se[:n], se[n:]
+        kernels.kernel("pcsr_lookup")(_grid(n * 32), (_BLOCK,),
+                                      (groups, groups.shape[0], groups.shape[1],
+                                       cp.ascontiguousarray(v.astype(cp.int32, copy=False)), n, start, end))
         return start, end
 
     def gather_segment(self, groups, ci, verts, cbits, start, fill, gba):

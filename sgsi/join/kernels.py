@@ -1570,12 +1570,24 @@ __device__ __forceinline__ bool claim_bit(unsigned int* bits, unsigned int j) {
 
 // Bit v[i] - lo of ``bits`` set for every i (reference: the CPU's mark[v - lo] = True in
 // sgsi.join.backend.distinct_index), an atomicOr only where the bit reads unset.
-extern "C" __global__ void mark_bits(const int* __restrict__ v, long long n, int lo, unsigned int* __restrict__ bits) {
+template <typename T>
+__device__ __forceinline__ void mark_bits_of(const T* __restrict__ v, long long n, long long lo,
+                                             unsigned int* __restrict__ bits) {
     long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
-    int k = v[i];
+    T k = v[i];
     if (i > 0 && v[i - 1] == k) return;
     claim_bit(bits, (unsigned int)(k - lo));
+}
+
+extern "C" __global__ void mark_bits(const int* __restrict__ v, long long n, long long lo,
+                                     unsigned int* __restrict__ bits) {
+    mark_bits_of(v, n, lo, bits);
+}
+
+extern "C" __global__ void mark_bits_i64(const long long* __restrict__ v, long long n, long long lo,
+                                         unsigned int* __restrict__ bits) {
+    mark_bits_of(v, n, lo, bits);
 }
 
 // The distinct values of v and each element's index among them, from the bits of the values
@@ -1583,15 +1595,17 @@ extern "C" __global__ void mark_bits(const int* __restrict__ v, long long n, int
 // wend (reference: the CPU's sgsi.join.backend.distinct_index): thread w < words writes the
 // values of its word's bits from uniq[wend[w] - popc(word)]; thread i < n writes to idx[i] the
 // rank of v[i]'s bit.
-extern "C" __global__ void distinct_of_bits(const unsigned int* __restrict__ bits, const long long* __restrict__ wend,
-                                            long long words, int lo, const int* __restrict__ v, long long n,
-                                            int* __restrict__ uniq, long long* __restrict__ idx) {
+template <typename T>
+__device__ __forceinline__ void distinct_of_bits_of(const unsigned int* __restrict__ bits,
+                                                    const long long* __restrict__ wend, long long words, long long lo,
+                                                    const T* __restrict__ v, long long n, T* __restrict__ uniq,
+                                                    long long* __restrict__ idx) {
     long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < words) {
         unsigned int m = bits[i];
         long long at = wend[i] - __popc(m);
         while (m) {
-            uniq[at++] = (int)(lo + (i << 5) + __ffs(m) - 1);
+            uniq[at++] = (T)(lo + (i << 5) + __ffs(m) - 1);
             m &= m - 1;
         }
     }
@@ -1600,6 +1614,32 @@ extern "C" __global__ void distinct_of_bits(const unsigned int* __restrict__ bit
         unsigned int m = bits[w];
         idx[i] = wend[w] - __popc(m) + __popc(m & ((1u << (j & 31)) - 1u));
     }
+}
+
+extern "C" __global__ void distinct_of_bits(const unsigned int* __restrict__ bits, const long long* __restrict__ wend,
+                                            long long words, long long lo, const int* __restrict__ v, long long n,
+                                            int* __restrict__ uniq, long long* __restrict__ idx) {
+    distinct_of_bits_of(bits, wend, words, lo, v, n, uniq, idx);
+}
+
+extern "C" __global__ void distinct_of_bits_i64(const unsigned int* __restrict__ bits,
+                                                const long long* __restrict__ wend, long long words, long long lo,
+                                                const long long* __restrict__ v, long long n,
+                                                long long* __restrict__ uniq, long long* __restrict__ idx) {
+    distinct_of_bits_of(bits, wend, words, lo, v, n, uniq, idx);
+}
+
+// key[i] = c0[i] << 32 | c1[i] of two int32 columns (reference: _distinct_tuples' key of two
+// columns), and *descents = 1 where a key is less than the one before it (any thread that finds
+// one writes it: a plain store of one value; the host zeroes it first). Where CuPy took two casts,
+// a shift, an OR, a comparison and an all-reduction.
+extern "C" __global__ void pair_key(const int* __restrict__ c0, const int* __restrict__ c1, long long n,
+                                    long long* __restrict__ key, long long* descents) {
+    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    long long k = ((long long)c0[i] << 32) | (long long)c1[i];
+    key[i] = k;
+    if (i > 0 && k < (((long long)c0[i - 1] << 32) | (long long)c1[i - 1])) *descents = 1;
 }
 
 // out[0] += the sum of deg over the distinct values of col in [lo, lo + 32 * words), rows with
