@@ -135,3 +135,31 @@ def test_exclusive_total_and_take_values_on_the_cpu():
         assert np.array_equal(take_values(np, a, idx), a[idx])
         got = take_values(np, a, idx, np.int64)
         assert got.dtype == np.int64 and np.array_equal(got, a[idx])
+
+
+def test_cpu_backend_keeps_derived_arrays_within_its_share_of_the_budget():
+    """CpuBackend.derived makes an array once and keeps it (read only) for the queries after, the
+    least recently used first out past 1/DERIVED_CACHE_SHARE of the memory budget; an array larger
+    than that share is made every time. Counts on a store are the same with the degree masks kept."""
+    from sgsi.join import backend as backend_mod
+    be = CpuBackend("16KB")                             # keeps 2 KB of derived arrays
+    assert be._derived_limit == 16384 // backend_mod.DERIVED_CACHE_SHARE == 2048
+    made = []
+
+    def maker(key, nbytes):
+        def make():
+            made.append(key)
+            return np.full(nbytes, len(made), np.uint8)
+        return make
+    a = be.derived("a", maker("a", 800))
+    assert be.derived("a", maker("a", 800)) is a and made == ["a"]
+    with pytest.raises(ValueError):
+        a[0] = 7                                        # shared: read only
+    be.derived("b", maker("b", 800))
+    be.derived("a", maker("a", 800))                    # a used last: b goes first
+    be.derived("c", maker("c", 800))
+    assert made == ["a", "b", "c"] and list(be._derived) == ["a", "c"] and be._derived_bytes == 1600
+    be.derived("b", maker("b", 800))
+    assert made[-1] == "b" and list(be._derived) == ["c", "b"]
+    big = be.derived("big", maker("big", 5000))         # past the share: not kept
+    assert be.derived("big", maker("big", 5000)) is not big and made.count("big") == 2

@@ -33,7 +33,7 @@ WATCHED = [
     ("sgsi.graph", "Graph._give_back"), ("sgsi.pattern", "load_pattern"), ("sgsi.budget", "resolve_budget"),
     ("sgsi.join.plan", "make_plan"), ("sgsi.join.plan", "_filtered_sets"), ("sgsi.join.plan", "_candidates"), ("sgsi.join.plan", "_order"),
     ("sgsi.join.plan", "_factored_vertices"), ("sgsi.join.plan", "_step"), ("sgsi.join.plan", "_leaf_group"),
-    ("sgsi.join.plan", "_dense_cost_jobs"),
+    ("sgsi.join.plan", "_dense_cost_jobs"), ("sgsi.join.plan", "_degree_mask"),
     ("sgsi.join.engine", "Engine.__init__"), ("sgsi.join.engine", "Engine._run"),
     ("sgsi.join.engine", "Engine._roots"), ("sgsi.join.engine", "Engine._step"),
     ("sgsi.join.engine", "Engine._pieces_with_sets"), ("sgsi.join.engine", "Engine._pieces"),
