@@ -792,6 +792,18 @@ def test_scan_and_flatnonzero_match_numpy(n):
     assert np.array_equal(np.flatnonzero(mask[1::3]), cp.asnumpy(flatnonzero(cp.asarray(mask)[1::3])))
 
 
+def test_launch_refuses_more_arguments_than_its_slots():
+    """kernels.Launch writes a launch's arguments into _SLOTS slots: a launch of more is refused
+    with a clear error (no kernel takes that many), and one within them runs."""
+    import cupy as cp
+    from sgsi.join import kernels
+    out = cp.zeros(5, cp.int64)
+    with pytest.raises(ValueError, match="at most 64"):
+        kernels.kernel("iota_i64")((1,), (32,), (5, out) + (0,) * (kernels._SLOTS - 1))
+    kernels.kernel("iota_i64")((1,), (32,), (5, out))
+    assert cp.asnumpy(out).tolist() == [0, 1, 2, 3, 4]
+
+
 @pytest.mark.parametrize("n", [0, 1, 33, 5000, 300000])
 def test_take_matches_numpy(n):
     """gpu.take (and backend.take_values on the GPU) gives np.take's values and dtype: 4- and

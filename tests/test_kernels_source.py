@@ -87,3 +87,12 @@ def test_kernel_parameters_are_pointers_or_integers():
     bad = [(name, p) for name, p in params if "*" not in p and not value.match(p)]
     assert bad == []
     assert not value.match("float x") and not value.match("double y") and value.match("long long n")
+
+
+def test_every_kernel_fits_the_launch_slots():
+    """kernels.Launch has ``_SLOTS`` 8-byte slots a thread and refuses a launch of more arguments:
+    no kernel of the source has more parameters than that."""
+    counts = {}
+    for name, _p in _parameters():
+        counts[name] = counts.get(name, 0) + 1
+    assert len(counts) > 30 and max(counts.values()) <= kernels._SLOTS

@@ -1919,11 +1919,8 @@ def kernel(name):
     return fn
 
 
-#: Parameter slots of a thread's (8 bytes each, :class:`Launch`).
+#: Parameter slots of a thread's (8 bytes each, :class:`Launch`): the most arguments a launch takes.
 _SLOTS = 64
-#: A launch of more arguments than this goes through CuPy (0: every launch with arguments does, to
-#: compare the two ways, bench/scratch/consts_probe.py).
-MAX_PARAMS = _SLOTS
 
 _U64 = (1 << 64) - 1
 
@@ -1950,8 +1947,8 @@ class Launch:
         self._ptrs = {}                     # device id -> CUfunction
 
     def __call__(self, grid, block, args, shared_mem=0):
-        if len(args) > MAX_PARAMS:
-            return self.raw(grid, block, args, shared_mem=shared_mem)
+        if len(args) > _SLOTS:
+            raise ValueError(f"a launch of {len(args)} arguments: kernels.Launch takes at most {_SLOTS}")
         cp = _cupy
         dev = cp.cuda.runtime.getDevice()
         fn = self._ptrs.get(dev)
