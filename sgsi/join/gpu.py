@@ -421,7 +421,7 @@ _CANDIDATE_BLOCKS_PER_SM = 8
 _CANDIDATE_TABLE = 2048
 
 #: Most arrays :func:`stack_rows` and scalars :func:`read_ints` take in one launch (the kernels'
-#: pointer arguments); more go through CuPy's stack.
+#: pointer arguments); more take more launches.
 _STACK_MAX = 8
 
 
