@@ -18,6 +18,7 @@ import threading
 
 import numpy as np
 
+from ..budget import resolve_budget
 from ..errors import SgsiError
 from ..partition import pcsr, signatures
 from .stream import segments_of
@@ -69,7 +70,6 @@ class CpuBackend:
     early_refine_cost = False
 
     def __init__(self, memory_budget=None):
-        from ..budget import resolve_budget
         self.stats = {"segments": 0, "segment_bytes": 0}
         tune_allocator()
         # Arrays derived from the store alone (degree masks), kept between queries as the GPU
