@@ -797,6 +797,11 @@ class GpuBackend:
             out.append(dev)
         return out
 
+    def vertex_labels(self, store, seg):
+        """The labels of vertex segment ``seg`` as :meth:`candidate_bits` takes them: the device
+        copy of the label array (the kernel's threads test their vertex's label first)."""
+        return self.store_arrays([(store.path, "labels", seg)], lambda: [store.vertex_labels(seg)])[0]
+
     def derived(self, key, make):
         """An array computed on the device from the store alone (a degree mask), kept in the device
         LRU cache between queries under ``key``: ``make()`` runs only when it is missing."""

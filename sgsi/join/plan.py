@@ -368,8 +368,7 @@ def _filter_args(store, backend, vlabel, inc, injective):
     specs = [_query_signature(store, u, vlabel, inc, injective) for u in range(len(vlabel))]
     parts = []
     for start, count, seg in store.vertex_segments():
-        labels = (backend.store_arrays([(store.path, "labels", seg)], lambda: [store.vertex_labels(seg)])[0]
-                  if any(lab is not None for _q, lab, _need in specs) else None)
+        labels = backend.vertex_labels(store, seg) if any(lab is not None for _q, lab, _need in specs) else None
         words = {}                      # bucket -> its columns, read where a query word asks for them
         tests = []
         for qsig, lab, _need in specs:

@@ -1,0 +1,168 @@
+"""The CPU backend's own helpers: prefix sums and takes, the derived-array cache, the label
+index and the label-first candidate filter (the GPU's kernels are checked against the same in
+tests/test_gpu.py)."""
+
+import numpy as np
+import pytest
+
+from sgsi.join import backend as backend_mod
+from sgsi.join.backend import CpuBackend, LabelIndex, bits_of_ids
+
+
+def test_exclusive_total_and_take_values_on_the_cpu():
+    """backend.exclusive_total: the exclusive prefix sum (int64) and the sum as a Python int, of
+    int32, int64 and bool arrays, empty ones included; take_values is np.take (negative indices
+    count from the end). The GPU's are checked against the same in tests/test_gpu.py."""
+    from sgsi.join.backend import exclusive_total, take_values
+    rng = np.random.default_rng(5)
+    for n in (0, 1, 17, 1000):
+        for x in (rng.integers(0, 1 << 40, n), rng.integers(0, 9, n).astype(np.int32), rng.random(n) < 0.5):
+            got, total = exclusive_total(np, x)
+            assert got.dtype == np.int64 and np.array_equal(got, np.cumsum(x, dtype=np.int64) - x)
+            assert type(total) is int and total == int(np.sum(x, dtype=np.int64))
+        a = rng.integers(-50, 50, 64).astype(np.int32)
+        idx = rng.integers(-64, 64, n)
+        assert np.array_equal(take_values(np, a, idx), a[idx])
+        got = take_values(np, a, idx, np.int64)
+        assert got.dtype == np.int64 and np.array_equal(got, a[idx])
+
+
+def test_cpu_backend_keeps_derived_arrays_within_its_share_of_the_budget():
+    """CpuBackend.derived makes an array once and keeps it (read only) for the queries after, the
+    least recently used first out past 1/DERIVED_CACHE_SHARE of the memory budget; an array larger
+    than that share is made every time. Counts on a store are the same with the degree masks kept."""
+    be = CpuBackend("16KB")                             # keeps 2 KB of derived arrays
+    assert be._derived_limit == 16384 // backend_mod.DERIVED_CACHE_SHARE == 2048
+    made = []
+
+    def maker(key, nbytes):
+        def make():
+            made.append(key)
+            return np.full(nbytes, len(made), np.uint8)
+        return make
+    a = be.derived("a", maker("a", 800))
+    assert be.derived("a", maker("a", 800)) is a and made == ["a"]
+    with pytest.raises(ValueError):
+        a[0] = 7                                        # shared: read only
+    be.derived("b", maker("b", 800))
+    be.derived("a", maker("a", 800))                    # a used last: b goes first
+    be.derived("c", maker("c", 800))
+    assert made == ["a", "b", "c"] and list(be._derived) == ["a", "c"] and be._derived_bytes == 1600
+    be.derived("b", maker("b", 800))
+    assert made[-1] == "b" and list(be._derived) == ["c", "b"]
+    big = be.derived("big", maker("big", 5000))         # past the share: not kept
+    assert be.derived("big", maker("big", 5000)) is not big and made.count("big") == 2
+
+
+def test_label_index_members_are_each_labels_vertices_in_order():
+    """LabelIndex.members(k) is np.flatnonzero(labels == k) (as int32) for every label, -1 (no
+    label) and labels absent or out of range included; the index is read only."""
+    rng = np.random.default_rng(3)
+    for n, top in ((0, 1), (1, 1), (500, 5), (5000, 300), (3000, 70000)):
+        labels = rng.integers(-1, top, n).astype(np.int32)
+        idx = LabelIndex(labels)
+        for k in list(range(-1, min(top, 400) + 2)) + [-5, 1 << 20]:
+            got = idx.members(k)
+            assert got.dtype == np.int32 and np.array_equal(got, np.flatnonzero(labels == k))
+        assert idx.nbytes == idx.order.nbytes + idx.starts.nbytes
+        with pytest.raises(ValueError):
+            idx.order[:1] = 0
+
+
+@pytest.mark.parametrize("n", [0, 1, 31, 32, 33, 1000, 4097])
+def test_bits_of_ids_packs_sorted_ids(n):
+    """bits_of_ids gives the words of np.packbits over a mask of the ids, few ids (OR-ed words)
+    and many (a packed mask) alike."""
+    rng = np.random.default_rng(n)
+    for share in (0.0, 0.01, 0.05, 0.5, 1.0):
+        ids = np.flatnonzero(rng.random(n) < share)
+        mask = np.zeros(n + (-n) % 32, dtype=bool)
+        mask[ids] = True
+        want = np.packbits(mask, bitorder="little").view(np.uint32)
+        for dtype in (np.int32, np.int64):
+            got = bits_of_ids(ids.astype(dtype), n)
+            assert got.dtype == np.uint32 and np.array_equal(got, want)
+
+
+def test_popcount_with_and_without_bitwise_count(monkeypatch):
+    """CpuBackend.popcount counts set bits by NumPy 2's bitwise_count, or by a byte table where
+    NumPy has none."""
+    bits = np.random.default_rng(2).integers(0, 1 << 32, 1001, dtype=np.uint64).astype(np.uint32)
+    want = int(np.unpackbits(bits.view(np.uint8)).sum())
+    assert CpuBackend().popcount(bits) == want
+    monkeypatch.setattr(backend_mod, "_bitwise_count", None)
+    assert CpuBackend().popcount(bits) == want
+
+
+def _dense_candidates(n, parts, ands):
+    """candidate_bits' reference: every vertex's label, words and degree tests, as bool arrays."""
+    out = []
+    for i, masks in enumerate(ands):
+        mask = np.ones(n, dtype=bool)
+        for start, count, tests in parts:
+            labels, label, pairs = tests[i]
+            part = mask[start:start + count]
+            if labels is not None:
+                part &= labels == label
+            for col, q in pairs:
+                part &= (col & np.uint32(q)) == np.uint32(q)
+        for m in masks:
+            mask &= m
+        out.append(mask)
+    return out
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_label_first_candidate_bits_match_every_vertex_tested(seed):
+    """CpuBackend.candidate_bits (the label's vertices only, test after test) against every
+    vertex's label, words and degree tests: over three vertex segments, the labels given as
+    arrays and as LabelIndexes, pattern vertices with no label, no words and no degree tests."""
+    rng = np.random.default_rng(seed)
+    n, sizes = 3000, (1000, 1000, 1000)
+    starts = np.cumsum((0,) + sizes[:-1])
+    labels = rng.integers(-1, 6, n).astype(np.int32)
+    cols = [rng.integers(0, 1 << 32, n, dtype=np.uint64).astype(np.uint32) | np.uint32(rng.integers(0, 1 << 32))
+            for _ in range(4)]
+    degree = [rng.random(n) < p for p in (0.9, 0.5, 0.99)]
+    specs = []          # (label or None, [(column, query word)], degree masks)
+    for u in range(9):
+        label = None if u % 4 == 3 else int(rng.integers(-1, 7))
+        pairs = [(int(c), int(rng.integers(0, 1 << 32)) & int(rng.integers(0, 1 << 32)) & int(rng.integers(0, 1 << 32)))
+                 for c in rng.choice(4, int(rng.integers(0, 4)), replace=False)]
+        specs.append((label, pairs, [degree[k] for k in rng.choice(3, int(rng.integers(0, 3)), replace=False)]))
+    ands = [m for _l, _p, m in specs]
+
+    def parts(indexed):
+        out = []
+        for s, c in zip(starts, sizes):
+            seg = labels[s:s + c]
+            tests = [((LabelIndex(seg) if indexed else seg) if lab is not None else None, lab,
+                      [(cols[k][s:s + c], q) for k, q in pairs]) for lab, pairs, _m in specs]
+            out.append((int(s), c, tests))
+        return out
+    want = _dense_candidates(n, parts(False), ands)
+    be = CpuBackend()
+    for indexed in (False, True):
+        got = be.candidate_bits(n, parts(indexed), ands)
+        for g, w in zip(got, want):
+            assert np.array_equal(be.bits_to_ids(g, n), np.flatnonzero(w))
+    assert any(w.any() for w in want) and not all(w.all() for w in want)
+
+
+def test_cpu_vertex_labels_index_kept_where_it_fits():
+    """CpuBackend.vertex_labels gives a segment's LabelIndex, made once and kept; where the index
+    would not fit the derived arrays' share of the budget, the label array itself."""
+    class Store:
+        path = "s"
+        reads = 0
+
+        def vertex_labels(self, seg):
+            Store.reads += 1
+            return np.arange(1000, dtype=np.int32) % 7 - 1
+    be = CpuBackend("1MB")
+    a = be.vertex_labels(Store(), 0)
+    assert isinstance(a, LabelIndex) and be.vertex_labels(Store(), 0) is a
+    assert np.array_equal(a.members(2), np.flatnonzero(np.arange(1000) % 7 == 3))
+    small = CpuBackend("16KB")                  # 2 KB for derived arrays: the index takes 4 KB
+    got = small.vertex_labels(Store(), 0)
+    assert isinstance(got, np.ndarray) and got.size == 1000 and not small._derived
