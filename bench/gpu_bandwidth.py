@@ -120,8 +120,7 @@ def segment_streaming(args, budget, any_label, mode):
     for run in range(args.runs + 1):
         key, backend = g._take_backend("gpu", budget)
         backend._cache.clear()
-        backend._cache_bytes = 0
-        backend._cache_limit = 0                      # every segment is copied, every time
+        backend._cache.limit = 0                      # every segment is copied, every time
         g._give_back(key, backend)
         t = time.perf_counter()
         n = g.count(pattern, device="gpu", memory_budget=budget)

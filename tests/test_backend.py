@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from sgsi.join import backend as backend_mod
-from sgsi.join.backend import CpuBackend, LabelIndex, bits_of_ids
+from sgsi.join.backend import CpuBackend, LabelIndex, LruCache, bits_of_ids
 
 
 def test_exclusive_total_and_take_values_on_the_cpu():
@@ -32,7 +32,7 @@ def test_cpu_backend_keeps_derived_arrays_within_its_share_of_the_budget():
     least recently used first out past 1/DERIVED_CACHE_SHARE of the memory budget; an array larger
     than that share is made every time. Counts on a store are the same with the degree masks kept."""
     be = CpuBackend("16KB")                             # keeps 2 KB of derived arrays
-    assert be._derived_limit == 16384 // backend_mod.DERIVED_CACHE_SHARE == 2048
+    assert be._derived.limit == 16384 // backend_mod.DERIVED_CACHE_SHARE == 2048
     made = []
 
     def maker(key, nbytes):
@@ -47,9 +47,9 @@ def test_cpu_backend_keeps_derived_arrays_within_its_share_of_the_budget():
     be.derived("b", maker("b", 800))
     be.derived("a", maker("a", 800))                    # a used last: b goes first
     be.derived("c", maker("c", 800))
-    assert made == ["a", "b", "c"] and list(be._derived) == ["a", "c"] and be._derived_bytes == 1600
+    assert made == ["a", "b", "c"] and be._derived.keys() == ["a", "c"] and be._derived.bytes == 1600
     be.derived("b", maker("b", 800))
-    assert made[-1] == "b" and list(be._derived) == ["c", "b"]
+    assert made[-1] == "b" and be._derived.keys() == ["c", "b"]
     big = be.derived("big", maker("big", 5000))         # past the share: not kept
     assert be.derived("big", maker("big", 5000)) is not big and made.count("big") == 2
 
@@ -165,4 +165,18 @@ def test_cpu_vertex_labels_index_kept_where_it_fits():
     assert np.array_equal(a.members(2), np.flatnonzero(np.arange(1000) % 7 == 3))
     small = CpuBackend("16KB")                  # 2 KB for derived arrays: the index takes 4 KB
     got = small.vertex_labels(Store(), 0)
-    assert isinstance(got, np.ndarray) and got.size == 1000 and not small._derived
+    assert isinstance(got, np.ndarray) and got.size == 1000 and not small._derived.keys()
+
+
+def test_lru_cache_keeps_values_within_its_limit():
+    """LruCache: a value put again replaces the old one (its bytes counted once), the least
+    recently used (got or put) goes first past the limit, one larger than the limit is not kept,
+    clear empties it."""
+    c = LruCache(100)
+    assert c.put("a", 1, 40) and c.put("b", 2, 40) and c.get("a") == 1
+    assert c.put("b", 3, 50) and c.bytes == 90 and c.keys() == ["a", "b"] and c.get("b") == 3
+    assert c.put("c", 4, 30)                    # 120 bytes: a, the least recently used, goes
+    assert c.keys() == ["b", "c"] and c.bytes == 80 and c.get("a") is None and "a" not in c
+    assert not c.put("d", 5, 101) and "d" not in c and c.bytes == 80
+    c.clear()
+    assert c.keys() == [] and c.bytes == 0

@@ -56,6 +56,51 @@ def tune_allocator():
 DERIVED_CACHE_SHARE = 8
 
 
+class LruCache:
+    """Values kept under keys within ``limit`` bytes, the least recently used first out: the
+    CPU backend's derived arrays, the GPU backend's device copies of the store. A value larger
+    than the limit is not kept."""
+
+    def __init__(self, limit):
+        self.limit = int(limit)
+        self.bytes = 0
+        self._items = collections.OrderedDict()        # key -> (value, bytes)
+
+    def __contains__(self, key):
+        return key in self._items
+
+    def keys(self):
+        """The keys, least recently used first."""
+        return list(self._items)
+
+    def get(self, key):
+        """The value kept under ``key`` (now the most recently used), or None."""
+        hit = self._items.get(key)
+        if hit is None:
+            return None
+        self._items.move_to_end(key)
+        return hit[0]
+
+    def put(self, key, value, nbytes):
+        """Keep ``value`` (``nbytes`` bytes) under ``key``, dropping the least recently used
+        values past the limit; False where it is larger than the limit (not kept)."""
+        if nbytes > self.limit:
+            return False
+        old = self._items.pop(key, None)
+        if old is not None:
+            self.bytes -= old[1]
+        self._items[key] = (value, nbytes)
+        self.bytes += nbytes
+        while self.bytes > self.limit:
+            _key, (_value, b) = self._items.popitem(last=False)
+            self.bytes -= b
+        return True
+
+    def clear(self):
+        self._items.clear()
+        self.bytes = 0
+
+
 class CpuBackend:
     """NumPy backend: segments are used in place from the memory-mapped store."""
 
@@ -74,9 +119,7 @@ class CpuBackend:
         tune_allocator()
         # Arrays derived from the store alone (degree masks), kept between queries as the GPU
         # keeps them, least recently used first out, within a share of the memory budget.
-        self._derived = collections.OrderedDict()
-        self._derived_bytes = 0
-        self._derived_limit = resolve_budget(memory_budget, "cpu") // DERIVED_CACHE_SHARE
+        self._derived = LruCache(resolve_budget(memory_budget, "cpu") // DERIVED_CACHE_SHARE)
 
     # -- moving data ---------------------------------------------------------------
     def to_device(self, a):
@@ -99,18 +142,10 @@ class CpuBackend:
         time on the CPU)."""
         hit = self._derived.get(key)
         if hit is not None:
-            self._derived.move_to_end(key)
             return hit
         array = make()
-        nbytes = int(array.nbytes)
-        if nbytes <= self._derived_limit:
-            if isinstance(array, np.ndarray):
-                array.flags.writeable = False   # shared by the queries to come: read only
-            self._derived[key] = array
-            self._derived_bytes += nbytes
-            while self._derived_bytes > self._derived_limit:
-                _key, old = self._derived.popitem(last=False)
-                self._derived_bytes -= int(old.nbytes)
+        if self._derived.put(key, array, int(array.nbytes)) and isinstance(array, np.ndarray):
+            array.flags.writeable = False       # shared by the queries to come: read only
         return array
 
     def vertex_labels(self, store, seg):
@@ -119,7 +154,7 @@ class CpuBackend:
         or the label array itself where the index would not fit the derived arrays' share of
         the budget."""
         labels = store.vertex_labels(seg)          # memory-mapped: read only where it is used
-        if LabelIndex.bytes_for(labels.size) > self._derived_limit:
+        if LabelIndex.bytes_for(labels.size) > self._derived.limit:
             return labels
         return self.derived((store.path, "label-index", seg), lambda: LabelIndex(labels))
 
@@ -551,14 +586,15 @@ class Overlaps:
 
 
 def run_starts(xp, sorted_values):
-    """Whether each value of a 1-D array starts a run of equal values (the first one does)."""
-    if xp is not np:
+    """Whether each value of a 1-D array starts a run of equal values (the first one does); on
+    the GPU one ``run_starts_*`` launch for int32 and int64 values (:func:`sgsi.join.gpu.run_starts`)."""
+    if xp is not np and sorted_values.ndim == 1 and sorted_values.dtype in (np.int32, np.int64):
         from .gpu import run_starts as gpu_run_starts
         return gpu_run_starts(sorted_values)
-    new = np.empty(sorted_values.size, dtype=bool)
+    new = xp.empty(sorted_values.size, dtype=bool)
     if new.size:
         new[0] = True
-        np.not_equal(sorted_values[1:], sorted_values[:-1], out=new[1:])
+        xp.not_equal(sorted_values[1:], sorted_values[:-1], out=new[1:])
     return new
 
 

@@ -26,7 +26,8 @@ import numpy as np
 
 from ..partition import pcsr
 from . import balance, kernels
-from .backend import Overlaps, sets_then_summary
+from .backend import LruCache, Overlaps, sets_then_summary
+from .backend import run_starts as backend_run_starts  # the kernel's, or CuPy's for other dtypes
 from .stream import degree_index, segment_ranges, spanning
 
 _BLOCK = 256
@@ -492,15 +493,9 @@ def take(a, idx, dtype=None):
 
 
 def run_starts(v):
-    """Whether each value of a 1-D array starts a run of equal values (reference:
-    backend.run_starts): one ``run_starts_*`` launch for int32 and int64 values, else CuPy."""
+    """Whether each value of a 1-D int32 or int64 array starts a run of equal values, in one
+    ``run_starts_*`` launch (reference: backend.run_starts, which takes other arrays to CuPy)."""
     n = int(v.size)
-    if v.ndim != 1 or v.dtype not in (cp.int32, cp.int64):
-        new = cp.empty(n, dtype=bool)
-        if n:
-            new[0] = True
-            cp.not_equal(v[1:], v[:-1], out=new[1:])
-        return new
     out = cp.empty(n, dtype=bool)
     if n:
         fn = kernels.kernel("run_starts_i64") if v.dtype == cp.int64 else kernels.kernel("run_starts_i32")
@@ -510,10 +505,10 @@ def run_starts(v):
 
 def runs(v):
     """(distinct values, where each run starts, where it ends) of a sorted non-empty 1-D array
-    (reference: backend.runs): the run starts (:func:`run_starts`), their positions (one read
-    for their number), their values (:func:`take`) and ends (``run_ends``), where CuPy's
+    (reference: backend.runs): the run starts (``backend.run_starts``), their positions (one
+    read for their number), their values (:func:`take`) and ends (``run_ends``), where CuPy's
     fills, comparisons, slice copies and take cost some 100 us of host time."""
-    start = flatnonzero(run_starts(v))
+    start = flatnonzero(backend_run_starts(cp, v))
     k = int(start.size)
     end = cp.empty(k, cp.int64)
     kernels.kernel("run_ends")(_grid(k), (_BLOCK,), (start, k, int(v.size), end))
@@ -741,9 +736,7 @@ class GpuBackend:
         self.copy_stream = cp.cuda.Stream(non_blocking=True)
         self._pinned = [None, None]
         self._pinned_busy = [None, None]    # the copy last issued from each pinned buffer
-        self._cache = OrderedDict()
-        self._cache_bytes = 0
-        self._cache_limit = self.budget // 2
+        self._cache = LruCache(self.budget // 2)
         self.load_balance = None        # None: follow SGSI_LOAD_BALANCE (0 = the warp way for every row)
         self._costs = None
         self._sms = None
@@ -780,7 +773,6 @@ class GpuBackend:
         """The device cache's entry for ``key`` (now the most recently used), or None."""
         hit = self._cache.get(key)
         if hit is not None:
-            self._cache.move_to_end(key)
             self.stats["cache_hits"] += 1
         return hit
 
@@ -793,7 +785,7 @@ class GpuBackend:
         for key, array in zip(keys, read()):
             dev = cp.asarray(array)
             self.stats["h2d_bytes"] += dev.nbytes
-            self._remember(key, (dev, None, dev.nbytes))
+            self._cache.put(key, (dev, None), dev.nbytes)
             out.append(dev)
         return out
 
@@ -809,14 +801,14 @@ class GpuBackend:
         if hit is not None:
             return hit[0]
         array = make()
-        self._remember(key, (array, None, array.nbytes))
+        self._cache.put(key, (array, None), array.nbytes)
         return array
 
     def dense_degrees(self, store, p):
         """|N(v, l)| of every vertex in partition ``p`` (int32, zero off the partition), built from
         its degree index batches and kept in the device cache between queries (4 bytes a vertex);
         None when it would not fit the cache (the memory budget): the batches are searched then."""
-        if 4 * store.n_vertices > self._cache_limit:
+        if 4 * store.n_vertices > self._cache.limit:
             return None
 
         def make():
@@ -826,16 +818,6 @@ class GpuBackend:
                 dense[v] = d
             return dense
         return self.derived((store.path, "dense-degrees", p.key), make)
-
-    def _remember(self, key, entry):
-        nbytes = entry[2]
-        if nbytes > self._cache_limit:
-            return
-        self._cache[key] = entry
-        self._cache_bytes += nbytes
-        while self._cache_bytes > self._cache_limit:
-            _k, (_a, _b, b) = self._cache.popitem(last=False)
-            self._cache_bytes -= b
 
     def synchronize(self):
         """Wait for the device's work and copies; the timings of the finished ones join the stats."""
@@ -947,7 +929,7 @@ class GpuBackend:
         self.stats["h2d_segment_bytes"] += dev.nbytes
         d_groups = dev[:g_bytes].view(cp.int32).reshape(shape)
         d_ci = dev[g_bytes:].view(cp.int32)
-        self._remember((store.path, "segment", seg), (d_groups, d_ci, dev.nbytes))
+        self._cache.put((store.path, "segment", seg), (d_groups, d_ci), dev.nbytes)
         return d_groups, d_ci, event
 
     def segments(self, store, seg_ids):
