@@ -151,10 +151,11 @@ class CpuBackend:
     def vertex_labels(self, store, seg):
         """The labels of vertex segment ``seg`` as :meth:`candidate_bits` takes them: here a
         :class:`LabelIndex` (each label's vertices, found by one sort and kept between queries),
-        or the label array itself where the index would not fit the derived arrays' share of
-        the budget."""
+        or the label array itself where the index would take more than a quarter of the derived
+        arrays' share of the budget (where it would push the degree masks out, and be sorted
+        again, query after query)."""
         labels = store.vertex_labels(seg)          # memory-mapped: read only where it is used
-        if LabelIndex.bytes_for(labels.size) > self._derived.limit:
+        if LabelIndex.bytes_for(labels.size) > self._derived.limit // 4:
             return labels
         return self.derived((store.path, "label-index", seg), lambda: LabelIndex(labels))
 
