@@ -249,11 +249,14 @@ def warm_up_kernels(device, per_family=2):
     return picked
 
 
-def _count_worker_main(conn, store, warm_device):
-    """Child process of :class:`CountWorker`: open the store once, then count what it is sent."""
+def _count_worker_main(conn, store, warm_device, cores=None):
+    """Child process of :class:`CountWorker`: open the store once, then count what it is sent
+    (on the CPU cores ``cores`` only, where given)."""
     import faulthandler
     import signal
     faulthandler.register(signal.SIGUSR1)     # kill -USR1 PID: stack of a long query to stderr
+    if cores:
+        os.sched_setaffinity(0, cores)
     ensure_importable()
     import sgsi
     if warm_device != "cpu":
@@ -280,8 +283,9 @@ class CountWorker:
     only after a timeout. Times are measured in the child, around
     ``Graph.count``. ``env`` is the child's environment on top of this
     process's (e.g. ``CUDA_VISIBLE_DEVICES``), from its start, restarts
-    included. The child warms up while the constructor returns; the first
-    query waits for it (:meth:`wait_ready`).
+    included. ``cores``: the CPU cores the child runs on (None: any). The
+    child warms up while the constructor returns; the first query waits for
+    it (:meth:`wait_ready`).
 
     :meth:`count` sends a query and waits for its answer; a dispatcher over
     several workers uses :meth:`submit` and :meth:`result` instead, and
@@ -289,10 +293,10 @@ class CountWorker:
     ``multiprocessing.connection.wait``.
     """
 
-    def __init__(self, store, warm_device="cpu", env=None):
+    def __init__(self, store, warm_device="cpu", env=None, cores=None):
         import multiprocessing as mp
         self._ctx = mp.get_context("spawn")
-        self._args = (store, warm_device)
+        self._args = (store, warm_device, sorted(cores) if cores else None)
         self.env = dict(env or {})
         self.submitted = None     # perf_counter() when the pending query was sent; None when none is
         self._start()

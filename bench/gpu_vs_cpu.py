@@ -81,6 +81,10 @@ def main(argv=None):
                          "(at least one count)")
     ap.add_argument("--runs", type=int, default=1,
                     help="timed runs per query and setting, on both backends alike; the best is kept")
+    ap.add_argument("--cores", type=int, nargs="*", default=None,
+                    help="CPU cores both workers run on, the same for both (default: any). On a shared VM the "
+                         "host's vCPUs differ: a light GPU count took 2.6 ms on one and 4.1 on another "
+                         "(bench/results/session35/affinity_h100.txt)")
     ap.add_argument("--gpu-device", default="gpu", help=argparse.SUPPRESS)   # "cpu": a smoke test without a GPU
     ap.add_argument("--data", default=DATA_DIR)
     ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"))
@@ -100,7 +104,7 @@ def main(argv=None):
     queries = walk_queries(gdir, args)
     # Each backend counts in a worker process of its own that opened the store once (and warmed
     # up), so that a count past its timeout can be stopped.
-    gpu, cpu = CountWorker(store, args.gpu_device), CountWorker(store, "cpu")
+    gpu, cpu = CountWorker(store, args.gpu_device, cores=args.cores), CountWorker(store, "cpu", cores=args.cores)
     balanced, warp_only = {"SGSI_LOAD_BALANCE": "1"}, {"SGSI_LOAD_BALANCE": "0"}   # SGSI+ vs SGSI
     rows = []
     try:
@@ -153,7 +157,8 @@ def main(argv=None):
     cmd = (f"python bench/gpu_vs_cpu.py {walk_options(args)} --cpu-limit {args.cpu_limit:g}"
            + (f" --cpu-timeout {args.cpu_timeout:g}" if args.cpu_timeout else "")
            + (f" --gpu-timeout {args.gpu_timeout:g}" if args.gpu_timeout else "")
-           + (f" --runs {args.runs}" if args.runs > 1 else "") + f" --warm {args.warm:g}")
+           + (f" --runs {args.runs}" if args.runs > 1 else "") + f" --warm {args.warm:g}"
+           + (f" --cores {' '.join(map(str, args.cores))}" if args.cores else ""))
     gpu_out = [r for r in rows if r.get("gpu_timeout")]
     lines = ["# GPU backend vs CPU backend (count, same store, same run)", "", machine_md(m),
              f"- graph: R-MAT {args.shape} ({labels}, Zipf), {n_edges:,} edge rows -> {n_stored:,} stored edges, "
@@ -161,7 +166,8 @@ def main(argv=None):
              "- each backend counts in a worker process of its own that opened the store once; each query is "
              f"counted untimed on the GPU until {args.warm:g} s of counting have passed (at least once: its segments "
              "are read from disk), then timed balanced and warp-only, then counted untimed on the CPU the same way "
-             "and timed" + (f"; each time is the best of {args.runs} runs" if args.runs > 1 else ""), "",
+             "and timed" + (f"; each time is the best of {args.runs} runs" if args.runs > 1 else "")
+             + (f"; both workers on CPU cores {args.cores}" if args.cores else ""), "",
              f"**Geometric mean speed-up GPU over CPU: {gm:.1f}x** over the {len(done)} queries both backends counted"]
     if len(bounded) > len(done):
         lines[-1] += (f"; **at least {_gm(bounded):.1f}x** over {len(bounded)} queries, counting the "

@@ -56,3 +56,25 @@ def test_warm_up_counts_until_its_seconds_have_passed():
     assert gpu_vs_cpu._warm(w, "(a)-->(b)", 0.35) and w.calls == 1      # at least one, however long
     w = _Worker(0.1, stop_at=2)
     assert not gpu_vs_cpu._warm(w, "(a)-->(b)", 0.35) and w.calls == 2   # a stopped count stops it
+
+
+def test_gpu_vs_cpu_pins_both_workers_to_the_cores_given(tmp_path, monkeypatch):
+    """--cores: both workers run on those CPU cores only, and the record says so."""
+    import os
+
+    import _common
+    pids = []
+    real = _common.CountWorker.count
+
+    def count(self, pattern, timeout=None, **kw):
+        got = real(self, pattern, timeout, **kw)
+        pids.append(os.sched_getaffinity(self.proc.pid))
+        return got
+
+    monkeypatch.setattr(_common.CountWorker, "count", count)
+    core = min(os.sched_getaffinity(0))
+    gpu_vs_cpu.main(["--edges", "3e4", "--sizes", "3", "--queries", "1", "--gpu-device", "cpu", "--warm", "0",
+                     "--cores", str(core), "--data", str(tmp_path / "data"), "--out", str(tmp_path / "out")])
+    assert pids and all(p == {core} for p in pids)
+    text = (tmp_path / "out" / "gpu_vs_cpu.md").read_text()
+    assert f"--cores {core}" in text and f"both workers on CPU cores [{core}]" in text
