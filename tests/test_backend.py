@@ -180,3 +180,51 @@ def test_lru_cache_keeps_values_within_its_limit():
     assert not c.put("d", 5, 101) and "d" not in c and c.bytes == 80
     c.clear()
     assert c.keys() == [] and c.bytes == 0
+
+
+def test_cpu_dense_degrees_kept_where_they_fit(tmp_path):
+    """CpuBackend.dense_degrees: every vertex's degree in a partition (the degree index's, zero
+    elsewhere), made once and kept; None where the array would take more than a quarter of the
+    derived arrays' share (the engine searches the index batches then). Counts agree both ways."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    import sgsi
+    rng = np.random.default_rng(4)
+    src, dst = rng.integers(0, 300, 3000), rng.integers(0, 300, 3000)
+    keep = src != dst
+    pq.write_table(pa.table({"src": src[keep], "dst": dst[keep],
+                             "label": np.where(src[keep] % 2 == 0, "a", "b")}), tmp_path / "e.parquet")
+    g = sgsi.build(str(tmp_path / "g.sgsi"), edges=str(tmp_path / "e.parquet"), memory_budget="16KB")
+    store = g.store
+    be = CpuBackend("64MB")
+    for lab in (store.edge_label_id("a"), store.edge_label_id("b")):
+        for direction in ("out", "in", "both"):
+            p = store.partition(lab, direction)
+            want = np.zeros(store.n_vertices, np.int64)
+            for bid in p.idx_batches:
+                v, d = store.index_batch(bid)
+                want[np.asarray(v)] = np.asarray(d)
+            got = be.dense_degrees(store, p)
+            assert got.dtype == np.int32 and np.array_equal(got, want) and want.any()
+            assert be.dense_degrees(store, p) is got
+    small = CpuBackend("16KB")                  # a quarter of its 2 KB share: 512 bytes, under 4 a vertex
+    assert 4 * store.n_vertices > 512 and small.dense_degrees(store, p) is None
+    pattern = "(x)-[:a]->(y)-[:b]->(z)<-[:a]-(x)"
+    assert g.count(pattern, device="cpu") == g.count(pattern, device="cpu", memory_budget="16KB") > 0
+    g.close()
+
+
+@pytest.mark.parametrize("n", [1, 31, 33, 4096, 100003])
+def test_bits_to_ids_sparse_and_dense(n):
+    """CpuBackend.bits_to_ids (a sparse set's nonzero words unpacked alone, a dense set's all)
+    gives the sorted int32 ids of the set bits below n, bits past n ignored."""
+    rng = np.random.default_rng(n)
+    be = CpuBackend()
+    words = (n + 31) // 32 + 1                  # a word past n, its bits set: not vertices
+    for share in (0.0, 0.0005, 0.02, 0.3, 1.0):
+        mask = rng.random(32 * words) < share
+        mask[n:] = True
+        bits = np.packbits(mask, bitorder="little").view(np.uint32)
+        got = be.bits_to_ids(bits, n)
+        assert got.dtype == np.int32 and np.array_equal(got, np.flatnonzero(mask[:n]))

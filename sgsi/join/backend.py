@@ -21,7 +21,7 @@ import numpy as np
 from ..budget import resolve_budget
 from ..errors import SgsiError
 from ..partition import pcsr, signatures
-from .stream import segments_of
+from .stream import degree_index, segments_of
 
 
 #: glibc mallopt parameters (malloc.h).
@@ -160,9 +160,20 @@ class CpuBackend:
         return self.derived((store.path, "label-index", seg), lambda: LabelIndex(labels))
 
     def dense_degrees(self, store, p):
-        """|N(v, l)| of every vertex in partition ``p`` as one array, where the backend keeps
-        one between queries (the GPU); None here: the degree index batches are searched."""
-        return None
+        """|N(v, l)| of every vertex in partition ``p`` (int32, zero off the partition), made from
+        its degree index batches and kept with the derived arrays between queries, as the GPU
+        keeps it on the device; None where it would take more than a quarter of their share (the
+        degree index batches are searched then)."""
+        if 4 * store.n_vertices > self._derived.limit // 4:
+            return None
+
+        def make():
+            dense = np.zeros(store.n_vertices, np.int32)
+            for bid in p.idx_batches:
+                v, d = degree_index(store, self, bid)
+                dense[v] = d
+            return dense
+        return self.derived((store.path, "dense-degrees", p.key), make)
 
     def measuring_memory(self):
         """Context of one query whose device memory the backend measures (none on the CPU)."""
@@ -222,7 +233,12 @@ class CpuBackend:
     def bits_to_ids(self, bits, n, count=None):
         """Sorted vertex ids (int32) whose bit is set (``count``: how many are below n, where
         the caller knows it; the GPU then reads no total)."""
-        ids = np.flatnonzero(np.unpackbits(bits.view(np.uint8), bitorder="little"))
+        words = np.flatnonzero(bits)
+        if 4 * words.size > bits.size:          # most words hold a vertex: unpack them all
+            ids = np.flatnonzero(np.unpackbits(bits.view(np.uint8), bitorder="little"))
+        else:                                   # a sparse set: unpack its words only
+            at = np.flatnonzero(np.unpackbits(np.take(bits, words).view(np.uint8), bitorder="little"))
+            ids = np.take(words, at >> 5) * 32 + (at & 31)
         return ids[ids < n].astype(np.int32)
 
     def pcsr_lookup(self, groups, v):
