@@ -116,7 +116,8 @@ def _dense_candidates(n, parts, ands):
 def test_label_first_candidate_bits_match_every_vertex_tested(seed):
     """CpuBackend.candidate_bits (the label's vertices only, test after test) against every
     vertex's label, words and degree tests: over three vertex segments, the labels given as
-    arrays and as LabelIndexes, pattern vertices with no label, no words and no degree tests."""
+    arrays and as LabelIndexes, pattern vertices with no label, no words, a query word of 0 and no
+    degree tests."""
     rng = np.random.default_rng(seed)
     n, sizes = 3000, (1000, 1000, 1000)
     starts = np.cumsum((0,) + sizes[:-1])
@@ -129,6 +130,8 @@ def test_label_first_candidate_bits_match_every_vertex_tested(seed):
         label = None if u % 4 == 3 else int(rng.integers(-1, 7))
         pairs = [(int(c), int(rng.integers(0, 1 << 32)) & int(rng.integers(0, 1 << 32)) & int(rng.integers(0, 1 << 32)))
                  for c in rng.choice(4, int(rng.integers(0, 4)), replace=False)]
+        if u == 1:
+            pairs.append((3, 0))                # a query word of 0 tests nothing
         specs.append((label, pairs, [degree[k] for k in rng.choice(3, int(rng.integers(0, 3)), replace=False)]))
     ands = [m for _l, _p, m in specs]
 

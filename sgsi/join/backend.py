@@ -117,8 +117,9 @@ class CpuBackend:
     def __init__(self, memory_budget=None):
         self.stats = {"segments": 0, "segment_bytes": 0}
         tune_allocator()
-        # Arrays derived from the store alone (degree masks), kept between queries as the GPU
-        # keeps them, least recently used first out, within a share of the memory budget.
+        # Arrays derived from the store alone (degree masks, dense degrees, label indexes), kept
+        # between queries as the GPU keeps its own, least recently used first out, within a share
+        # of the memory budget.
         self._derived = LruCache(resolve_budget(memory_budget, "cpu") // DERIVED_CACHE_SHARE)
 
     # -- moving data ---------------------------------------------------------------
@@ -135,11 +136,11 @@ class CpuBackend:
         return list(read())
 
     def derived(self, key, make):
-        """An array computed from the store alone (a degree mask, a :class:`LabelIndex`), kept
-        between queries under ``key`` while the derived arrays fit 1/``DERIVED_CACHE_SHARE`` of
-        the memory budget: ``make()`` runs only when it is missing. A degree mask took some 6 ms
-        to make on the 100M R-MAT graph, and a query a dozen or more (a fifth of a light query's
-        time on the CPU)."""
+        """An array computed from the store alone (a degree mask, a partition's dense degrees, a
+        :class:`LabelIndex`), kept between queries under ``key`` while the derived arrays fit
+        1/``DERIVED_CACHE_SHARE`` of the memory budget: ``make()`` runs only when it is missing.
+        A degree mask took some 6 ms to make on the 100M R-MAT graph, and a query a dozen or more
+        (a fifth of a light query's time on the CPU)."""
         hit = self._derived.get(key)
         if hit is not None:
             return hit
@@ -334,9 +335,12 @@ class CpuBackend:
                 labels, label, pairs = tests[i]
                 ids = (labels.members(label) if isinstance(labels, LabelIndex)
                        else np.flatnonzero(labels == label))
-                # Test by test, each on the vertices the ones before kept.
+                # Test by test, each on the vertices the ones before kept (a word covers
+                # the query word: signatures.signature_pass).
                 for col, q in pairs:
-                    ids = ids[signatures.signature_pass([np.take(col, ids)], [q], np)]
+                    if int(q):
+                        q = np.uint32(int(q))
+                        ids = ids[(np.take(col, ids) & q) == q]
                 ids = ids + start
                 for m in masks:
                     ids = ids[np.take(m, ids)]
