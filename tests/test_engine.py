@@ -574,7 +574,10 @@ def test_refine_cost_is_the_lists_refinement_reads(tmp_path):
 
     g = _two_label_graph(tmp_path)
     pattern = "(x:X)-[:a]->(y:Y), (y)-[:b]->(z), (z)<-[:a]-(x)"
-    backend = CpuBackend()
+    # 16 KB: no partition's dense degrees fit (1,200 bytes each, past a quarter of the 2 KB kept),
+    # so refine_cost searches the degree index batches.
+    backend = CpuBackend("16KB")
+    assert backend.dense_degrees(g.store, g.store.partition(g.store.edge_label_id("a"), "out")) is None
     plan = make_plan(g.store, load_pattern(pattern), backend, refine_rounds=0)
     # Brute force on the dense ids the plan's bitsets use: candidates per pattern vertex.
     cand = [set(backend.bits_to_ids(b, g.store.n_vertices).tolist()) for b in plan.candidates]
@@ -597,17 +600,12 @@ def test_refine_cost_is_the_lists_refinement_reads(tmp_path):
         want += sum(d.get(v, 0) for v in union)
     assert refine_cost(g.store, backend, plan) == want > 0
 
-    class DenseDegrees(CpuBackend):     # a backend that keeps every vertex's degree (as the GPU does)
-        def dense_degrees(self, store, p):
-            d = np.zeros(store.n_vertices, np.int32)
-            for bid in p.idx_batches:
-                v, k = store.index_batch(bid)
-                d[np.asarray(v)] = np.asarray(k)
-            return d
-    assert refine_cost(g.store, DenseDegrees(), plan) == want
+    dense = CpuBackend()                # keeps every vertex's degree (as the GPU does)
+    assert dense.dense_degrees(g.store, g.store.partition(lab["a"], "out")) is not None
+    assert refine_cost(g.store, dense, plan) == want
     assert plan.refine_cost is None                     # the CPU finds it when it is asked for
 
-    class Early(DenseDegrees):          # finds it with the candidate counts, as the GPU does
+    class Early(CpuBackend):            # finds it with the candidate counts, as the GPU does
         early_refine_cost = True
     early = make_plan(g.store, load_pattern(pattern), Early(), refine_rounds=0)
     assert early.refine_cost == want and refine_cost(g.store, Early(), early) == want

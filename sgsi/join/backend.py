@@ -149,6 +149,13 @@ class CpuBackend:
             array.flags.writeable = False       # shared by the queries to come: read only
         return array
 
+    def _may_keep(self, nbytes):
+        """Whether a derived array of ``nbytes`` that every query remakes where it is missing (a
+        label index, a partition's dense degrees) is made and kept: at most a quarter of the
+        derived arrays' share, so that it does not push the others out (to be made again, query
+        after query). Where not, the caller takes a path without it."""
+        return nbytes <= self._derived.limit // 4
+
     def vertex_labels(self, store, seg):
         """The labels of vertex segment ``seg`` as :meth:`candidate_bits` takes them: here a
         :class:`LabelIndex` (each label's vertices, found by one sort and kept between queries),
@@ -156,7 +163,7 @@ class CpuBackend:
         arrays' share of the budget (where it would push the degree masks out, and be sorted
         again, query after query)."""
         labels = store.vertex_labels(seg)          # memory-mapped: read only where it is used
-        if LabelIndex.bytes_for(labels.size) > self._derived.limit // 4:
+        if not self._may_keep(LabelIndex.bytes_for(labels.size)):
             return labels
         return self.derived((store.path, "label-index", seg), lambda: LabelIndex(labels))
 
@@ -165,7 +172,7 @@ class CpuBackend:
         its degree index batches and kept with the derived arrays between queries, as the GPU
         keeps it on the device; None where it would take more than a quarter of their share (the
         degree index batches are searched then)."""
-        if 4 * store.n_vertices > self._derived.limit // 4:
+        if not self._may_keep(4 * store.n_vertices):
             return None
 
         def make():
