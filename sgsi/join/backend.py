@@ -21,7 +21,7 @@ import numpy as np
 from ..budget import resolve_budget
 from ..errors import SgsiError
 from ..partition import pcsr, signatures
-from .stream import degree_index, segments_of
+from .stream import dense_degrees_of, segments_of
 
 
 #: glibc mallopt parameters (malloc.h).
@@ -174,14 +174,7 @@ class CpuBackend:
         degree index batches are searched then)."""
         if not self._may_keep(4 * store.n_vertices):
             return None
-
-        def make():
-            dense = np.zeros(store.n_vertices, np.int32)
-            for bid in p.idx_batches:
-                v, d = degree_index(store, self, bid)
-                dense[v] = d
-            return dense
-        return self.derived((store.path, "dense-degrees", p.key), make)
+        return dense_degrees_of(store, self, p)
 
     def measuring_memory(self):
         """Context of one query whose device memory the backend measures (none on the CPU)."""

@@ -28,7 +28,7 @@ from ..partition import pcsr
 from . import balance, kernels
 from .backend import LruCache, Overlaps, sets_then_summary
 from .backend import run_starts as backend_run_starts  # the kernel's, or CuPy's for other dtypes
-from .stream import degree_index, segment_ranges, spanning
+from .stream import dense_degrees_of, segment_ranges, spanning
 
 _BLOCK = 256
 #: Longest list of a vertex in one segment that gather_lists gives one warp; longer ones get a block.
@@ -810,14 +810,7 @@ class GpuBackend:
         None when it would not fit the cache (the memory budget): the batches are searched then."""
         if 4 * store.n_vertices > self._cache.limit:
             return None
-
-        def make():
-            dense = cp.zeros(store.n_vertices, cp.int32)
-            for bid in p.idx_batches:
-                v, d = degree_index(store, self, bid)
-                dense[v] = d
-            return dense
-        return self.derived((store.path, "dense-degrees", p.key), make)
+        return dense_degrees_of(store, self, p)
 
     def synchronize(self):
         """Wait for the device's work and copies; the timings of the finished ones join the stats."""

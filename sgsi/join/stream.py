@@ -81,3 +81,18 @@ def degree_index(store, backend, bid):
     v, d = backend.store_arrays([(store.path, "index-v", bid), (store.path, "index-d", bid)],
                                 lambda: store.index_batch(bid))
     return v, d
+
+
+def dense_degrees_of(store, backend, p):
+    """|N(v, l)| of every vertex in partition ``p`` (int32, zero off the partition), made on the
+    backend from the partition's degree index batches and kept with its derived arrays between
+    queries (``backend.derived``). The backends' ``dense_degrees`` call it where it fits."""
+    xp = backend.xp
+
+    def make():
+        dense = xp.zeros(store.n_vertices, xp.int32)
+        for bid in p.idx_batches:
+            v, d = degree_index(store, backend, bid)
+            dense[v] = d
+        return dense
+    return backend.derived((store.path, "dense-degrees", p.key), make)
