@@ -150,6 +150,27 @@ def test_label_first_candidate_bits_match_every_vertex_tested(seed):
         for g, w in zip(got, want):
             assert np.array_equal(be.bits_to_ids(g, n), np.flatnonzero(w))
     assert any(w.any() for w in want) and not all(w.all() for w in want)
+    # candidate_sets: the same sets, their sizes, and overlaps (answered from the labels where
+    # they differ) that agree with the sets themselves.
+    bits, counts, meets, cost = be.candidate_sets(n, parts(True), ands)
+    assert cost is None and counts == [int(w.sum()) for w in want]
+    for u in range(len(want)):
+        for w in range(len(want)):
+            assert meets(u, w) == bool((want[u] & want[w]).any()), (u, w)
+
+
+def test_overlaps_answer_pairs_of_different_labels_unread():
+    """Overlaps given the sets' labels: a pair of different labels shares nothing (the bitsets are
+    not read: here they would say otherwise); a pair with no label or the same label, and a
+    bitset appended past the labels, are read."""
+    ones = np.full(4, 0xFFFFFFFF, dtype=np.uint32)
+    bits = [ones, ones, ones, ones]
+    meets = backend_mod.Overlaps(np, bits, [3, 5, None, 3])
+    assert not meets(0, 1) and not meets(1, 3)
+    assert meets(0, 2) and meets(0, 3) and meets(1, 2)
+    bits.append(ones)
+    assert meets(4, 1) and meets(4, 4)
+    assert backend_mod.Overlaps(np, bits)(0, 1)          # no labels: every pair read
 
 
 def test_cpu_vertex_labels_index_kept_where_it_fits():
