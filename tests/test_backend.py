@@ -150,10 +150,11 @@ def test_label_first_candidate_bits_match_every_vertex_tested(seed):
         for g, w in zip(got, want):
             assert np.array_equal(be.bits_to_ids(g, n), np.flatnonzero(w))
     assert any(w.any() for w in want) and not all(w.all() for w in want)
-    # candidate_sets: the same sets, their sizes, and overlaps (answered from the labels where
-    # they differ) that agree with the sets themselves.
+    # candidate_sets: the same sets, their sizes, and overlaps that agree with the sets, also where
+    # the pattern vertices' labels answer them (as the planner gives them).
     bits, counts, meets, cost = be.candidate_sets(n, parts(True), ands)
     assert cost is None and counts == [int(w.sum()) for w in want]
+    meets.labels = [lab for lab, _p, _m in specs]
     for u in range(len(want)):
         for w in range(len(want)):
             assert meets(u, w) == bool((want[u] & want[w]).any()), (u, w)

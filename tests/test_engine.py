@@ -564,6 +564,37 @@ def _neighbours(store, label_id, direction):
     return out
 
 
+@pytest.mark.parametrize("rounds", [0, 2], ids=["filtered", "refined"])
+def test_planner_overlaps_know_the_vertex_labels(tmp_path, rounds, monkeypatch):
+    """make_plan gives its candidate sets' overlaps the pattern vertices' labels, on the first plan
+    and on a refined one: the CPU answers a pair of different labels without reading the sets,
+    and every answer agrees with the sets themselves."""
+    from sgsi.join import backend as backend_mod
+    from sgsi.join.plan import make_plan
+    from sgsi.pattern import load_pattern
+
+    asked = []
+    learn = backend_mod.Overlaps._learn
+
+    def spy(self, key):
+        learn(self, key)
+        asked.append((self, key))
+    monkeypatch.setattr(backend_mod.Overlaps, "_learn", spy)
+    g = _two_label_graph(tmp_path)
+    pattern = "(x:X)-[:a]->(y:Y), (y)-[:b]->(z), (z)<-[:a]-(x), (x)-[:b]->(w:X)"
+    be = CpuBackend()
+    plan = make_plan(g.store, load_pattern(pattern), be, refine_rounds=rounds, factor_leaves=True)
+    names = [v.name for v in plan.pattern.vertices]
+    want = [g.store.vertex_label_id(v.label) if v.label else None for v in plan.pattern.vertices]
+    assert asked and all(meets.labels == want for meets, _key in asked)
+    x, y = names.index("x"), names.index("y")
+    assert plan.candidate_counts[x] and plan.candidate_counts[y]
+    for meets, (a, b) in asked:
+        sets = [set(be.bits_to_ids(meets.bits[u], g.store.n_vertices).tolist()) for u in (a, b)]
+        assert meets.known[a, b] == bool(sets[0] & sets[1]), (a, b)
+    assert any(want[a] is not None and want[b] is not None and want[a] != want[b] for _m, (a, b) in asked)
+
+
 def test_refine_cost_is_the_lists_refinement_reads(tmp_path):
     """refine_cost() = Σ over the partitions a pattern uses of the degrees of its users' candidates."""
     import numpy as np

@@ -505,11 +505,8 @@ class CpuBackend:
         None: no cost), called once the filter is issued (the GPU's host work on them then
         overlaps the filter's device work). The GPU's filter finds the counts and overlaps as
         it writes the sets, and gives the cost as a function reading it (the plan's
-        ``refine_cost``). Here the overlaps know the pattern vertices' labels: two sets of
-        different labels are disjoint, and no pair of them is ANDed."""
-        bits, counts, _overlaps, cost = sets_then_summary(self, n, parts, ands, cost_jobs)
-        labels = [label if given is not None else None for given, label, _pairs in parts[0][2]] if parts else None
-        return bits, counts, Overlaps(np, bits, labels), cost
+        ``refine_cost``)."""
+        return sets_then_summary(self, n, parts, ands, cost_jobs)
 
     def counts_and_overlaps(self, bits, cost_jobs=None):
         """(:meth:`popcounts` of the candidate bitsets ``bits``, their :meth:`overlaps`): what the
@@ -595,9 +592,9 @@ class Overlaps:
     kept. Here each pair is computed when it is asked about; the GPU's computes every pair of
     the bitsets it has not seen yet in one launch and one read (:class:`sgsi.join.gpu.GpuOverlaps`).
 
-    ``labels`` (optional): the vertex label every member of ``bits[u]`` has, or None, for the
-    first bitsets; two sets whose labels differ share no vertex (a data vertex has one label),
-    and their pair is answered without reading them."""
+    ``labels`` (optional; the planner sets it to the pattern vertices' label ids): the vertex label
+    every member of ``bits[u]`` has, or None, for the first bitsets; two sets whose labels differ
+    share no vertex (a data vertex has one label), and their pair is answered without reading them."""
 
     def __init__(self, xp, bits, labels=None):
         self.xp, self.bits, self.known = xp, bits, {}

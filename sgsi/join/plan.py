@@ -177,6 +177,9 @@ def make_plan(store, pattern: Pattern, backend, injective=True, refine_rounds=RE
             cost = None
         else:
             counts, meets, cost = backend.counts_and_overlaps(bits, cost_jobs)
+    # Sets of different vertex labels share no vertex: the CPU's overlaps answer those pairs
+    # without reading the sets (the GPU's find every pair in one launch anyway).
+    meets.labels = list(vlabel)
     order = _order(store, pattern, inc, counts)
     groups, trees = _factored_vertices(pattern, meets, injective, order) if factor_leaves else ([], [])
     tail = [u for g in groups for u in g] + [u for root, kids in trees for u in [root] + [w for g in kids for w in g]]
