@@ -166,7 +166,8 @@ def test_overlaps_answer_pairs_of_different_labels_unread():
     bitset appended past the labels, are read."""
     ones = np.full(4, 0xFFFFFFFF, dtype=np.uint32)
     bits = [ones, ones, ones, ones]
-    meets = backend_mod.Overlaps(np, bits, [3, 5, None, 3])
+    meets = backend_mod.Overlaps(np, bits)
+    meets.labels = [3, 5, None, 3]                       # as the planner sets them
     assert not meets(0, 1) and not meets(1, 3)
     assert meets(0, 2) and meets(0, 3) and meets(1, 2)
     bits.append(ones)

@@ -592,13 +592,14 @@ class Overlaps:
     kept. Here each pair is computed when it is asked about; the GPU's computes every pair of
     the bitsets it has not seen yet in one launch and one read (:class:`sgsi.join.gpu.GpuOverlaps`).
 
-    ``labels`` (optional; the planner sets it to the pattern vertices' label ids): the vertex label
-    every member of ``bits[u]`` has, or None, for the first bitsets; two sets whose labels differ
-    share no vertex (a data vertex has one label), and their pair is answered without reading them."""
+    ``labels`` (empty until the planner sets it to the pattern vertices' label ids): the vertex
+    label every member of ``bits[u]`` has, or None, for the first bitsets; two sets whose labels
+    differ share no vertex (a data vertex has one label), and their pair is answered without
+    reading them."""
 
-    def __init__(self, xp, bits, labels=None):
+    def __init__(self, xp, bits):
         self.xp, self.bits, self.known = xp, bits, {}
-        self.labels = list(labels or [])
+        self.labels = []
 
     def __call__(self, u, w):
         key = (min(u, w), max(u, w))
