@@ -335,12 +335,11 @@ class CpuBackend:
                 labels, label, pairs = tests[i]
                 ids = (labels.members(label) if isinstance(labels, LabelIndex)
                        else np.flatnonzero(labels == label))
-                # Test by test, each on the vertices the ones before kept (a word covers
-                # the query word: signatures.signature_pass).
+                # Test by test, each on the vertices the ones before kept; a query word of 0
+                # tests nothing (signature_pass gives None for it).
                 for col, q in pairs:
                     if int(q):
-                        q = np.uint32(int(q))
-                        ids = ids[(np.take(col, ids) & q) == q]
+                        ids = ids[signatures.signature_pass([np.take(col, ids)], [q], np)]
                 ids = ids + start
                 for m in masks:
                     ids = ids[np.take(m, ids)]
