@@ -48,11 +48,10 @@ def _profiled(count):
     host, dev = profile_count(count)
     t0 = min(h[0] for h in host)
     t1 = max(max(h[1] for h in host), max(d[1] for d in dev))
-    waits = sum(b - a for a, b, n in host if n.startswith(_WAITS) and not n.startswith("cudaMemcpyAsync"))
+    waited = [b - a for a, b, n in host if n.startswith(_WAITS) and not n.startswith("cudaMemcpyAsync")]
     launches = sum(1 for _a, _b, n in host if n == "cuLaunchKernel")
-    syncs = sum(1 for _a, _b, n in host if n.startswith(_WAITS) and not n.startswith("cudaMemcpyAsync"))
     busy = _union([(a, b) for a, b, _n in dev])
-    return (t1 - t0) / 1e6, busy / 1e6, waits / 1e6, launches, syncs
+    return (t1 - t0) / 1e6, busy / 1e6, sum(waited) / 1e6, launches, len(waited)
 
 
 def _geomean(xs):
