@@ -118,10 +118,9 @@ def segment_streaming(args, budget, any_label, mode):
     pattern = "(a)-->(b)" if any_label else f"(a)-[:{gen.label_text(labels['values'][top])}]->(b)"
     rows = []
     for run in range(args.runs + 1):
-        key, backend = g._take_backend("gpu", budget)
-        backend._cache.clear()
-        backend._cache.limit = 0                      # every segment is copied, every time
-        g._give_back(key, backend)
+        from sgsi.join import gpu_memory
+        gpu_memory.CACHE_FRACTION = 0                 # every segment is copied, every time
+        gpu_memory.device_memory().cache.clear()
         t = time.perf_counter()
         n = g.count(pattern, device="gpu", memory_budget=budget)
         wall = time.perf_counter() - t

@@ -86,7 +86,8 @@ def best_count(g, pattern, device, runs, limit, seen):
 
 def sizes(g, pattern, device):
     """(Σ|C| unrefined, Σ|C| refined, refine_cost) of ``pattern``'s count plan."""
-    key, backend = g._take_backend(device, None)
+    backend = g._take_backend(device)
+    backend.begin(g.store)
     try:
         pat = load_pattern(pattern)
         plans = [backend.run(lambda r=r: plan_mod.make_plan(g.store, pat, backend, refine_rounds=r, factor_leaves=True))
@@ -94,7 +95,7 @@ def sizes(g, pattern, device):
         cost = backend.run(lambda: plan_mod.refine_cost(g.store, backend, plans[0]))
         return sum(plans[0].candidate_counts), sum(plans[1].candidate_counts), cost
     finally:
-        g._give_back(key, backend)
+        g._end(device, backend, False)
 
 
 def main(argv=None):

@@ -59,14 +59,12 @@ def host_memory_bytes() -> int:
         return 8 * 1024**3
 
 
-def default_budget(device: str = "cpu") -> int:
-    """The default budget: half the free GPU memory, or a quarter of RAM."""
-    if device == "gpu":
-        from .join.backend import gpu_free_memory
-        return max(MIN_BUDGET, gpu_free_memory() // 2)
+def default_budget() -> int:
+    """The host's default budget: a quarter of RAM. (A GPU's is half of what the device has for
+    sgsi: :meth:`sgsi.join.gpu_memory.DeviceMemory.default_budget`.)"""
     return max(MIN_BUDGET, host_memory_bytes() // 4)
 
 
-def resolve_budget(value, device: str = "cpu") -> int:
-    """``value`` parsed, or the default for ``device`` when it is None."""
-    return default_budget(device) if value is None else parse_size(value)
+def resolve_budget(value) -> int:
+    """``value`` parsed, or the host's default when it is None."""
+    return default_budget() if value is None else parse_size(value)

@@ -38,6 +38,12 @@ class BudgetError(SgsiError):
     """A memory budget that cannot be parsed or is too small for the work."""
 
 
+class MemoryShortage(BudgetError):
+    """A query's work outgrew the memory it may take (the GPU pool's limit, or the host's
+    memory): the query is run again on half the budget, down to the store's floor, and this
+    reaches the user only below that."""
+
+
 class Cancelled(SgsiError):
     """A query stopped on request before it finished.
 

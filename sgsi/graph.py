@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import os
 import threading
+import traceback
 
 import pyarrow as pa
 
 from . import budget as budget_mod
-from .errors import BudgetError, Cancelled, PatternError, SgsiError
+from .errors import BudgetError, Cancelled, MemoryShortage, PatternError, SgsiError
 from .join.backend import get_backend
 from .join.engine import Engine
 from .join.plan import REFINE_ROUNDS, make_plan
@@ -117,7 +118,7 @@ class Graph:
         if verify:
             self.store.verify()
         self._lock = threading.Lock()
-        self._idle = {}         # (device, memory_budget) -> a backend no query uses now
+        self._idle = {}         # device -> a backend no query uses now
         self._here = threading.local()      # the stats of this thread's last query
         self.last_stats = {}
 
@@ -137,33 +138,34 @@ class Graph:
 
     # -- backends -------------------------------------------------------------------
 
-    def _take_backend(self, device, memory_budget):
-        """A backend for one query: the idle one kept for these options, or a new one."""
-        key = (device, memory_budget)
+    def _take_backend(self, device):
+        """A backend for one query: the idle one kept for ``device``, or a new one."""
         with self._lock:
-            backend = self._idle.pop(key, None)
+            backend = self._idle.pop(device, None)
         if backend is None:
-            backend = get_backend(device, memory_budget)
+            backend = get_backend(device)
         backend.stats = dict.fromkeys(backend.stats, 0)
-        return key, backend
+        return backend
 
-    def _finished(self, backend, engine, settled=True):
+    def _end(self, device, backend, failed):
+        """The query on ``backend`` ended: what it took goes back (``backend.end``), and the
+        backend waits for the next query of this Graph (one idle backend a device)."""
+        backend.end(failed)
+        with self._lock:
+            self._idle.setdefault(device, backend)
+
+    def _publish(self, backend, engine, settled=True):
         """Publish the query's stats; ``settled``: it ended well, so the backend can wait for its
         work (the GPU's copy timings are complete then)."""
         if settled:
             backend.synchronize()
-        self.last_stats = self._here.stats = {"device": backend.name, **engine.stats, **backend.stats}
+        stats = {"device": backend.name, **(engine.stats if engine is not None else {}), **backend.stats}
+        self.last_stats = self._here.stats = stats
 
     def thread_last_stats(self) -> dict:
         """:attr:`last_stats` of the last query this thread ran (other threads' queries may have ended
         since, on a shared Graph)."""
         return dict(getattr(self._here, "stats", {}))
-
-    def _give_back(self, key, backend):
-        """Keep ``backend`` for the next query (after a query that ended well: a failed
-        one may leave the GPU backend's cache or copies half done)."""
-        with self._lock:
-            self._idle.setdefault(key, backend)
 
     def _guard(self, fn, *args, **kwargs):
         """Run ``fn``; an unexpected error is checked against the store's checksums, so a
@@ -172,27 +174,22 @@ class Graph:
             return fn(*args, **kwargs)
         except (SgsiError, RecursionError):
             raise
+        except MemoryError as e:            # the host's memory: as the GPU pool's limit
+            raise MemoryShortage(f"the query needed more host memory than there is: {e}") from None
         except Exception as e:
             damage = self.store.find_damage()
             if damage is not None:
                 raise damage from e
             raise
 
-    def _engine(self, pattern, backend, memory_budget, injective, cancel, count=False):
+    def _pattern(self, pattern):
         pat = load_pattern(pattern)
         if len(pat.vertices) > MAX_PATTERN_VERTICES:
             raise PatternError(f"the pattern has {len(pat.vertices):,} vertices; sgsi matches patterns of at most "
                                f"{MAX_PATTERN_VERTICES} vertices")
-        # The GPU backend resolved its budget when it was made (its pool's limit): the default,
-        # half the free device memory, is not asked again at each query (the pool's own cached
-        # blocks would shrink it, and the driver's answer cost some 25 us of the host's time).
-        budget = getattr(backend, "budget", None) or budget_mod.resolve_budget(memory_budget, backend.name)
-        need = 2 * self.store.max_segment_bytes
-        if need > budget:
-            raise BudgetError(f"memory budget of {budget_mod.format_size(budget)} cannot hold two segments of "
-                              f"this store ({budget_mod.format_size(need)}); use a larger budget or rebuild the "
-                              f"store with a smaller --memory-budget")
-        check = _cancel_check(cancel)
+        return pat
+
+    def _engine(self, pat, backend, budget, injective, check, count=False):
         if check is not None:
             check()
             backend = _Watched(backend, check)
@@ -202,26 +199,66 @@ class Graph:
                                                           refine_rounds=0, factor_leaves=count))
         refined = lambda: make_plan(self.store, pat, backend, injective=injective, refine_rounds=REFINE_ROUNDS,  # noqa: E731
                                     factor_leaves=count, filtered=plan.candidates)      # not filtered again
-        return pat, Engine(self.store, plan, backend, budget, replan=refined)
+        return Engine(self.store, plan, backend, budget, replan=refined)
 
-    def _prepare(self, key, backend, pattern, memory_budget, injective, cancel, count=False):
-        """:meth:`_engine`, giving the backend back when the query is refused (bad pattern, budget)."""
-        try:
-            return self._engine(pattern, backend, memory_budget, injective, cancel, count)
-        except (PatternError, BudgetError):
-            self._give_back(key, backend)
-            raise
+    def _begin(self, backend, memory_budget):
+        """The query's budget on ``backend``, at or above the store's floor."""
+        budget = backend.begin(self.store, memory_budget)
+        floor = memory_floor(self.store)
+        if budget < floor:
+            raise BudgetError(f"memory budget of {budget_mod.format_size(budget)} is below this store's floor of "
+                              f"{budget_mod.format_size(floor)} (two segments and a partial match); use a larger "
+                              f"budget or rebuild the store with a smaller --memory-budget")
+        return budget
+
+    def _halved(self, backend, budget, shortage):
+        """The budget to run a query again on after ``shortage``: half of ``budget``, where that
+        is still at or above the store's floor (else the shortage is raised as a BudgetError)."""
+        _drop_frames(shortage)              # its traceback holds the failed run's arrays
+        floor = memory_floor(self.store)
+        if budget // 2 < floor:
+            raise BudgetError(f"{shortage}, even at {budget_mod.format_size(budget)}, the least this store's "
+                              f"floor of {budget_mod.format_size(floor)} allows halving to; use a larger memory "
+                              f"budget") from None
+        backend.recover()
+        return budget // 2
 
     # -- queries --------------------------------------------------------------------
 
     def count(self, pattern, device="auto", memory_budget=None, injective=True, cancel=None) -> int:
         """Number of embeddings of ``pattern`` (every automorphic copy counted)."""
-        key, backend = self._take_backend(device, memory_budget)
-        _pat, engine = self._prepare(key, backend, pattern, memory_budget, injective, cancel, count=True)
-        with backend.measuring_memory():
-            n = self._guard(backend.run, engine.count)
-        self._finished(backend, engine)
-        self._give_back(key, backend)
+        pat = self._pattern(pattern)
+        check = _cancel_check(cancel)
+        backend = self._take_backend(device)
+        failed = True
+        try:
+            n = self._count(pat, backend, memory_budget, injective, check)
+            failed = False
+            return n
+        except BaseException as e:
+            _drop_frames(e)
+            raise
+        finally:
+            self._end(device, backend, failed)
+
+    def _count(self, pat, backend, memory_budget, injective, check):
+        """:meth:`count` on ``backend``: run again on half the budget where its work outgrew the
+        memory (``stats["budget_halved"]``), down to the store's floor."""
+        budget = self._begin(backend, memory_budget)
+        halved = 0
+        while True:
+            try:
+                engine = None
+                engine = self._engine(pat, backend, budget, injective, check, count=True)
+                with backend.measuring_memory():
+                    n = self._guard(backend.run, engine.count)
+                break
+            except MemoryShortage as e:
+                engine = None
+                budget = self._halved(backend, budget, e)
+                halved += 1
+        self._publish(backend, engine)
+        self.last_stats["budget_halved"] = self._here.stats["budget_halved"] = halved
         return n
 
     def match(self, pattern, device="auto", memory_budget=None, injective=True, limit=None,
@@ -245,49 +282,25 @@ class Graph:
         (the command line and SQL re-raise it with its type)."""
         if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
             raise SgsiError(f"limit must be a non-negative integer, got {limit!r}")
-        key, backend = self._take_backend(device, memory_budget)
-        pat, engine = self._prepare(key, backend, pattern, memory_budget, injective, cancel)
+        pat = self._pattern(pattern)
         check = _cancel_check(cancel)
-        names = pat.output_names
-        cols = pat.output_vertices
-        id_type = self.store.vertex_id_type
-        schema = pa.schema([(name, id_type) for name in names])
-
+        backend = self._take_backend(device)
+        try:
+            budget = self._begin(backend, memory_budget)
+            while True:
+                try:
+                    engine = self._engine(pat, backend, budget, injective, check)
+                    break
+                except MemoryShortage as e:
+                    budget = self._halved(backend, budget, e)
+        except BaseException as e:
+            _drop_frames(e)
+            self._end(device, backend, failed=True)
+            raise
+        schema = pa.schema([(name, self.store.vertex_id_type) for name in pat.output_names])
         failure = []
-
-        def batches():
-            left = limit
-            ok = False
-            try:
-                if left == 0 or not names:
-                    ok = True
-                    return
-                chunks = engine.chunks()
-                while True:
-                    chunk = self._guard(backend.run, next, chunks, None)
-                    if chunk is None:
-                        break
-                    if check is not None:
-                        check()
-                    n = int(next(iter(chunk.values())).size)
-                    if left is not None and n > left:
-                        chunk = {u: c[:left] for u, c in chunk.items()}
-                        n = left
-                    yield pa.record_batch([self.store.vertex_ids(chunk[u]) for u in cols], schema=schema)
-                    if left is not None:
-                        left -= n
-                        if left == 0:
-                            break
-                ok = True
-            except Exception as e:
-                failure.append(e)
-                raise
-            finally:   # also when stopped early: by the limit, or the reader closed
-                self._finished(backend, engine, settled=ok)
-                if ok:
-                    self._give_back(key, backend)
-
-        reader = pa.RecordBatchReader.from_batches(schema, batches())
+        batches = self._batches(pat, backend, engine, budget, injective, check, limit, schema, device, failure)
+        reader = pa.RecordBatchReader.from_batches(schema, batches)
         # A reader made by from_batches keeps its generator alive after close();
         # seen through the C stream interface, close() releases it at once, and
         # with it the engine and every array it holds.
@@ -295,6 +308,77 @@ class Graph:
         if from_stream is not None:
             reader = from_stream(reader)
         return reader, failure
+
+    def _batches(self, pat, backend, engine, budget, injective, check, limit, schema, device, failure):
+        """The record batches of a :meth:`match`; the query runs again on half the budget where
+        its work outgrew the memory before any batch left."""
+        cols = pat.output_vertices
+        left = limit
+        failed = True
+        sent = False
+        chunks = chunk = None
+        try:
+            if left == 0 or not cols:
+                failed = False
+                return
+            chunks = engine.chunks()
+            while True:
+                try:
+                    chunk = self._guard(backend.run, next, chunks, None)
+                except MemoryShortage as e:
+                    if sent:
+                        raise BudgetError(f"{e}; rows have been returned already, so the query cannot be run "
+                                          f"again on a smaller budget: use a larger memory budget") from None
+                    chunks = engine = None
+                    budget = self._halved(backend, budget, e)
+                    engine = self._engine(pat, backend, budget, injective, check)
+                    chunks = engine.chunks()
+                    continue
+                if chunk is None:
+                    break
+                if check is not None:
+                    check()
+                n = int(next(iter(chunk.values())).size)
+                if left is not None and n > left:
+                    chunk = {u: c[:left] for u, c in chunk.items()}
+                    n = left
+                sent = True
+                yield pa.record_batch([self.store.vertex_ids(chunk[u]) for u in cols], schema=schema)
+                if left is not None:
+                    left -= n
+                    if left == 0:
+                        break
+            failed = False
+        except BaseException as e:
+            _drop_frames(e)
+            failure.append(e)
+            raise
+        finally:   # also when stopped early: by the limit, or the reader closed
+            try:
+                self._publish(backend, engine, settled=not failed)
+            finally:        # this frame outlives the stream in the error's traceback: let its arrays go
+                chunks = chunk = engine = None
+                self._end(device, backend, failed)
+
+
+#: Bytes the floor holds for one partial match and its step (beside two segments).
+PARTIAL_MATCH_BYTES = 4096
+
+
+def memory_floor(store) -> int:
+    """The least memory budget a query of ``store`` runs at: two of its segments and one partial
+    match's step (:data:`PARTIAL_MATCH_BYTES`), and never under :data:`~sgsi.budget.MIN_BUDGET`."""
+    return max(budget_mod.MIN_BUDGET, 2 * store.max_segment_bytes + PARTIAL_MATCH_BYTES)
+
+
+def _drop_frames(exc):
+    """Clear the locals of the finished frames in the tracebacks of ``exc`` and the exceptions
+    behind it: an exception kept by the caller must not keep the query's arrays (device memory)."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        traceback.clear_frames(exc.__traceback__)
+        exc = exc.__cause__ or exc.__context__
 
 
 def reraise_stream_error(failure, exc):

@@ -1027,6 +1027,7 @@ def test_refine_drop_matches_reference(tmp_path, budget, window, monkeypatch):
             want = bits.copy()
             cpu.refine_drop(store, p, bits, want, users, ends, needs)
             fresh = GpuBackend("1GB")                    # segments read from the store, then kept
+            fresh.memory.cache.clear()                   # (the device's cache: the backends share it)
             for be in (fresh, gpu, gpu):
                 got = cp.asarray(bits)
                 be.refine_drop(store, p, cp.asarray(bits), got, users, ends, needs)
@@ -1189,22 +1190,125 @@ def test_intersect_lists_kernel_matches_reference(gpu, lengths, gathered):
     assert got[2] >= int(got[1].size)
 
 
-def test_device_memory_comes_from_the_backends_limited_pool(monkeypatch):
-    """A GPU backend allocates from a pool of its own, limited to its budget plus the allowance;
-    past the limit a query stops with a BudgetError, not a CUDA error."""
+def test_device_memory_comes_from_the_devices_limited_pool(monkeypatch):
+    """Every GPU backend allocates from the device's one pool, limited to the running query's
+    budget plus the allowance; past the limit a run stops with a MemoryShortage, not a CUDA error."""
     import cupy as cp
-    from sgsi.errors import BudgetError
+    from sgsi.errors import MemoryShortage
     from sgsi.join import gpu as gpu_mod
+    from sgsi.join import gpu_memory
+    monkeypatch.setattr(gpu_memory, "POOL_ALLOWANCE", 1 << 20)
     monkeypatch.setattr(gpu_mod, "POOL_ALLOWANCE", 1 << 20)
-    be = gpu_mod.GpuBackend("1MB")
-    assert be.pool_limit == be.pool.get_limit() == 2 << 20
-    default_before = cp.get_default_memory_pool().used_bytes()
-    a = be.run(lambda: cp.zeros(1 << 20, cp.uint8))
-    assert be.pool.used_bytes() >= 1 << 20
-    assert cp.get_default_memory_pool().used_bytes() == default_before
-    with pytest.raises(BudgetError, match="memory budget"):
-        be.run(lambda: cp.zeros(3 << 20, cp.uint8))
-    del a
+    be, other = gpu_mod.GpuBackend(), gpu_mod.GpuBackend()
+    assert be.pool is other.pool is gpu_memory.device_memory().pool
+
+    class Store:
+        token = ("no store", -1)
+
+        def on_close(self, fn):
+            pass
+    store = Store()
+    assert be.begin(store, "1MB") == 1 << 20
+    try:
+        assert be.pool_limit == be.pool.get_limit() == 2 << 20
+        default_before = cp.get_default_memory_pool().used_bytes()
+        a = be.run(lambda: cp.zeros(1 << 20, cp.uint8))
+        assert be.pool.used_bytes() >= 1 << 20
+        assert cp.get_default_memory_pool().used_bytes() == default_before
+        with pytest.raises(MemoryShortage, match="memory budget"):
+            be.run(lambda: cp.zeros(3 << 20, cp.uint8))
+        del a
+    finally:
+        be.end(failed=True)
+    assert be.pool.total_bytes() - be.pool.used_bytes() == 0      # free blocks given back
+
+
+def test_default_budget_counts_what_sgsi_holds():
+    """The default budget is half of the device's free memory plus what sgsi's pool holds: blocks
+    the pool keeps do not shrink it."""
+    import cupy as cp
+    from sgsi.join import gpu_memory
+    mem = gpu_memory.device_memory()
+    before = mem.default_budget()
+    with cp.cuda.using_allocator(mem.pool.malloc):
+        held = cp.zeros(256 << 20, cp.uint8)
+    assert abs(mem.default_budget() - before) < 16 << 20
+    del held
+    mem.trim()
+
+
+def _free_device_memory():
+    import cupy as cp
+    cp.cuda.Device().synchronize()
+    return cp.cuda.runtime.memGetInfo()[0]
+
+
+def test_hostile_queries_give_the_device_memory_back(tmp_path):
+    """50 queries in one process that end every way (cancelled, a budget under the floor, a
+    shortage run again on half the budget, a reader closed early, a success) at several budgets:
+    the device's free memory comes back to within 64 MB of where it was, and the next query is right."""
+    import threading
+    import time
+    from sgsi.errors import BudgetError, Cancelled
+    from sgsi.graph import memory_floor
+    d = str(tmp_path / "y.sgsi")
+    g = sgsi.build(d, graph=os.path.join(BENCH, "yeast", "data.graph"), memory_budget="2MB")
+    q = os.path.join(BENCH, "yeast", "queries", "query_dense_8_1.graph")
+    want = _expected("yeast")["query_dense_8_1.graph"]
+    huge = "(a)--(b)--(c)--(d)--(e)--(f)--(g)--(h)--(i)"
+    assert g.count(q, device="gpu") == want            # kernels compiled, caches warm
+    start = _free_device_memory()
+    latencies = []
+
+    def cancelled(i):
+        ev = threading.Event()
+        timer = threading.Timer(0.05 + 0.02 * (i % 5), ev.set)
+        timer.start()
+        t = time.monotonic()
+        with pytest.raises(Cancelled):
+            g.count(huge, device="gpu", memory_budget=[None, "64MB", "4GB"][i % 3], cancel=ev)
+        latencies.append(time.monotonic() - t - timer.interval)
+
+    def under_floor(_i):
+        with pytest.raises(BudgetError, match="floor"):
+            g.count(q, device="gpu", memory_budget=memory_floor(g.store) - 1)
+
+    def closed_early(_i):
+        reader = g.match(huge, device="gpu", memory_budget="256MB")
+        reader.read_next_batch()
+        reader.close()
+
+    def success(i):
+        assert g.count(q, device="gpu", memory_budget=[None, "64MB", "1GB"][i % 3]) == want
+
+    kinds = [cancelled, under_floor, closed_early, success]
+    for i in range(50):
+        kinds[i % len(kinds)](i)
+    assert max(latencies) < 2.0, latencies
+    assert abs(_free_device_memory() - start) < 64 << 20
+    assert g.count(q, device="gpu") == want
+    g.close()
+
+
+def test_shortage_on_the_device_runs_again_on_half_the_budget(tmp_path, monkeypatch):
+    """A step that outgrows the pool's limit: the count runs again on half the budget, exact."""
+    import cupy as cp
+    from sgsi.join.gpu import GpuBackend
+    d = str(tmp_path / "y.sgsi")
+    g = sgsi.build(d, graph=os.path.join(BENCH, "yeast", "data.graph"))
+    q = os.path.join(BENCH, "yeast", "queries", "query_dense_8_1.graph")
+    real = GpuBackend.bits_to_ids
+    shortages = []
+
+    def greedy(self, *args, **kwargs):
+        if len(shortages) < 2:
+            shortages.append(1)
+            cp.empty(self.pool_limit + 1, cp.uint8)      # past the pool's limit: OutOfMemoryError
+        return real(self, *args, **kwargs)
+    monkeypatch.setattr(GpuBackend, "bits_to_ids", greedy)
+    assert g.count(q, device="gpu", memory_budget="256MB") == _expected("yeast")["query_dense_8_1.graph"]
+    assert g.last_stats["budget_halved"] == 2
+    g.close()
 
 
 def test_query_stays_inside_its_pool_limit(tmp_path):

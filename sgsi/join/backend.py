@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import collections
 import contextlib
-
 import ctypes
+import functools
+import gc
 import os
 import sys
 import threading
@@ -52,53 +53,112 @@ def tune_allocator():
     mallopt(_M_TRIM_THRESHOLD, 512 << 20)
 
 
+#: Free heap memory left to the process after a query (more goes back to the system).
+KEEP_FREE_HEAP = 64 << 20
+
+
+def trim_heap():
+    """Give the free part of glibc's heap back to the system where it passes ``KEEP_FREE_HEAP``:
+    :func:`tune_allocator` keeps freed arrays for reuse within a query, which would otherwise
+    stay with the process after it. Linux/glibc only (elsewhere nothing is done)."""
+    libc = _libc()
+    if libc is None:
+        return
+    info = _Mallinfo2()
+    if hasattr(libc, "mallinfo2"):
+        libc.mallinfo2.restype = _Mallinfo2
+        info = libc.mallinfo2()
+        if info.fordblks <= KEEP_FREE_HEAP:
+            return
+    libc.malloc_trim(ctypes.c_size_t(KEEP_FREE_HEAP))
+
+
+class _Mallinfo2(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in
+                ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks",
+                 "fordblks", "keepcost")]
+
+
+@functools.lru_cache(maxsize=1)
+def _libc():
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        libc.malloc_trim                  # noqa: B018 - glibc only
+        return libc
+    except (OSError, AttributeError):
+        return None
+
+
 #: The share of the memory budget (one part in this many) the CPU backend keeps derived arrays in.
 DERIVED_CACHE_SHARE = 8
 
 
 class LruCache:
     """Values kept under keys within ``limit`` bytes, the least recently used first out: the
-    CPU backend's derived arrays, the GPU backend's device copies of the store. A value larger
-    than the limit is not kept."""
+    CPU backend's derived arrays, the GPU's device copies of the store (one cache a device,
+    shared by the process's threads: every method takes the lock). A value larger than the
+    limit is not kept."""
 
     def __init__(self, limit):
         self.limit = int(limit)
         self.bytes = 0
         self._items = collections.OrderedDict()        # key -> (value, bytes)
+        self._lock = threading.RLock()
 
     def __contains__(self, key):
         return key in self._items
 
     def keys(self):
         """The keys, least recently used first."""
-        return list(self._items)
+        with self._lock:
+            return list(self._items)
 
     def get(self, key):
         """The value kept under ``key`` (now the most recently used), or None."""
-        hit = self._items.get(key)
-        if hit is None:
-            return None
-        self._items.move_to_end(key)
-        return hit[0]
+        with self._lock:
+            hit = self._items.get(key)
+            if hit is None:
+                return None
+            self._items.move_to_end(key)
+            return hit[0]
 
     def put(self, key, value, nbytes):
         """Keep ``value`` (``nbytes`` bytes) under ``key``, dropping the least recently used
         values past the limit; False where it is larger than the limit (not kept)."""
-        if nbytes > self.limit:
-            return False
-        old = self._items.pop(key, None)
-        if old is not None:
-            self.bytes -= old[1]
-        self._items[key] = (value, nbytes)
-        self.bytes += nbytes
+        with self._lock:
+            if nbytes > self.limit:
+                return False
+            old = self._items.pop(key, None)
+            if old is not None:
+                self.bytes -= old[1]
+            self._items[key] = (value, nbytes)
+            self.bytes += nbytes
+            self._shrink()
+            return True
+
+    def resize(self, limit):
+        """A new limit; the least recently used values go until the rest fit it."""
+        with self._lock:
+            self.limit = int(limit)
+            self._shrink()
+
+    def drop(self, which):
+        """Drop the values whose key ``which(key)`` holds for."""
+        with self._lock:
+            for key in [k for k in self._items if which(k)]:
+                self.bytes -= self._items.pop(key)[1]
+
+    def _shrink(self):
         while self.bytes > self.limit:
             _key, (_value, b) = self._items.popitem(last=False)
             self.bytes -= b
-        return True
 
     def clear(self):
-        self._items.clear()
-        self.bytes = 0
+        with self._lock:
+            self._items.clear()
+            self.bytes = 0
 
 
 class CpuBackend:
@@ -113,6 +173,10 @@ class CpuBackend:
     #: Whether the planner finds refine_cost with the candidate counts (plan.make_plan): where a
     #: read costs a wait on the device; here it is found only once a join outgrows its sets.
     early_refine_cost = False
+    #: Most buffer entries and rows of one piece of a join step, whatever the budget: NumPy takes
+    #: some 0.1-0.3 s for a step over this many, the time between two cancellation checks.
+    slice_entries = 1 << 21
+    slice_rows = 1 << 20
 
     def __init__(self, memory_budget=None):
         self.stats = {"segments": 0, "segment_bytes": 0}
@@ -120,7 +184,28 @@ class CpuBackend:
         # Arrays derived from the store alone (degree masks, dense degrees, label indexes), kept
         # between queries as the GPU keeps its own, least recently used first out, within a share
         # of the memory budget.
-        self._derived = LruCache(resolve_budget(memory_budget, "cpu") // DERIVED_CACHE_SHARE)
+        self.budget = resolve_budget(memory_budget)
+        self._derived = LruCache(self.budget // DERIVED_CACHE_SHARE)
+
+    def begin(self, store, memory_budget=None) -> int:
+        """Start a query of ``store`` with ``memory_budget`` (None: a quarter of RAM); returns it in bytes.
+        The derived arrays kept follow it."""
+        self.budget = resolve_budget(memory_budget)
+        self._derived.resize(self.budget // DERIVED_CACHE_SHARE)
+        return self.budget
+
+    def end(self, failed=False):
+        """The query ended (``failed``: by an error or a cancel, its arrays collected first); the
+        heap's free memory goes back to the system (:func:`trim_heap`)."""
+        if failed:
+            gc.collect()
+        trim_heap()
+
+    def recover(self):
+        """After a :class:`~sgsi.errors.MemoryShortage`: the failed run's arrays collected and
+        their memory given back, before the query runs again."""
+        gc.collect()
+        trim_heap()
 
     # -- moving data ---------------------------------------------------------------
     def to_device(self, a):
@@ -165,7 +250,7 @@ class CpuBackend:
         labels = store.vertex_labels(seg)          # memory-mapped: read only where it is used
         if not self._may_keep(LabelIndex.bytes_for(labels.size)):
             return labels
-        return self.derived((store.path, "label-index", seg), lambda: LabelIndex(labels))
+        return self.derived((store.token, "label-index", seg), lambda: LabelIndex(labels))
 
     def dense_degrees(self, store, p):
         """|N(v, l)| of every vertex in partition ``p`` (int32, zero off the partition), made from
@@ -835,12 +920,6 @@ def gpu_available() -> bool:
         return cupy.cuda.runtime.getDeviceCount() > 0
     except Exception:  # noqa: BLE001 - any failure means no usable GPU
         return False
-
-
-def gpu_free_memory() -> int:
-    import cupy
-    free, _total = cupy.cuda.runtime.memGetInfo()
-    return int(free)
 
 
 def get_backend(device: str = "auto", memory_budget: int | None = None):

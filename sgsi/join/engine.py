@@ -98,16 +98,20 @@ _ROW_TEMP_BYTES = 48
 
 @dataclass
 class Limits:
-    """Chunk sizes derived from the part of the memory budget a join step may use."""
+    """Chunk sizes derived from the part of the memory budget a join step may use, and capped
+    by the backend's slice (``slice_entries``, ``slice_rows``): a step's work between two
+    cancellation checks stays short however large the budget."""
 
     gba_entries: int     # most buffer entries of one piece
     chunk_rows: int      # most rows of one intermediate chunk (before a step)
 
     @classmethod
-    def from_budget(cls, budget: int, width: int):
+    def from_budget(cls, budget: int, width: int, backend=None):
         room = max(budget, 0) // 8
         gba = max(16, room // _GBA_ENTRY_BYTES)
         rows = max(4, room // (4 * max(width, 1) + _ROW_TEMP_BYTES))
+        if backend is not None:
+            gba, rows = min(gba, backend.slice_entries), min(rows, backend.slice_rows)
         return cls(gba, rows)
 
 
@@ -224,7 +228,7 @@ class Engine:
 
     def _limits(self, used):
         """Limits of a step when the levels above it hold ``used`` bytes."""
-        return Limits.from_budget(self.budget - used, len(self.plan.order))
+        return Limits.from_budget(self.budget - used, len(self.plan.order), self.backend)
 
     def _roots(self, lim, held):
         """Chunks of the first pattern vertex's candidates."""

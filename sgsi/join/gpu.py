@@ -15,6 +15,7 @@ pass). Hot steps use the kernels of :mod:`sgsi.join.kernels`.
 from __future__ import annotations
 
 import functools
+import gc
 import os
 import threading
 import time
@@ -26,8 +27,9 @@ import numpy as np
 
 from ..partition import pcsr
 from . import balance, kernels
-from .backend import LruCache, Overlaps, sets_then_summary
+from .backend import Overlaps, sets_then_summary
 from .backend import run_starts as backend_run_starts  # the kernel's, or CuPy's for other dtypes
+from .gpu_memory import POOL_ALLOWANCE, device_memory
 from .stream import dense_degrees_of, segment_ranges, spanning
 
 _BLOCK = 256
@@ -724,19 +726,26 @@ class GpuBackend:
     #: in L2; 2^26 int32 entries are 256 MB read, a fraction of a millisecond).
     light_entries = 1 << 26
     early_refine_cost = True
+    #: Most buffer entries and rows of one piece of a join step, whatever the budget: a step over
+    #: this many takes the device some milliseconds, so that a cancel is seen within ~100 ms.
+    slice_entries = 1 << 27
+    slice_rows = 1 << 25
 
     def __init__(self, memory_budget=None):
-        from .. import budget as budget_mod
-        self.budget = budget_mod.resolve_budget(memory_budget, "gpu")
-        # Device memory comes from a pool of this backend's own, limited to the budget plus a
-        # fixed allowance (candidate bitsets, kernel arguments, CuPy's scratch); see run().
-        self.pool = cp.cuda.MemoryPool()
-        self.pool_limit = self.budget + POOL_ALLOWANCE
-        self.pool.set_limit(size=self.pool_limit)
+        # Device memory comes from the pool of the device, shared by the process's backends; the
+        # store's arrays are kept in the device's cache (gpu_memory.DeviceMemory). A query sets
+        # its budget with begin() and gives its blocks back with end().
+        self.memory = device_memory()
+        self.pool = self.memory.pool
+        self._cache = self.memory.cache
+        self.budget = None
+        if memory_budget is not None:           # used outside Graph's queries: limits for it now
+            from ..budget import parse_size
+            self.budget = parse_size(memory_budget)
+            self.memory.allow(self.budget)
         self.copy_stream = cp.cuda.Stream(non_blocking=True)
         self._pinned = [None, None]
         self._pinned_busy = [None, None]    # the copy last issued from each pinned buffer
-        self._cache = LruCache(self.budget // 2)
         self.load_balance = None        # None: follow SGSI_LOAD_BALANCE (0 = the warp way for every row)
         self._costs = None
         self._sms = None
@@ -792,7 +801,7 @@ class GpuBackend:
     def vertex_labels(self, store, seg):
         """The labels of vertex segment ``seg`` as :meth:`candidate_bits` takes them: the device
         copy of the label array (the kernel's threads test their vertex's label first)."""
-        return self.store_arrays([(store.path, "labels", seg)], lambda: [store.vertex_labels(seg)])[0]
+        return self.store_arrays([(store.token, "labels", seg)], lambda: [store.vertex_labels(seg)])[0]
 
     def derived(self, key, make):
         """An array computed on the device from the store alone (a degree mask), kept in the device
@@ -823,21 +832,48 @@ class GpuBackend:
         backend's pool held while it ran (its segment cache included)."""
         return _PeakMemory(self)
 
+    def begin(self, store, memory_budget=None) -> int:
+        """Start a query of ``store`` with ``memory_budget`` (None: the default, half of what the
+        device has for sgsi); returns the budget in bytes. The pool's limit and the cache follow."""
+        from ..budget import parse_size
+        self.budget = self.memory.default_budget() if memory_budget is None else parse_size(memory_budget)
+        self.memory.begin(self.budget, store)
+        return self.budget
+
+    def end(self, failed=False):
+        """The query that :meth:`begin` started ended; ``failed``: by an error or a cancel, whose
+        copies and work may be in flight (waited for) and whose arrays are collected first."""
+        if failed:
+            try:
+                self.synchronize()
+            except cp.cuda.runtime.CUDARuntimeError:
+                pass
+            self._pinned_busy = [None, None]
+        self.memory.end(self.budget, failed)
+
+    def recover(self):
+        """After a :class:`~sgsi.errors.MemoryShortage`: the failed run's arrays collected and
+        the pool's free blocks given back, before the query runs again."""
+        gc.collect()
+        self.memory.trim(0)
+
+    @property
+    def pool_limit(self) -> int:
+        return self.memory.limit()
+
     def run(self, fn, *args):
-        """``fn(*args)`` with every CuPy allocation taken from this backend's pool. Past the
-        pool's limit the query stops with a BudgetError (a query whose fixed state, such as
-        its candidate bitsets, outgrows the allowance, or a step that outgrows its estimate)."""
+        """``fn(*args)`` with every CuPy allocation taken from the device's pool. Past the
+        pool's limit the query stops with :class:`~sgsi.errors.MemoryShortage` (the caller
+        runs it again on a smaller budget)."""
         with cp.cuda.using_allocator(self.pool.malloc if self._peak is None else self._malloc_measured):
             try:
                 return fn(*args)
             except cp.cuda.memory.OutOfMemoryError as e:
                 from ..budget import format_size
-                from ..errors import BudgetError
-                self.pool.free_all_blocks()
-                raise BudgetError(f"the query needed more GPU memory than its budget allows: the pool is "
-                                  f"limited to {format_size(self.pool_limit)} (memory budget "
-                                  f"{format_size(self.budget)} + {format_size(POOL_ALLOWANCE)}); "
-                                  f"use a larger memory budget") from e
+                from ..errors import MemoryShortage
+                raise MemoryShortage(f"the query needed more GPU memory than its budget allows: the pool is "
+                                     f"limited to {format_size(self.pool_limit)} (memory budget "
+                                     f"{format_size(self.budget)} + {format_size(POOL_ALLOWANCE)})") from e
 
     def _malloc_measured(self, size):
         """``pool.malloc``, keeping the most bytes the pool has held (see :class:`_PeakMemory`)."""
@@ -858,7 +894,7 @@ class GpuBackend:
     def _stage(self, store, seg, slot):
         """Start the copy of one segment; returns (groups, ci, event)."""
         self._time_copies()
-        hit = self._cached((store.path, "segment", seg))
+        hit = self._cached((store.token, "segment", seg))
         if hit is not None:
             return hit[0], hit[1], None
         # Streams may nest (a hub's list is read while later steps read theirs): never
@@ -922,7 +958,7 @@ class GpuBackend:
         self.stats["h2d_segment_bytes"] += dev.nbytes
         d_groups = dev[:g_bytes].view(cp.int32).reshape(shape)
         d_ci = dev[g_bytes:].view(cp.int32)
-        self._cache.put((store.path, "segment", seg), (d_groups, d_ci), dev.nbytes)
+        self._cache.put((store.token, "segment", seg), (d_groups, d_ci), dev.nbytes)
         return d_groups, d_ci, event
 
     def segments(self, store, seg_ids):
@@ -934,7 +970,7 @@ class GpuBackend:
             # Every segment on the device already: nothing to copy, overlap or time (a stream's
             # events cost more host time than a launch on its segment).
             for i, seg in enumerate(seg_ids):
-                hit = self._cached((store.path, "segment", seg))
+                hit = self._cached((store.token, "segment", seg))
                 if hit is None:             # dropped by a nested stream since: the rest copied
                     for j, groups, ci in self._timed_stream(store, seg_ids[i:]):
                         yield i + j, groups, ci
@@ -947,7 +983,7 @@ class GpuBackend:
 
     def _resident(self, store, seg_ids):
         """Whether every segment of ``seg_ids`` is in the device cache."""
-        return all((store.path, "segment", int(s)) in self._cache for s in seg_ids)
+        return all((store.token, "segment", int(s)) in self._cache for s in seg_ids)
 
     def _timed_stream(self, store, seg_ids):
         """:meth:`segments` with copies: the stream's device time is taken by CUDA events."""
@@ -1685,10 +1721,6 @@ _PACK_ROW_MAX = 1 << 16
 #: 64 MB, whatever the graph (a multiple of 32: a window's bitset words are its own).
 REFINE_WINDOW = 1 << 24
 
-#: Device memory a backend's pool may hold past its memory budget: what a query keeps outside
-#: the join steps' estimates (candidate bitsets, a vertex segment's signature columns, kernel
-#: arguments, CuPy's scratch space). SGSI_GPU_POOL_ALLOWANCE (bytes) overrides it.
-POOL_ALLOWANCE = int(os.environ.get("SGSI_GPU_POOL_ALLOWANCE", 256 << 20))
 #: Elements of the rows one task-pool block takes (four rounds of 1024).
 _POOL_ELEMENTS = 4096
 

@@ -379,12 +379,12 @@ def _filter_args(store, backend, vlabel, inc, injective):
             for c in np.flatnonzero(qsig):
                 b = int(c) // store.bucket_columns
                 if b not in words:
-                    words[b] = backend.store_arrays([(store.path, "sig", seg, b, k) for k in range(store.bucket_columns)],
+                    words[b] = backend.store_arrays([(store.token, "sig", seg, b, k) for k in range(store.bucket_columns)],
                                                     lambda: store.signature_columns(seg, b))
                 pairs.append((words[b][int(c) % store.bucket_columns], int(qsig[c])))
             tests.append((labels if lab is not None else None, lab, pairs))
         parts.append((start, count, tests))
-    ands = [[backend.derived((store.path, "degree-mask", lab, direction, k),
+    ands = [[backend.derived((store.token, "degree-mask", lab, direction, k),
                              lambda: _degree_mask(store, backend, lab, direction, k))
              for (lab, direction), k in need.items()] for _q, _lab, need in specs]
     return store.n_vertices, parts, ands

@@ -56,7 +56,7 @@ def segments_of(store, backend, p, vertices):
 def segment_ranges(store, backend, p):
     """The source ranges of partition ``p``'s segments on the backend, kept: int32 of shape
     (2, segments), the first source of each, then one past its last."""
-    return backend.derived((store.path, "segment-ranges", p.key),
+    return backend.derived((store.token, "segment-ranges", p.key),
                            lambda: backend.to_device(np.stack([p.first_src, p.last_src + 1]).astype(np.int32)))
 
 
@@ -78,7 +78,7 @@ def segments_spanning(store, backend, p, lo, hi):
 def degree_index(store, backend, bid):
     """(vertex, degree) arrays of degree-index batch ``bid``, where the backend computes."""
     bid = int(bid)
-    v, d = backend.store_arrays([(store.path, "index-v", bid), (store.path, "index-d", bid)],
+    v, d = backend.store_arrays([(store.token, "index-v", bid), (store.token, "index-d", bid)],
                                 lambda: store.index_batch(bid))
     return v, d
 
@@ -95,4 +95,4 @@ def dense_degrees_of(store, backend, p):
             v, d = degree_index(store, backend, bid)
             dense[v] = d
         return dense
-    return backend.derived((store.path, "dense-degrees", p.key), make)
+    return backend.derived((store.token, "dense-degrees", p.key), make)

@@ -73,7 +73,7 @@ def build_store(out, *, edges=None, vertices=None, graph=None, src="src", dst="d
         raise InputError(str(e)) from None
     if not 2 <= theta <= 16:
         raise InputError(f"theta must be in 2..16, got {theta}")
-    budget = budget_mod.resolve_budget(memory_budget, "cpu")
+    budget = budget_mod.resolve_budget(memory_budget)
     report = progress or (lambda msg: None)
     parent = os.path.dirname(os.path.abspath(out))
     if not os.path.isdir(parent):

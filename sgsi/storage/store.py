@@ -26,6 +26,7 @@ nothing is read until it is touched.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import threading
@@ -73,6 +74,7 @@ _READ_DIRECT = ("pcsr_groups.arrow", "pcsr_ci.arrow")
 #: Bytes one pread(2) call reads; larger reads are cut into pieces read by several threads.
 _PREAD_PIECE = 8 << 20
 _pread_pool = None
+_OPENINGS = itertools.count()
 _pread_lock = threading.Lock()
 #: Files read whole on open, so checked against their checksums then.
 _CHECKED_ON_OPEN = ("segments.arrow", "vindex_batches.arrow")
@@ -99,6 +101,9 @@ class Store:
 
     def __init__(self, path):
         self.path = os.fspath(path)
+        #: This opening of the store, in the keys of the caches that the process's queries share
+        #: (a store rebuilt in place and opened again gets a new one).
+        self.token = (self.path, next(_OPENINGS))
         self._lock = threading.Lock()
         # A store replaced on disk (build --force) while we open it would give
         # a manifest of one and files of the other: open again if the

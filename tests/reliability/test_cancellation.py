@@ -7,6 +7,7 @@ measurement.
 """
 
 import gc
+import linecache
 import os
 import signal
 import threading
@@ -45,6 +46,7 @@ def _traced(fn):
     try:
         base = tracemalloc.get_traced_memory()[0]
         result = fn()
+        linecache.clearcache()          # pyarrow formats a stream's error with its source lines
         gc.collect()
         return result, tracemalloc.get_traced_memory()[0] - base
     finally:

@@ -1,0 +1,143 @@
+"""The process's device memory: one CuPy pool and one store cache per GPU, shared by every backend.
+
+Every GPU backend of the process allocates from the pool of its device, and
+keeps the store's segments, signature columns and derived arrays in the
+device's one LRU cache. So the device memory sgsi holds is bounded once per
+process, however many Graphs, connections, threads or budgets there are:
+
+- while queries run, the pool's limit is the largest of their budgets plus
+  :data:`POOL_ALLOWANCE`: a safety net the engine's own accounting stays under
+  (reached, the query runs again on half its budget: ``Graph``);
+- the cache holds at most half of the smallest running budget (and keeps
+  that after the query, for the next one);
+- after each query the pool gives its free blocks back to the driver where
+  they pass :data:`KEEP_FREE` (after a failed or cancelled one always, once
+  the query's arrays have been collected).
+
+The default budget is half of what the device has for sgsi: its free memory
+plus what sgsi's own pool holds (never the free memory alone, which sgsi's
+cache and blocks would shrink query after query). Two processes on one GPU
+each take half of what the other leaves when they start their first query;
+give each an explicit ``memory_budget`` there.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import threading
+import weakref
+from collections import Counter
+
+import cupy as cp
+
+from ..budget import MIN_BUDGET
+from .backend import LruCache
+
+#: Device memory the pool may hold past the running queries' budgets: what a query keeps outside
+#: the join steps' estimates (candidate bitsets, a vertex segment's signature columns, kernel
+#: arguments, CuPy's scratch space). SGSI_GPU_POOL_ALLOWANCE (bytes) overrides it.
+POOL_ALLOWANCE = int(os.environ.get("SGSI_GPU_POOL_ALLOWANCE", 256 << 20))
+#: The share of the smallest running budget the store cache may hold.
+CACHE_FRACTION = 0.5
+#: Free pool blocks kept for the next query after one that ended well (more go back to the driver).
+KEEP_FREE = 32 << 20
+
+
+class DeviceMemory:
+    """The pool, the store cache and the running queries' budgets of one device."""
+
+    def __init__(self, device_id):
+        self.device_id = device_id
+        self.pool = cp.cuda.MemoryPool()
+        self.cache = LruCache(0)
+        self._lock = threading.Lock()
+        self._running = Counter()           # budget -> queries running with it
+        self._stores = set()                # tokens of the stores whose closing drops their entries
+
+    def available(self) -> int:
+        """Device memory sgsi may use: the free memory plus what its pool holds."""
+        with cp.cuda.Device(self.device_id):
+            free, _total = cp.cuda.runtime.memGetInfo()
+        return int(free) + self.pool.total_bytes()
+
+    def default_budget(self) -> int:
+        return max(MIN_BUDGET, self.available() // 2)
+
+    def limit(self) -> int:
+        """The pool's limit now (bytes)."""
+        return self.pool.get_limit()
+
+    def begin(self, budget: int, store):
+        """A query of ``store`` with ``budget`` starts: the pool's limit and the cache's follow."""
+        self.watch(store)
+        with self._lock:
+            self._running[budget] += 1
+            self._follow()
+
+    def allow(self, budget: int):
+        """Limits for ``budget`` while no query runs (a backend used outside a query, in tests)."""
+        with self._lock:
+            if not self._running:
+                self.pool.set_limit(size=budget + POOL_ALLOWANCE)
+                self.cache.resize(int(budget * CACHE_FRACTION))
+
+    def end(self, budget: int, failed: bool):
+        """A query with ``budget`` ended (``failed``: error or cancel); its free blocks go back."""
+        with self._lock:
+            self._running[budget] -= 1
+            if self._running[budget] <= 0:
+                del self._running[budget]
+            if self._running:
+                self._follow()
+            else:                           # no query to hold to its budget (0: no limit)
+                self.pool.set_limit(size=0)
+        if failed:
+            gc.collect()                    # cycles through the query's generators hold arrays
+        self.trim(0 if failed else KEEP_FREE)
+
+    def trim(self, keep=0):
+        """Give the pool's free blocks back to the driver where they pass ``keep`` bytes."""
+        if self.pool.total_bytes() - self.pool.used_bytes() > keep:
+            self.pool.free_all_blocks()
+
+    def clear(self):
+        """Drop the cache and every free block (the next query copies the store again)."""
+        self.cache.clear()
+        gc.collect()
+        self.pool.free_all_blocks()
+
+    def watch(self, store):
+        """Drop ``store``'s cache entries when it is closed or collected."""
+        token = store.token
+        with self._lock:
+            if token in self._stores:
+                return
+            self._stores.add(token)
+        store.on_close(lambda _store: self.drop_store(token))
+        weakref.finalize(store, self.drop_store, token).atexit = False
+
+    def drop_store(self, token):
+        """Drop the cache's entries of one store (closed)."""
+        with self._lock:
+            self._stores.discard(token)
+            self.cache.drop(lambda key: key[0] == token)
+
+    def _follow(self):
+        self.pool.set_limit(size=max(self._running) + POOL_ALLOWANCE)
+        self.cache.resize(int(min(self._running) * CACHE_FRACTION))
+
+
+_devices: dict = {}
+_devices_lock = threading.Lock()
+
+
+def device_memory(device_id=None) -> DeviceMemory:
+    """The :class:`DeviceMemory` of ``device_id`` (default: the current device)."""
+    if device_id is None:
+        device_id = cp.cuda.runtime.getDevice()
+    with _devices_lock:
+        mem = _devices.get(device_id)
+        if mem is None:
+            mem = _devices[device_id] = DeviceMemory(device_id)
+        return mem
