@@ -662,7 +662,7 @@ class _PeakMemory:
         self.backend = backend
 
     def __enter__(self):
-        self.backend._peak = self.backend.pool.used_bytes()
+        self.backend._peak = self.backend.memory.used_bytes()
         return self
 
     def __exit__(self, *exc):
@@ -792,7 +792,8 @@ class GpuBackend:
             return [self._cached(key)[0] for key in keys]
         out = []
         for key, array in zip(keys, read()):
-            dev = cp.asarray(array)
+            with self.memory.caching():
+                dev = cp.asarray(array)
             self.stats["h2d_bytes"] += dev.nbytes
             self._cache.put(key, (dev, None), dev.nbytes)
             out.append(dev)
@@ -809,7 +810,8 @@ class GpuBackend:
         hit = self._cached(key)
         if hit is not None:
             return hit[0]
-        array = make()
+        with self.memory.caching():
+            array = make()
         self._cache.put(key, (array, None), array.nbytes)
         return array
 
@@ -871,14 +873,15 @@ class GpuBackend:
             except cp.cuda.memory.OutOfMemoryError as e:
                 from ..budget import format_size
                 from ..errors import MemoryShortage
-                raise MemoryShortage(f"the query needed more GPU memory than its budget allows: the pool is "
+                raise MemoryShortage(f"the query needed more GPU memory than its budget allows: its pool is "
                                      f"limited to {format_size(self.pool_limit)} (memory budget "
-                                     f"{format_size(self.budget)} + {format_size(POOL_ALLOWANCE)})") from e
+                                     f"{format_size(self.budget)} less the store cache's "
+                                     f"{format_size(self._cache.limit)}, + {format_size(POOL_ALLOWANCE)})") from e
 
     def _malloc_measured(self, size):
-        """``pool.malloc``, keeping the most bytes the pool has held (see :class:`_PeakMemory`)."""
+        """``pool.malloc``, keeping the most bytes sgsi's pools have held (:class:`_PeakMemory`)."""
         mem = self.pool.malloc(size)
-        used = self.pool.used_bytes()
+        used = self.memory.used_bytes()
         if used > self._peak:
             self._peak = used
         return mem
@@ -934,7 +937,8 @@ class GpuBackend:
         work queued on the compute stream still reads (a segment dropped from the cache just
         before): the copy stream waits for the work queued so far, which is the join's on the
         segments before the one now computing, so the copy still overlaps that one."""
-        dev = cp.empty(nbytes, dtype=cp.uint8)
+        with self.memory.caching():
+            dev = cp.empty(nbytes, dtype=cp.uint8)
         self.copy_stream.wait_event(cp.cuda.get_current_stream().record())
         return dev
 

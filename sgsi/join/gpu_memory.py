@@ -2,14 +2,17 @@
 
 Every GPU backend of the process allocates from the pool of its device, and
 keeps the store's segments, signature columns and derived arrays in the
-device's one LRU cache. So the device memory sgsi holds is bounded once per
-process, however many Graphs, connections, threads or budgets there are:
+device's one LRU cache, whose arrays come from a pool of their own (a cached
+array taken out of a large free block of the query's pool would keep the
+whole block from going back). So the device memory sgsi holds is bounded
+once per process, however many Graphs, connections, threads or budgets:
 
-- while queries run, the pool's limit is the largest of their budgets plus
-  :data:`POOL_ALLOWANCE`: a safety net the engine's own accounting stays under
-  (reached, the query runs again on half its budget: ``Graph``);
 - the cache holds at most half of the smallest running budget (and keeps
   that after the query, for the next one);
+- while queries run, the query pool's limit is the largest of their budgets
+  less the cache's limit, plus :data:`POOL_ALLOWANCE`: a safety net the
+  engine's own accounting stays under (reached, the query runs again on half
+  its budget: ``Graph``);
 - after each query the pool gives its free blocks back to the driver where
   they pass :data:`KEEP_FREE` (after a failed or cancelled one always, once
   the query's arrays have been collected).
@@ -51,6 +54,7 @@ class DeviceMemory:
         self.device_id = device_id
         self.pool = cp.cuda.MemoryPool()
         self.cache = LruCache(0)
+        self.cache_pool = cp.cuda.MemoryPool()     # the cache's arrays (and what makes them)
         self._lock = threading.Lock()
         self._running = Counter()           # budget -> queries running with it
         self._stores = set()                # tokens of the stores whose closing drops their entries
@@ -59,7 +63,15 @@ class DeviceMemory:
         """Device memory sgsi may use: the free memory plus what its pool holds."""
         with cp.cuda.Device(self.device_id):
             free, _total = cp.cuda.runtime.memGetInfo()
-        return int(free) + self.pool.total_bytes()
+        return int(free) + self.pool.total_bytes() + self.cache_pool.total_bytes()
+
+    def used_bytes(self) -> int:
+        """Bytes of sgsi's arrays on the device (the query pool's and the cache's)."""
+        return self.pool.used_bytes() + self.cache_pool.used_bytes()
+
+    def caching(self):
+        """Context in which CuPy allocates from the cache's pool (arrays made to be kept)."""
+        return cp.cuda.using_allocator(self.cache_pool.malloc)
 
     def default_budget(self) -> int:
         return max(MIN_BUDGET, self.available() // 2)
@@ -79,8 +91,8 @@ class DeviceMemory:
         """Limits for ``budget`` while no query runs (a backend used outside a query, in tests)."""
         with self._lock:
             if not self._running:
-                self.pool.set_limit(size=budget + POOL_ALLOWANCE)
                 self.cache.resize(int(budget * CACHE_FRACTION))
+                self.pool.set_limit(size=budget - self.cache.limit + POOL_ALLOWANCE)
 
     def end(self, budget: int, failed: bool):
         """A query with ``budget`` ended (``failed``: error or cancel); its free blocks go back."""
@@ -97,15 +109,16 @@ class DeviceMemory:
         self.trim(0 if failed else KEEP_FREE)
 
     def trim(self, keep=0):
-        """Give the pool's free blocks back to the driver where they pass ``keep`` bytes."""
-        if self.pool.total_bytes() - self.pool.used_bytes() > keep:
-            self.pool.free_all_blocks()
+        """Give the pools' free blocks back to the driver where they pass ``keep`` bytes."""
+        for pool in (self.pool, self.cache_pool):
+            if pool.total_bytes() - pool.used_bytes() > keep:
+                pool.free_all_blocks()
 
     def clear(self):
         """Drop the cache and every free block (the next query copies the store again)."""
         self.cache.clear()
         gc.collect()
-        self.pool.free_all_blocks()
+        self.trim()
 
     def watch(self, store):
         """Drop ``store``'s cache entries when it is closed or collected."""
@@ -124,8 +137,8 @@ class DeviceMemory:
             self.cache.drop(lambda key: key[0] == token)
 
     def _follow(self):
-        self.pool.set_limit(size=max(self._running) + POOL_ALLOWANCE)
         self.cache.resize(int(min(self._running) * CACHE_FRACTION))
+        self.pool.set_limit(size=max(self._running) - self.cache.limit + POOL_ALLOWANCE)
 
 
 _devices: dict = {}
