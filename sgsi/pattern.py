@@ -7,12 +7,15 @@ from a query file in the benchmark text format (:func:`read_query_file`);
 
 Labels are kept as the strings written in the pattern; the store resolves
 them against its label dictionaries (an integer label ``3`` in the data is
-written ``:3`` in a pattern). A bare integer label is read as an integer, so
+written ``:3`` in a pattern); a label the store lacks is an error naming the
+closest it has (:func:`unknown_label`), except in a benchmark query file,
+where it matches nothing. A bare integer label is read as an integer, so
 ``:03`` is the label ``"3"``; a backtick-quoted label is taken verbatim.
 """
 
 from __future__ import annotations
 
+import difflib
 import functools
 import os
 from collections import namedtuple
@@ -49,10 +52,14 @@ class Pattern:
 
     ``vertices`` are in order of first appearance; ``edges`` hold no
     duplicates (an undirected edge is stored with ``src < dst``).
+    ``strict_labels``: a label the store lacks is a :class:`PatternError`
+    (the pattern language); False for a benchmark ``t/v/e`` query, where
+    such a label just matches nothing (count 0).
     """
 
     vertices: tuple[PatternVertex, ...]
     edges: tuple[PatternEdge, ...]
+    strict_labels: bool = True
 
     @property
     def output_vertices(self) -> list[int]:
@@ -223,10 +230,10 @@ class _PatternBuilder:
         name = self.names[i]
         return _show_name(name) if name is not None else f"() at position {self.first_pos[i]}"
 
-    def build(self):
+    def build(self, strict_labels=True):
         vertices = tuple(PatternVertex(n, l) for n, l in zip(self.names, self.labels))
         edges = tuple(dict.fromkeys(self.edges))   # drop duplicates, keep order
-        return Pattern(vertices, edges)
+        return Pattern(vertices, edges, strict_labels)
 
 
 def _show_label(label):
@@ -241,6 +248,62 @@ def _show_name(name):
     if _is_ident_start(name[0]) and all(_is_ident_char(c) for c in name):
         return _clean(name)
     return "`" + _clean(name.replace("`", "``")) + "`"
+
+
+def _show_bare_label(label):
+    """A label as written after the ``:``: ``Person``, ```a b```; a long one cut (read only its start)."""
+    return _show_label(label[:61])[1:]
+
+
+#: Longest label that :func:`unknown_label` compares with difflib (its matcher is quadratic).
+_FUZZY_LABEL = 200
+
+
+def unknown_label(kind, label, known, suggest=3, listed=5):
+    """The error for a pattern label that the store lacks, naming the closest it has.
+
+    Parameters
+    ----------
+    kind : {"vertex", "edge"}
+    label : str
+        The label as the pattern gives it.
+    known : list of str
+        The store's labels of that kind, most frequent first.
+    suggest, listed : int
+        At most ``suggest`` close labels are offered (those equal but for
+        case first, then those :func:`difflib.get_close_matches` finds);
+        with none close, the first ``listed`` of ``known`` are.
+
+    Returns
+    -------
+    PatternError
+
+    Examples
+    --------
+    >>> str(unknown_label("edge", "KNWOS", ["KNOWS", "LIKES"]))
+    'unknown edge label KNWOS; did you mean KNOWS?'
+    >>> str(unknown_label("vertex", "person", ["Person", "Company"]))
+    'unknown vertex label person; did you mean Person?'
+    """
+    head = f"unknown {kind} label {_show_bare_label(label)}"
+    if not known:
+        return PatternError(f"{head}; the store has no {kind} labels")
+    folded = label.casefold()
+    by_fold = {}
+    for k in known:
+        by_fold.setdefault(k.casefold(), []).append(k)
+    close = [k for k in known if k.casefold() == folded]
+    if len(label) <= _FUZZY_LABEL:
+        close += difflib.get_close_matches(label, known, n=suggest)
+        close += [k for f in difflib.get_close_matches(folded, list(by_fold), n=suggest) for k in by_fold[f]]
+    close = list(dict.fromkeys(close))[:suggest]
+    if close:
+        names = [_show_bare_label(k) for k in close]
+        either = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " or " + names[-1]
+        return PatternError(f"{head}; did you mean {either}?")
+    names = ", ".join(_show_bare_label(k) for k in known[:listed])
+    more = f" and {len(known) - listed:,} more" if len(known) > listed else ""
+    return PatternError(f"{head}; the store's {kind} labels are {names}{more}")
 
 
 def _is_plain_label(label):
@@ -488,7 +551,8 @@ def parse_query_text(text: str, source: str | None = None) -> Pattern:
     -------
     Pattern
         Vertex ``i`` is named ``u{i}`` and carries ``str(LABEL)``; every edge
-        is undirected and unlabeled.
+        is undirected and unlabeled. ``strict_labels`` is False: a label the
+        data lacks matches nothing, as the benchmarks count it.
 
     Raises
     ------
@@ -604,7 +668,7 @@ class _QueryReader:
         for u, v, _, eoffset in self.edges:
             builder.edge(u, v, None, False, eoffset)
         _check_connected(builder, where=self.where, with_position=False)
-        return builder.build()
+        return builder.build(strict_labels=False)      # benchmark semantics: an absent label counts 0
 
     def check_degrees(self):
         """A given DEGREE must equal the number of distinct neighbours."""

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..partition import signatures
-from ..pattern import Pattern
+from ..pattern import Pattern, unknown_label
 from ..storage.format import ANY_LABEL
 from .backend import stack, union_bits
 from .stream import degree_index
@@ -144,7 +144,7 @@ def make_plan(store, pattern: Pattern, backend, injective=True, refine_rounds=RE
             vlabel.append(None)
         else:
             lid = store.vertex_label_id(v.label)
-            empty |= lid is None
+            empty |= _absent(store, pattern, "vertex", v.label, lid)
             vlabel.append(lid)
     edge_ids = {}
     for e in pattern.edges:
@@ -152,9 +152,9 @@ def make_plan(store, pattern: Pattern, backend, injective=True, refine_rounds=RE
             edge_ids[e] = ANY_LABEL
         else:
             lid = store.edge_label_id(e.label)
-            empty |= lid is None
+            empty |= _absent(store, pattern, "edge", e.label, lid)
             edge_ids[e] = lid
-    if empty:
+    if empty:                           # a benchmark query's label the data lacks: no match
         return QueryPlan(pattern, True, [], [], [], [], injective)
 
     inc = list(_incident(pattern, edge_ids))
@@ -194,6 +194,21 @@ def make_plan(store, pattern: Pattern, backend, injective=True, refine_rounds=RE
                 for root, kids in trees]
     return QueryPlan(pattern, False, order, steps, bits, counts, injective, inc, len(tail), leaf_groups, subtrees,
                      cost)
+
+
+def _absent(store, pattern, kind, label, lid):
+    """Whether ``label`` (id ``lid``) is absent from ``store``; raises for a pattern with strict labels.
+
+    Raises
+    ------
+    PatternError
+        Naming the label and the store's closest ones (:func:`~sgsi.pattern.unknown_label`).
+    """
+    if lid is not None:
+        return False
+    if pattern.strict_labels:
+        raise unknown_label(kind, label, store.label_names(kind))
+    return True
 
 
 def _step(store, inc, meets, vertex, joins, joined, injective):

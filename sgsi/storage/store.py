@@ -302,6 +302,12 @@ class Store:
     def vertex_label_id(self, label: str):
         return self._vertex_label_ids.get(label)
 
+    def label_names(self, kind: str) -> list:
+        """The store's ``"vertex"`` or ``"edge"`` labels as a pattern writes them, most frequent first."""
+        ids = self._vertex_label_ids if kind == "vertex" else self._edge_label_ids
+        freq = self.manifest[f"{kind}_labels"].get("frequency", [])
+        return sorted(ids, key=lambda k: (-int(freq[ids[k]]) if ids[k] < len(freq) else 0, k))
+
     @property
     def has_edge_labels(self) -> bool:
         return bool(self.manifest["edge_labels"]["present"])
