@@ -373,12 +373,17 @@ def memory_floor(store) -> int:
 
 def _drop_frames(exc):
     """Clear the locals of the finished frames in the tracebacks of ``exc`` and the exceptions
-    behind it: an exception kept by the caller must not keep the query's arrays (device memory)."""
+    behind it: an exception kept by the caller must not keep the query's arrays (device memory).
+    sgsi's own errors (a cancel, a budget, a bad pattern) lose the engine's part of their
+    traceback, which says nothing to a user; other errors keep their frames, cleared."""
     seen = set()
+    first = exc
     while exc is not None and id(exc) not in seen:
         seen.add(id(exc))
         traceback.clear_frames(exc.__traceback__)
         exc = exc.__cause__ or exc.__context__
+    if isinstance(first, SgsiError):
+        first.__traceback__ = None
 
 
 def reraise_stream_error(failure, exc):
