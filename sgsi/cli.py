@@ -256,6 +256,9 @@ def _cmd_info(args):
     deg = [d["max"] for d in m.get("degree", {}).values()]
     if deg:
         out.append(f"max degree     {max(deg):,}")
+    from .graph import memory_floor
+    floor = memory_floor(store)
+    out.append(f"memory floor   {_size(floor)} ({floor:,} bytes): the least --memory-budget a query runs at")
     out.append("parameters")
     for k, v in m["parameters"].items():
         if isinstance(v, bool):

@@ -12,6 +12,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+import sgsi
+
 from oracle import oracle_matches, random_graph
 from sgsi.cli import main
 from sgsi.pattern import parse_pattern
@@ -89,6 +91,9 @@ def test_info(store, capsys):
     assert "total" in out and "bytes" in out
     assert "theta" in out                        # parameters
     assert "checksums      all" in out
+    from sgsi.graph import memory_floor
+    with sgsi.open(store) as g:
+        assert "memory floor   " in out and f"({memory_floor(g.store):,} bytes)" in out
 
 
 def test_info_verify_finds_damage(graph, tmp_path, capsys):
