@@ -86,7 +86,7 @@ def best_count(g, pattern, device, runs, limit, seen):
 
 def sizes(g, pattern, device):
     """(Σ|C| unrefined, Σ|C| refined, refine_cost) of ``pattern``'s count plan."""
-    backend = g._take_backend(device)
+    backend = g._backends.take(device)
     backend.begin(g.store)
     try:
         pat = load_pattern(pattern)
@@ -95,7 +95,7 @@ def sizes(g, pattern, device):
         cost = backend.run(lambda: plan_mod.refine_cost(g.store, backend, plans[0]))
         return sum(plans[0].candidate_counts), sum(plans[1].candidate_counts), cost
     finally:
-        g._end(device, backend, False)
+        g._backends.give_back(device, backend, False)
 
 
 def main(argv=None):

@@ -465,7 +465,7 @@ def random_gathered_lists(rng, n_tuples, lengths, gathered=None, universe=3000):
     longest list of link j; ``gathered[j]`` False leaves link j out (None). Returns
     (lists, the expected set of each tuple as Python sets)."""
     import numpy as np
-    from sgsi.join.engine import _Lists
+    from sgsi.join.sets import _Lists
     lists, per_tuple = [], []
     for j, longest in enumerate(lengths):
         if gathered is not None and not gathered[j]:

@@ -246,6 +246,7 @@ def test_count_carries_only_the_columns_later_steps_read(cases, monkeypatch):
     """A count's extensions drop the columns no later step reads (a path's older vertices, except
     those whose candidates meet a later one's), and the counts stay the oracle's; a match keeps
     every column."""
+    from sgsi.join import counting as counting_mod
     from sgsi.join import engine as engine_mod
     widths = []                             # (columns out, columns in + the new one) per slice
     extension = engine_mod.Engine._extension
@@ -257,13 +258,13 @@ def test_count_carries_only_the_columns_later_steps_read(cases, monkeypatch):
     monkeypatch.setattr(engine_mod.Engine, "_extension", recording)
     # The columns dropped here are the subtree root's (e with its leaf f): extended by e, not
     # counted from e's sets and weights.
-    monkeypatch.setattr(engine_mod, "WEIGHTED_SUBTREES", False)
+    monkeypatch.setattr(counting_mod, "WEIGHTED_SUBTREES", False)
     case = cases["int"]
     g = case.graphs["16KB"]
     path = "(a:0)-->(b:1)-->(c:2)-->(d:0)-->(e:1)-->(f:2)"
     assert g.count(path, device=CPU, memory_budget="16KB") == len(case.oracle(path)) > 0
     assert any(out < full for out, full in widths)
-    monkeypatch.setattr(engine_mod, "WEIGHTED_SUBTREES", True)
+    monkeypatch.setattr(counting_mod, "WEIGHTED_SUBTREES", True)
     widths.clear()
     assert sum(match_rows(g, path, "16KB").values()) == len(case.oracle(path))
     assert widths and all(out == full for out, full in widths)
@@ -885,9 +886,9 @@ def test_subtrees_counted_per_row(cases, budget, injective):
     want = len(case.oracle(ROOTED, injective))
     assert g.count(ROOTED, device=CPU, memory_budget=budget, injective=injective) == want
     assert g.last_stats["subtrees"] == 1
-    from sgsi.join import engine
+    from sgsi.join import counting, engine
     with pytest.MonkeyPatch.context() as m:
-        m.setattr(engine, "_INT64_SAFE", 2)          # the subtree's sums as Python integers
+        m.setattr(counting, "_INT64_SAFE", 2)          # the subtree's sums as Python integers
         assert g.count(ROOTED, device=CPU, memory_budget=budget, injective=injective) == want
         assert g.last_stats["subtrees_weighted"] == 0          # past int64: the rows are extended
     rng = random.Random(23)
@@ -899,7 +900,7 @@ def test_subtrees_counted_per_row(cases, budget, injective):
         assert g.count(p, device=CPU, memory_budget=budget, injective=injective) == want, (p, injective)
         subtrees += g.last_stats["subtrees"]
         with pytest.MonkeyPatch.context() as m:      # the same count with the rows extended by the root
-            m.setattr(engine, "WEIGHTED_SUBTREES", False)
+            m.setattr(counting, "WEIGHTED_SUBTREES", False)
             assert g.count(p, device=CPU, memory_budget=budget, injective=injective) == want, (p, injective)
             assert g.last_stats["subtrees_weighted"] == 0
         for failing in ("first", "all"):
@@ -913,11 +914,11 @@ def test_subtrees_counted_per_row(cases, budget, injective):
                     final_reads.append(1)
                     for i, (op, _a) in enumerate(pairs):
                         if op == "max" and (failing == "all" or i == 0):
-                            got[i] = engine._INT64_SAFE
+                            got[i] = counting._INT64_SAFE
                 return got
-            real, final_reads = engine.host_reductions, []
+            real, final_reads = counting.host_reductions, []
             with pytest.MonkeyPatch.context() as m:
-                m.setattr(engine, "host_reductions", reductions)
+                m.setattr(counting, "host_reductions", reductions)
                 assert g.count(p, device=CPU, memory_budget=budget, injective=injective) == want, (p, injective)
             with_leaves += bool(final_reads)
     assert subtrees >= 1 and with_leaves >= 1
@@ -928,11 +929,11 @@ def test_weighted_subtree_subtracts_the_collisions(cases, monkeypatch):
     oracle's counts, among them subtrees whose leaf may take a core vertex (its collisions
     subtracted) and whose root may take one or whose leaf may take the root's vertex. Their
     blocks see at most a chunk's rows at a time (the root's vertices may be more)."""
-    from sgsi.join import engine
+    from sgsi.join import counting, engine
     seen = {"core": 0, "root": 0, "self": 0}
     real = engine.Engine._weighted_rows
-    monkeypatch.setattr(engine, "WEIGHTED_FANOUT", 0)      # every piece counted from the weights
-    monkeypatch.setattr(engine, "WEIGHTED_MIN_ENTRIES", 0)
+    monkeypatch.setattr(counting, "WEIGHTED_FANOUT", 0)      # every piece counted from the weights
+    monkeypatch.setattr(counting, "WEIGHTED_MIN_ENTRIES", 0)
 
     inside = []                  # set while a weighted count runs
     sliced, too_many = [0], [0]  # its blocks' rows past the limit; pieces past it
@@ -949,11 +950,11 @@ def test_weighted_subtree_subtracts_the_collisions(cases, monkeypatch):
         return got
 
     def sizes_spy(self, rows, step, lim):
-        sliced[0] += bool(inside) and engine._n_rows(rows) > lim.chunk_rows
+        sliced[0] += bool(inside) and counting._n_rows(rows) > lim.chunk_rows
         return real_sizes(self, rows, step, lim)
 
     def pieces_spy(self, chunk, step, lim):
-        too_many[0] += bool(inside) and engine._n_rows(chunk) > lim.chunk_rows
+        too_many[0] += bool(inside) and counting._n_rows(chunk) > lim.chunk_rows
         return real_pieces(self, chunk, step, lim)
     monkeypatch.setattr(engine.Engine, "_weighted_rows", spy)
     monkeypatch.setattr(engine.Engine, "_block_sizes", sizes_spy)
@@ -978,9 +979,9 @@ def test_weighted_subtree_extends_a_hubs_windows(cases, monkeypatch):
     rows (the collisions, found per row over the whole list, would be taken off once per
     window): the leaf may take the hub (a core vertex), and the count is the oracle's. Counting
     the hub's windows from the weights instead gives 22 here, not 47."""
-    from sgsi.join import engine
-    monkeypatch.setattr(engine, "WEIGHTED_FANOUT", 0)
-    monkeypatch.setattr(engine, "WEIGHTED_MIN_ENTRIES", 0)
+    from sgsi.join import counting, engine
+    monkeypatch.setattr(counting, "WEIGHTED_FANOUT", 0)
+    monkeypatch.setattr(counting, "WEIGHTED_MIN_ENTRIES", 0)
     ways = []
     real = engine.Engine._sets
 
@@ -1038,7 +1039,7 @@ def test_sizes_less_own_vs_sets(gaps):
 
 def test_leaf_products_past_int64_stay_exact(cases, monkeypatch):
     """The exact (Python integer) path of the leaf product gives the same count as int64."""
-    from sgsi.join import engine
+    from sgsi.join import counting, engine
 
     case = cases["int"]
     g = case.graphs[None]
@@ -1047,6 +1048,6 @@ def test_leaf_products_past_int64_stay_exact(cases, monkeypatch):
     assert g.last_stats["leaves_factored"] == 3 and want == len(case.oracle(pattern, False))
     want_iso = g.count(pattern, device=CPU)
     assert g.last_stats["leaf_groups"] == 1 and want_iso == len(case.oracle(pattern, True))
-    monkeypatch.setattr(engine, "_INT64_SAFE", 2)
+    monkeypatch.setattr(counting, "_INT64_SAFE", 2)
     assert g.count(pattern, device=CPU, injective=False) == want
     assert g.count(pattern, device=CPU) == want_iso          # a group's terms as Python integers

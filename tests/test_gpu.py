@@ -1177,7 +1177,7 @@ def test_intersect_lists_kernel_matches_reference(gpu, lengths, gathered):
     the same entries in the same order, the same links left untested."""
     import cupy as cp
     from oracle import random_gathered_lists
-    from sgsi.join.engine import _Lists
+    from sgsi.join.sets import _Lists
     rng = np.random.default_rng(sum(lengths) + 1)
     lists, _expect = random_gathered_lists(rng, 300, lengths, gathered, universe=max(lengths) * 3 + 1)
     ref = CpuBackend().intersect_lists(lists, bitcap=1 << 30)
@@ -1375,9 +1375,9 @@ def test_weighted_subtrees_on_gpu_match_oracle(tmp_path, budget, join_way, monke
     """One-leaf subtrees counted from the root's sets and weights (every piece, however few its
     entries) give the oracle's counts on the GPU, over trees and trees with an extra edge."""
     from oracle import oracle_count, random_graph, random_pattern
-    from sgsi.join import engine
-    monkeypatch.setattr(engine, "WEIGHTED_FANOUT", 0)
-    monkeypatch.setattr(engine, "WEIGHTED_MIN_ENTRIES", 0)
+    from sgsi.join import counting, engine
+    monkeypatch.setattr(counting, "WEIGHTED_FANOUT", 0)
+    monkeypatch.setattr(counting, "WEIGHTED_MIN_ENTRIES", 0)
     rng = random.Random(29)
     weighted = 0
     for trial in range(4):

@@ -42,15 +42,17 @@ without materialising.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
 
-from ..partition import pcsr
 from .backend import (distinct_index, exclusive_sum, exclusive_total, host_ints, host_reductions, nonzero_index,
-                      pair_key, prefix_sum, row_numbers, run_starts, runs, scatter_equal, take_columns, take_values)
-from .plan import REFINE_ROUNDS, Link, QueryPlan, Step, refine_cost
+                      prefix_sum, runs, scatter_equal, take_values)
+from .counting import Counting, _shared_groups
+from .plan import REFINE_ROUNDS, QueryPlan, Step, refine_cost
+from .progress import Progress
+from .sets import (_alive, _columns_read, _entries, _How, _Lists, _n_rows, _nbytes, _per_tuple, _RowSets, _Sets,
+                   _taken, _TuplesOf)
 from .stream import degree_index, neighbour_lists, segments_of, segments_spanning
 
 #: Work (buffer entries plus rows) after which a query on unrefined candidate
@@ -85,11 +87,6 @@ class _Replan(Exception):
     """The join outgrew its plan before producing results; plan again."""
 
 
-class _Eager(Exception):
-    """A subtree's sums, added with their bounds unread, came in Python integers: count again,
-    each bound read (:meth:`Engine._subtree_counts`)."""
-
-
 #: Bytes a GBA entry and its bookkeeping take (value, row id, flags).
 _GBA_ENTRY_BYTES = 16
 #: Bytes of a row's int64 temporaries in a join step (tuple id, degree, offsets, sort order).
@@ -115,11 +112,13 @@ class Limits:
         return cls(gba, rows)
 
 
-class Engine:
+class Engine(Counting):
     """Runs a :class:`QueryPlan` over a store on one backend."""
 
-    def __init__(self, store, plan: QueryPlan, backend, budget: int, replan=None):
-        """``replan()`` gives the refined plan; without it the query runs on ``plan``."""
+    def __init__(self, store, plan: QueryPlan, backend, budget: int, replan=None, progress=None):
+        """``replan()`` gives the refined plan; without it the query runs on ``plan``. ``progress``:
+        the query's :class:`~sgsi.join.progress.Progress` (None: not reported)."""
+        self.progress = progress if progress is not None else Progress()
         self.store, self.plan, self.backend = store, plan, backend
         self.xp = backend.xp
         self.budget = budget
@@ -137,6 +136,7 @@ class Engine:
             REPLAN_MIN_WORK, REPLAN_FACTOR * sum(plan.candidate_counts))
         self.cost_checked = False
         self.counting = False           # a count is running (``_rows_ahead``)
+        self._depth = 0                 # the stack level whose chunk the factored vertices are counted for
 
     @property
     def stats(self) -> dict:
@@ -154,8 +154,13 @@ class Engine:
             if self.plan.empty:
                 return 0
             try:
-                return sum(value for _kind, value in self._run(count_only=True))
+                total = 0
+                for _kind, value in self._run(count_only=True):
+                    total += value
+                    self.progress.add(value)
+                return total
             except _Replan:
+                self.progress.rows = 0
                 self._switch_plan()
 
     def chunks(self):
@@ -166,6 +171,7 @@ class Engine:
             try:
                 for _kind, chunk in self._run(count_only=False):
                     self.emitted = True
+                    self.progress.add(_n_rows(chunk))
                     yield {u: self.backend.to_host(col) for u, col in chunk.items()}
                 return
             except _Replan:
@@ -215,6 +221,7 @@ class Engine:
             k = len(stack) - 1
             lim = self._limits(sum(held))
             if k == len(steps) and count_only and self.plan.factored:
+                self._depth = k + 1
                 yield ("count", self._count_leaves(chunk, lim))      # the core joined: the rest per row
             elif k == len(steps):
                 yield ("count", _n_rows(chunk)) if count_only else ("chunk", chunk)
@@ -236,15 +243,20 @@ class Engine:
         ids_all = self.backend.bits_to_ids(self.plan.candidates[first], self.store.n_vertices,
                                            self.plan.candidate_counts[first])
         held[0] = int(ids_all.nbytes)
-        rows = lim.chunk_rows
-        for a in range(0, int(ids_all.size), rows):
+        rows, n = lim.chunk_rows, int(ids_all.size)
+        for a in range(0, n, rows):
+            self.progress.at(0, a / n, min(rows, n - a) / n)
             yield {first: ids_all[a:a + rows]}
 
     def _step(self, chunk, step: Step, lim, held, level, keep=None):
         """One join step over ``chunk``: its output in slices of about ``chunk_rows`` rows, with
         the columns of the vertices ``keep`` and the new one (None: every column)."""
         take = [u for u in chunk if keep is None or u in keep]       # the columns carried over
+        n, done = max(_n_rows(chunk), 1), 0
         for piece, sets in self._pieces_with_sets(chunk, step, lim, take=take):
+            rows = _n_rows(piece)
+            self.progress.at(level, done / n, rows / n)
+            done += rows
             for out in self._extension(piece, sets, step, lim, keep):
                 held[level] = _nbytes(chunk) + sets.nbytes + _nbytes(out)
                 yield out
@@ -257,6 +269,7 @@ class Engine:
         for piece, deg, how in self._pieces(chunk, step, lim):
             for sets in self._sets(piece, deg, step, how, lim, counts, take):
                 self._stats["chunks"] += 1
+                self.progress.tick()
                 yield piece, sets
 
     def _pieces(self, chunk, step: Step, lim: Limits):
@@ -574,246 +587,6 @@ class Engine:
             fill = backend.bincount(erow, n)
         return _RowSets(erow, evals, fill, int(evals.size), taken)
 
-    def _count(self, piece, s, step: Step) -> int:
-        """Σ_rows |S(t_i)| minus the rows' own vertices found in their S(t_i) (count-only last step)."""
-        if isinstance(s, _RowSets):
-            return s.total
-        return host_reductions(self.xp, ("sum", self._row_counts(piece, s, step)))[0]
-
-    def _row_counts(self, piece, s, step: Step):
-        """|S(t_i) \\ m_i| for each row i of the piece (int64)."""
-        if isinstance(s, _RowSets):
-            return s.count
-        if not step.conflicts or s.evals.size == 0:
-            return take_values(self.xp, s.scount, s.row_tuple)
-        return self.backend.sizes_less_own(s.row_tuple, s.etuple, s.evals, s.sstart, s.scount,
-                                           [piece[c] for c in step.conflicts])
-
-    def _count_leaves(self, chunk, lim) -> int:
-        """Count-only, the pattern's factored vertices (``QueryPlan.leaf_groups``): Σ over the
-        rows of Π over the groups of the group's number of matches for the row, with no row
-        of them enumerated.
-
-        Each block's sets come from one join step over the rows (its pieces may cut and
-        reorder them: a row-number column rides along to put the counts back); a group of
-        one vertex is its |S_u \\ m_row|, a larger one the sum of its inclusion-exclusion
-        terms (:class:`~sgsi.join.plan.LeafGroup`).
-
-        The one-vertex blocks go first, those with the most links first: a row where one
-        of them is empty counts nothing and is dropped, so the later blocks (the blocks of
-        several vertices above all) are found for the rows that count only, as enumerating
-        the vertices one by one would prune them.
-        """
-        xp, backend = self.xp, self.backend
-        groups = self.plan.leaf_groups
-        rows = dict(chunk)
-        rows[_ROW] = row_numbers(xp, _n_rows(chunk))
-        sizes = {}                      # (group, block) -> |S_B \ m_row| per row of ``rows``
-        blocks = [(gi, bi, step) for gi, g in enumerate(groups) for bi, step in enumerate(g.blocks)]
-        one = [b for b in blocks if b[2].vertex in groups[b[0]].leaves]
-        one.sort(key=lambda b: -len(b[2].links))
-        # Whether every row left counts: each group is one leaf (its matches, its block's size) and
-        # each block's rows where it is empty were cut.
-        counting = all(len(g.leaves) == 1 for g in groups)
-        for gi, bi, step in one + [b for b in blocks if b[2].vertex not in groups[b[0]].leaves]:
-            sizes[gi, bi] = self._block_sizes(rows, step, lim)
-            if step.vertex in groups[gi].leaves:
-                rows, sizes, whole = _rows_kept(xp, rows, sizes, sizes[gi, bi] > 0)
-                counting &= whole
-                if _n_rows(rows) == 0:
-                    return 0
-        prod = self._groups_product(groups, sizes)
-        subtrees = self.plan.subtrees
-        # The last subtree's sums are added in int64 with their bounds left to the final read
-        # (``bounds``), and its product with the rest is taken there too (``last``): one read
-        # where _add_counts, _exact_product and the sum took one each.
-        last, bounds = None, []
-        for k, tree in enumerate(subtrees):
-            # Rows that count nothing already are not expanded (none is left where ``counting``).
-            if prod is not None and not _exact(prod) and not (counting and k == 0):
-                rows, kept, _whole = _rows_kept(xp, rows, {0: prod}, prod > 0)
-                prod = kept[0]
-                if _n_rows(rows) == 0:
-                    return 0
-            lazy = k == len(subtrees) - 1 and (prod is None or not _exact(prod))
-            try:
-                value = self._subtree_counts(rows, tree, lim, bounds if lazy else None)
-            except _Eager:              # a sum in Python integers: counted again, each bound read
-                lazy, bounds = False, []
-                value = self._subtree_counts(rows, tree, lim)
-            if lazy and prod is not None:
-                last = (prod, value)
-            else:
-                prod = value if prod is None else _exact_product(backend, prod, value)
-        factors = [] if last is None else list(last)
-        if last is not None:
-            prod = last[0] * last[1]
-        if not _exact(prod):
-            got = host_reductions(xp, *[("max", f) for f in factors], ("max", prod), ("sum", prod),
-                                  *[("max", v) for v, _size in bounds])
-            f = len(factors)
-            top, total = got[f], got[f + 1]
-            added = sum(m * size for m, (_v, size) in zip(got[f + 2:], bounds)) < _INT64_SAFE
-            if added and math.prod(got[:f]) < _INT64_SAFE and top * _n_rows(rows) < _INT64_SAFE:
-                return total                # no sum, product or total could pass int64
-            if not added:               # the last subtree's sums may have: counted again, each bound read
-                value = self._subtree_counts(rows, subtrees[-1], lim)
-                prod = value if last is None else _exact_product(backend, last[0], value)
-            elif last is not None:
-                prod = _exact_product(backend, *last)
-        if not _exact(prod):
-            top, total = host_reductions(xp, ("max", prod), ("sum", prod))     # one read
-            if top * _n_rows(rows) < _INT64_SAFE:               # the int64 sum did not overflow
-                return total
-        return int(sum(backend.to_host(prod).tolist()))
-
-    def _groups_product(self, groups, sizes):
-        """Π over ``groups`` of their matches per row, from their blocks' ``sizes`` (None: no group)."""
-        prod = None
-        for gi, group in enumerate(groups):
-            value = _group_matches(self.backend, group, [sizes[gi, bi] for bi in range(len(group.blocks))])
-            prod = value if prod is None else _exact_product(self.backend, prod, value)
-        return prod
-
-    def _subtree_counts(self, rows, tree, lim, bounds=None):
-        """Matches of a :class:`~sgsi.join.plan.Subtree` per row of ``rows``: the rows are extended
-        by the root (in slices), the root's leaf groups counted per extended row, and their
-        product summed back onto the rows. The slices and their groups' sets take half of
-        this level's limits, the rows' sets for the root the rest. A subtree of one leaf is
-        counted without extending the rows where they fan out far (:meth:`_weighted_rows`).
-
-        ``bounds`` (a list): the sums are added in int64 with no read, each added array and its
-        size appended to ``bounds``; they are exact where Σ max · size < ``_INT64_SAFE``, which the
-        caller reads. A sum that comes in Python integers raises :class:`_Eager` then."""
-        xp = self.xp
-        n = _n_rows(rows)
-        half = Limits(max(16, lim.gba_entries // 2), max(4, lim.chunk_rows // 2))
-        total = xp.zeros(n, dtype=xp.int64)
-        exact = None                        # Python integers, once a sum may pass int64
-        keep = _columns_read([b for g in tree.groups for b in g.blocks]) | {_ROW}
-        weighted = WEIGHTED_SUBTREES and _one_leaf(tree)
-        for piece, deg, how in self._pieces(rows, tree.step, half):
-            for sets in self._sets(piece, deg, tree.step, how, half):
-                self._stats["chunks"] += 1
-                # A hub's sets come in windows of its list: the collisions, found per row over the
-                # whole list, would be taken off once per window. Its rows are extended.
-                value = self._weighted_rows(piece, sets, tree, half) if weighted and how.way != "hub" else None
-                if value is not None:
-                    exact = self._add_counts(total, exact, piece[_ROW], value, bounds)
-                    continue
-                for at, value in self._extended_rows(piece, sets, tree, half, keep):
-                    exact = self._add_counts(total, exact, at, value, bounds)
-        return total if exact is None else exact
-
-    def _add_counts(self, total, exact, at, value, bounds=None):
-        """total[at] += value (int64 ``total`` while no sum may pass int64; then the Python integers
-        ``exact``, made from ``total`` once); returns ``exact``. With ``bounds`` (a list) the sum is
-        added in int64 unread, and (value, its size) appended (see :meth:`_subtree_counts`)."""
-        backend = self.backend
-        if bounds is not None:
-            if _exact(value):
-                raise _Eager()
-            backend.add_at(total, at, value)
-            bounds.append((value, int(at.size)))
-            return None
-        if exact is None and not _exact(value) and _sum_bound(backend.xp, value, int(at.size), total) < _INT64_SAFE:
-            backend.add_at(total, at, value)
-            return None
-        if exact is None:
-            exact = backend.to_host(total).astype(object)
-        np.add.at(exact, backend.to_host(at), backend.to_host(value).astype(object))
-        return exact
-
-    def _extended_rows(self, piece, sets, tree, lim, keep):
-        """The subtree's matches for the rows of one piece of the root's step, by slices of the rows
-        extended by the root: yields (the rows' numbers in ``rows``, matches) per slice."""
-        xp = self.xp
-        for out in self._extension(piece, sets, tree.step, lim, keep):
-            at = out[_ROW]
-            out = dict(out)
-            out[_ROW] = row_numbers(xp, int(at.size))
-            sizes = {(gi, bi): self._block_sizes(out, step, lim)
-                     for gi, g in enumerate(tree.groups) for bi, step in enumerate(g.blocks)}
-            yield at, self._groups_product(tree.groups, sizes)
-
-    def _weighted_rows(self, piece, sets, tree, lim):
-        """A one-leaf subtree's matches for the rows of one piece, the rows not extended by the
-        root r; None where it would not pay (fewer than ``WEIGHTED_FANOUT`` entries of r's sets
-        per row, or ``WEIGHTED_MIN_ENTRIES`` in all) or a sum could pass int64 (the rows are
-        extended then).
-
-        With w(v) = |S_l(v)| of the leaf l, less v itself where l may take r's vertex, row m
-        counts Σ_{v ∈ S_r(m)} w(v), minus for each vertex c of the core that l may collide
-        with the v ∈ S_r(m) whose S_l(v) holds m_c, where m_c is a candidate of l: those are
-        a block of r with a link to c for each of l's links (``_block_sizes``). No v is an
-        m_c (r's sets leave the row's vertices out, or their candidates do not meet), and
-        the m_c differ, so nothing is subtracted twice. w is found for the distinct vertices
-        of r's sets only."""
-        xp, backend = self.xp, self.backend
-        (leaf_step,) = tree.groups[0].blocks
-        r = tree.root
-        n = _n_rows(piece)
-        rowwise = isinstance(sets, _RowSets)
-        if rowwise:                             # the rows extended
-            entries = sets.total
-        else:
-            entries, = host_reductions(xp, ("sum", take_values(xp, sets.scount, sets.row_tuple)))
-        if entries < max(WEIGHTED_FANOUT * n, WEIGHTED_MIN_ENTRIES):
-            return None
-        if entries == 0:
-            return xp.zeros(n, dtype=xp.int64)
-        if rowwise:                             # the rows' own vertices are left out already
-            owner, hits = sets.erow, ()
-        else:
-            sets = _packed(xp, backend, sets)
-            owner, hits = sets.etuple, _own_hits(backend, piece, sets, tree.step)
-        uniq, idx = distinct_index(xp, sets.evals)
-        own = Step(leaf_step.vertex, leaf_step.links, [r] if r in leaf_step.conflicts else [])
-        w = self._block_sizes({r: uniq, _ROW: row_numbers(xp, int(uniq.size))}, own, lim)
-        if _maxes(xp, w)[0] * entries >= _INT64_SAFE:
-            return None
-        sums = xp.zeros(n if rowwise else int(sets.scount.size), dtype=xp.int64)
-        backend.add_at(sums, owner, take_values(xp, w, idx))          # Σ w over each row's (tuple's) set
-        per_row = sums if rowwise else take_values(xp, sums, sets.row_tuple)
-        for sel, hit, x in hits:                # a row's own vertex in its set: its weight out
-            at = xp.minimum(xp.searchsorted(uniq, x), uniq.size - 1)
-            per_row[sel] -= xp.where(hit, take_values(xp, w, at), 0)
-        part = {u: col for u, col in piece.items() if u != _ROW}
-        part[_ROW] = row_numbers(xp, n)
-        for c in leaf_step.conflicts:
-            if c == r:
-                continue
-            links = tree.step.links + [Link(c, k.label_id, _REVERSED[k.direction],
-                                            self.store.partition(k.label_id, _REVERSED[k.direction]).edges)
-                                       for k in leaf_step.links]
-            both = Step(r, sorted(links, key=lambda k: k.edges), tree.step.conflicts)
-            shared = self._block_sizes(part, both, lim)
-            per_row -= xp.where(backend.test_bits(self.plan.candidates[leaf_step.vertex], piece[c]), shared, 0)
-        self._stats["subtrees_weighted"] += 1
-        return per_row
-
-    def _block_sizes(self, rows, step, lim):
-        """|S_B \\ m_row| of a block's step for each row of ``rows`` (int64), in slices of at most
-        ``chunk_rows`` rows (the rows of a weighted subtree, its root's distinct vertices, may
-        be more)."""
-        xp = self.xp
-        n = _n_rows(rows)
-        per_row = None
-        cap = lim.chunk_rows
-        for a in range(0, n, cap):
-            part = rows if n <= cap else {u: col[a:a + cap] for u, col in rows.items()}
-            for piece, sets in self._pieces_with_sets(part, step, lim, counts=True):
-                counts = self._row_counts(piece, sets, step).astype(xp.int64, copy=False)
-                if piece is rows:
-                    # The rows as they came (their _ROW is 0 .. n - 1): the counts are per row
-                    # already, with no zeroed array and scatter. A hub's windows add up.
-                    per_row = counts if per_row is None else per_row + counts
-                    continue
-                if per_row is None:
-                    per_row = xp.zeros(n, dtype=xp.int64)
-                per_row[piece[_ROW]] += counts      # a hub's rows get their sets in windows: they add up
-        return xp.zeros(n, dtype=xp.int64) if per_row is None else per_row
-
     def _extension(self, piece, s, step: Step, lim: Limits, keep=None):
         """Columnar extension (Algorithm 6), row i taking S(t_i) \\ m_i: yields the new
         table in slices of about ``chunk_rows`` rows. Only the columns of the vertices ``keep``
@@ -859,316 +632,3 @@ class Engine:
                                    ecount=ecount, cbits=cbits)
 
 
-class _TuplesOf:
-    """The distinct linking tuples of a piece's rows, and their distinct first-link vertices.
-    ``how``: the piece's :class:`_How`, whose range and order of the first-link vertices spare a
-    step of one link its own look at them."""
-
-    def __init__(self, xp, backend, piece, step, how=None):
-        cols = [piece[k.other] for k in step.links]
-        if len(cols) == 1 and how is not None and how.lo is not None:
-            if how.ascending:
-                self.row_tuple, self.tuples = _tuples_of_sorted(xp, cols, None, cols[0])
-            else:
-                uniq, self.row_tuple = distinct_index(xp, cols[0], (how.lo, how.hi))
-                self.tuples = [uniq]
-        else:
-            self.row_tuple, self.tuples = _distinct_tuples(xp, backend, cols)
-        if len(self.tuples) == 1:             # one link: the tuples are the distinct vertices
-            self.d0 = self.tuples[0]
-            self.tuple_d = None                 # tuple t's vertex is d0[t]
-            return
-        self.d0, dstart, dend = runs(xp, self.tuples[0])          # sorted
-        self.tuple_d = backend.repeat_index(dend - dstart)         # tuple -> distinct t0
-
-
-@dataclass
-class _Lists:
-    """Gathered lists N(v, l) ∩ C(u) of a link's distinct vertices (a GBA)."""
-
-    of_tuple: object     # index of each tuple's linking vertex among the link's distinct vertices
-                         # (None: one tuple per vertex, in order)
-    start: object        # where each vertex's buffer starts in ``values``
-    count: object        # entries written in each buffer
-    values: object       # the GBA (slots past a buffer's count are not written)
-    reserved: int        # slots the GBA was allocated with
-
-
-@dataclass
-class _Sets:
-    """A piece's candidate sets: entries (etuple, evals) sorted by tuple then value. Not packed
-    (``etuple`` None): tuple t's set is ``evals[sstart[t] : sstart[t] + scount[t]]``, with gaps
-    between the sets (a GBA as gathered); :func:`_packed` packs them."""
-
-    row_tuple: object    # tuple id of each row
-    etuple: object       # tuple of each entry (None: not packed)
-    evals: object        # vertex of each entry
-    scount: object       # entries per tuple
-    sstart: object       # first entry of each tuple
-
-    @property
-    def nbytes(self):
-        return sum(int(a.nbytes) for a in (self.row_tuple, self.etuple, self.evals, self.scount, self.sstart)
-                   if a is not None)
-
-
-def _alive(xp, evals, tests):
-    """The AND of the bool arrays the callables ``tests`` give, over the entries ``evals``, each
-    called only while some entry is left; None where there are no entries (nothing called)."""
-    if not evals.size:
-        return None
-    alive = None
-    for test in tests:
-        if alive is not None and not bool(alive.any()):
-            break
-        hit = test()
-        alive = hit if alive is None else alive & hit
-    return alive
-
-
-def _per_tuple(xp, a, of_tuple):
-    """``a[of_tuple]``: per tuple, the value of its vertex (``of_tuple`` None: tuple t is vertex t)."""
-    return a if of_tuple is None else take_values(xp, a, of_tuple)
-
-
-def _entries(xp, backend, values, start, count):
-    """(tuple of each entry, entries) of the buffers ``values[start[t] : start[t] + count[t]]``
-    packed end to end, tuples in order."""
-    return backend.repeat_index(count), take_values(xp, values, pcsr.ragged_indices(start, count, xp))
-
-
-def _one_leaf(tree) -> bool:
-    """Whether a :class:`~sgsi.join.plan.Subtree` is its root and one leaf (one group of one block,
-    the leaf's links all to the root)."""
-    if len(tree.groups) != 1:
-        return False
-    g = tree.groups[0]
-    return len(g.leaves) == 1 and len(g.blocks) == 1 and all(k.other == tree.root for k in g.blocks[0].links)
-
-
-def _own_hits(backend, piece, s, step):
-    """``backend.own_hits`` of the conflicts of ``step`` (the vertices of the rows that may be in
-    their sets) in ``s``, packed."""
-    return backend.own_hits(s.row_tuple, s.etuple, s.evals, s.sstart, s.scount, [piece[c] for c in step.conflicts])
-
-
-def _packed(xp, backend, s):
-    """``s`` with its sets packed end to end and the tuple of each entry known."""
-    if s.etuple is not None:
-        return s
-    etuple, evals = _entries(xp, backend, s.evals, s.sstart, s.scount)
-    return _Sets(s.row_tuple, etuple, evals, s.scount, exclusive_sum(xp, s.scount))
-
-
-@dataclass
-class _RowSets:
-    """A light piece's sets, row by row: S(t_i) \\ m_i of each row i, rows in order (only
-    their sizes where the entries were counted, not written: ``erow`` and ``evals`` None).
-    ``taken``: where the packing took the piece's columns at the entries' rows, those columns
-    by vertex (``erow`` None)."""
-
-    erow: object         # row of each entry
-    evals: object        # vertex of each entry
-    count: object        # entries per row (int64)
-    total: int           # entries in all
-    taken: dict = None   # columns of the piece at each entry's row (the extension's output)
-
-    @property
-    def nbytes(self):
-        return sum(int(a.nbytes) for a in (self.erow, self.evals, self.count) if a is not None)
-
-
-@dataclass
-class _How:
-    """How a piece's sets are found (``Engine._pieces``): ``way`` is "light" (row by row,
-    :meth:`Engine._row_sets`), "tuples" (by its distinct linking tuples) or "hub" (one hub's
-    rows, in windows). For a whole chunk also its rows' first-link entries in all, the range of
-    their first-link vertices and whether those come in ascending order (None: not known)."""
-
-    way: str
-    total: int | None = None
-    lo: int | None = None
-    hi: int | None = None
-    ascending: bool | None = None
-    offsets: object = None          # the rows' exclusive prefix sum of their degrees, where found
-    zeros: object = None            # int64 zeros a row (for a light step's fill), where written with offsets
-
-
-#: Whether a subtree of one leaf is counted from its root's sets and weights, not by extending
-#: the rows by the root (:meth:`Engine._weighted_rows`; off only to compare the two), for the
-#: pieces whose rows have at least ``WEIGHTED_FANOUT`` entries in the root's sets on average and
-#: ``WEIGHTED_MIN_ENTRIES`` in all: under that, extending the rows costs less than finding the
-#: weights and the collisions (on the CPU's 10M-edge walks: 1.18x slower at 8e5 entries and 3.5
-#: per row, 0.69x at 2.4e7 entries and 3 per row).
-WEIGHTED_SUBTREES = True
-WEIGHTED_FANOUT = 2
-WEIGHTED_MIN_ENTRIES = 1 << 22
-#: A link's direction seen from its other end.
-_REVERSED = {"out": "in", "in": "out", "both": "both"}
-
-#: Key of the row-number column :meth:`Engine._count_leaves` adds to a chunk (not a pattern vertex).
-_ROW = -1
-#: Products and sums of counts at or past this bound are taken as exact Python integers.
-_INT64_SAFE = 1 << 62
-
-
-def _columns_read(steps, plan=None):
-    """The vertices whose columns ``steps`` read (their links' other ends and their conflicts), and
-    with ``plan`` those read by its factored vertices' steps (leaf groups, subtrees) too."""
-    if plan is not None:
-        steps = list(steps) + [b for g in plan.leaf_groups for b in g.blocks] + [t.step for t in plan.subtrees] + [
-            b for t in plan.subtrees for g in t.groups for b in g.blocks]
-    return {k.other for st in steps for k in st.links} | {c for st in steps for c in st.conflicts}
-
-
-def _maxes(xp, *arrays) -> list:
-    """The max of each of the int64 ``arrays`` (0 where empty), where the backend computes, read in
-    one transfer."""
-    return host_reductions(xp, *[("max", a) for a in arrays])
-
-
-def _sum_bound(xp, value, n, total) -> int:
-    """A bound on ``total`` after adding ``n`` of ``value``'s entries to it (int64 arrays; one read)."""
-    top_value, top_total = _maxes(xp, value, total)
-    return top_value * n + top_total
-
-
-def _shared_groups(plan):
-    """Groups of factored vertices that may share data vertices (counted by inclusion-exclusion)."""
-    return sum(len(g.leaves) > 1 for g in plan.leaf_groups)
-
-
-def _exact(a):
-    """Whether per-row counts are held as Python integers (past int64) rather than int64."""
-    return isinstance(a, np.ndarray) and a.dtype == object
-
-
-def _exact_product(backend, a, b):
-    """a * b per row: int64 while it cannot overflow, else Python integers (on the host)."""
-    if not _exact(a) and not _exact(b) and math.prod(_maxes(backend.xp, a, b)) < _INT64_SAFE:
-        return a * b
-    return backend.to_host(a).astype(object) * backend.to_host(b).astype(object)
-
-
-def _group_matches(backend, group, sizes):
-    """The matches of a leaf group per row: Σ over its terms of μ(π) Π_{B ∈ π} |S_B \\ m_row|
-    (``sizes[i]``: |S_B \\ m_row| of block i), exact."""
-    if len(group.terms) == 1 and group.terms[0][0] == 1 and len(group.terms[0][1]) == 1:
-        return sizes[group.terms[0][1][0]]            # one leaf
-    # Each term is at most (largest size)^|leaves| in magnitude and the |μ| sum to |leaves|!.
-    bound = max(_maxes(backend.xp, *sizes)) ** len(group.leaves) * math.factorial(len(group.leaves))
-    if bound >= _INT64_SAFE:
-        sizes = [backend.to_host(x).astype(object) for x in sizes]      # Python integers
-    total = 0
-    for coef, blocks in group.terms:
-        term = sizes[blocks[0]] * coef
-        for i in blocks[1:]:
-            term = term * sizes[i]
-        total = total + term
-    return total
-
-
-def _rows_kept(xp, rows, sizes, keep):
-    """``rows`` and the per-row ``sizes`` cut to the rows where ``keep``, when that drops a
-    quarter of them or more (a cut copies every column); the row numbers start again at 0. The
-    third value: whether ``keep`` holds on every row returned."""
-    n = int(keep.size)
-    idx = nonzero_index(xp, keep)
-    if int(idx.size) > 3 * n // 4:
-        return rows, sizes, int(idx.size) == n
-    names = [u for u in rows if u != _ROW]
-    taken = take_columns(xp, [rows[u] for u in names] + list(sizes.values()), idx)
-    rows = dict(zip(names, taken))
-    rows[_ROW] = row_numbers(xp, int(idx.size))
-    return rows, dict(zip(sizes, taken[len(names):])), True
-
-
-def _taken(xp, chunk, idx, keep=None):
-    """The columns of ``chunk`` (those of the vertices ``keep``; None: all) taken at ``idx``."""
-    names = [u for u in chunk if keep is None or u in keep]
-    return dict(zip(names, take_columns(xp, [chunk[u] for u in names], idx)))
-
-
-def _n_rows(chunk):
-    return int(next(iter(chunk.values())).size)
-
-
-def _nbytes(chunk):
-    return sum(int(col.nbytes) for col in chunk.values())
-
-
-def _distinct_tuples(xp, backend, cols):
-    """Distinct rows of the columns ``cols``, sorted (first column major).
-
-    Returns (tuple id of each row, list of the tuples' columns). Rows that
-    come sorted (one or two columns, compared as one int64 key) need one
-    pass. Otherwise each column is replaced by its rank among its distinct
-    values (linear passes over the dense id range), and when the product of
-    the numbers of distinct values is small the tuples are found by marking
-    their combined rank, with no sort; else they are sorted (by a radix sort
-    of the ranks where each column has at most 65,536 distinct values).
-    """
-    n = int(cols[0].size)
-    if n == 0:
-        return xp.zeros(0, xp.int64), [c[:0] for c in cols]
-    key = None
-    if len(cols) == 1:
-        key = cols[0]
-        if n < 2 or bool((key[1:] >= key[:-1]).all()):
-            return _tuples_of_sorted(xp, cols, None, key)
-    elif len(cols) == 2:
-        key, ascending = pair_key(xp, cols[0], cols[1])
-        if ascending:
-            return _tuples_of_sorted(xp, cols, None, key)
-    if len(cols) == 1:
-        uniq, rank = distinct_index(xp, cols[0])
-        return rank, [uniq]
-    ranked = [distinct_index(xp, c) for c in cols]
-    space = 1
-    for uniq, _rank in ranked:
-        space *= int(uniq.size)
-    if space <= 4 * n:
-        combined = ranked[0][1]
-        for uniq, rank in ranked[1:]:
-            combined = combined * int(uniq.size) + rank
-        ukey, row_tuple = distinct_index(xp, combined)
-        tuples = []
-        for uniq, _rank in ranked[::-1]:
-            tuples.append(take_values(xp, uniq, ukey % int(uniq.size)))
-            ukey = ukey // int(uniq.size)
-        return row_tuple, tuples[::-1]
-    if all(int(uniq.size) <= 1 << 16 for uniq, _rank in ranked):
-        # Few distinct values per column: a least-significant-first radix sort, one stable
-        # sort of 16-bit ranks per column (linear on NumPy and CuPy).
-        order = None
-        for _uniq, rank in ranked[::-1]:
-            r = rank.astype(xp.uint16) if order is None else take_values(xp, rank, order).astype(xp.uint16)
-            by = backend.argsort(r)
-            order = by if order is None else take_values(xp, order, by)
-    elif key is not None:
-        order = backend.argsort(key)
-    else:
-        order = backend.lexsort(cols[::-1])
-    srt = take_columns(xp, cols, order)
-    return _tuples_of_sorted(xp, srt, order, None if key is None else take_values(xp, key, order))
-
-
-def _tuples_of_sorted(xp, srt, order, skey):
-    """:func:`_distinct_tuples` of rows ``srt`` sorted by ``order`` (None: as they are);
-    ``skey``: their sorted int64 key, or None to compare column by column."""
-    n = int(srt[0].size)
-    if skey is not None:
-        new = run_starts(xp, skey)
-    else:
-        new = xp.empty(n, dtype=bool)
-        new[0] = True
-        new[1:] = False
-        for c in srt:
-            new[1:] |= c[1:] != c[:-1]
-    tid_sorted = prefix_sum(xp, new) - 1
-    if order is None:
-        row_tuple = tid_sorted
-    else:
-        row_tuple = xp.empty(n, dtype=xp.int64)
-        row_tuple[order] = tid_sorted
-    return row_tuple, take_columns(xp, srt, nonzero_index(xp, new))

@@ -156,3 +156,25 @@ class _Timer(threading.Timer):
             self.fired = time.monotonic()
             self.function(*self.args, **self.kwargs)
         self.finished.set()
+
+
+def test_a_long_query_reports_its_progress(cycles, monkeypatch, capsys):
+    """Past progress.AFTER seconds a query writes lines with its share of the work done and its
+    rows so far: to stderr by default, to a callable, or nowhere with progress=False."""
+    from sgsi.join import progress as progress_mod
+    monkeypatch.setattr(progress_mod, "AFTER", 0.0)
+    monkeypatch.setattr(progress_mod, "EVERY", 0.0)
+    lines = []
+    with sgsi.open(cycles["store"]) as g:
+        assert g.count(CYCLE, device="cpu", memory_budget="1MB", progress=lines.append) == cycles["cycles"]
+        shares = [int(line.split("about ")[1].split("%")[0]) for line in lines]
+        assert len(lines) > 10 and shares == sorted(shares) and 0 <= shares[0] and shares[-1] <= 100, lines[:3]
+        assert lines[-1].endswith("matches so far") and lines[0].startswith("sgsi: ")
+        capsys.readouterr()
+        rows = sum(b.num_rows for b in g.match(CYCLE, device="cpu", memory_budget="64MB"))
+        err = capsys.readouterr().err
+        assert rows == cycles["cycles"] and "rows so far" in err
+        g.count(CYCLE, device="cpu", memory_budget="64MB", progress=False)
+        assert capsys.readouterr().err == ""
+        with pytest.raises(sgsi.SgsiError, match="progress must be"):
+            g.count(CYCLE, device="cpu", progress="yes")

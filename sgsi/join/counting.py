@@ -1,0 +1,368 @@
+"""Counting without enumerating: the last step's set sizes, and the pattern's factored
+vertices (leaf groups and subtrees, :class:`~sgsi.join.plan.QueryPlan`) counted per row of the
+core's matches, by products and inclusion-exclusion (:class:`Counting`, a part of
+:class:`~sgsi.join.engine.Engine`)."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+
+from .backend import distinct_index, host_reductions, nonzero_index, row_numbers, take_columns, take_values
+from .plan import Link, Step
+from .sets import _ROW, _RowSets, _columns_read, _n_rows, _packed
+
+class _Eager(Exception):
+    """A subtree's sums, added with their bounds unread, came in Python integers: count again,
+    each bound read (:meth:`Engine._subtree_counts`)."""
+
+
+#: Whether a subtree of one leaf is counted from its root's sets and weights, not by extending
+#: the rows by the root (:meth:`Engine._weighted_rows`; off only to compare the two), for the
+#: pieces whose rows have at least ``WEIGHTED_FANOUT`` entries in the root's sets on average and
+#: ``WEIGHTED_MIN_ENTRIES`` in all: under that, extending the rows costs less than finding the
+#: weights and the collisions (on the CPU's 10M-edge walks: 1.18x slower at 8e5 entries and 3.5
+#: per row, 0.69x at 2.4e7 entries and 3 per row).
+WEIGHTED_SUBTREES = True
+WEIGHTED_FANOUT = 2
+WEIGHTED_MIN_ENTRIES = 1 << 22
+#: A link's direction seen from its other end.
+_REVERSED = {"out": "in", "in": "out", "both": "both"}
+
+#: Products and sums of counts at or past this bound are taken as exact Python integers.
+_INT64_SAFE = 1 << 62
+
+
+
+
+class Counting:
+    """The count-only methods of :class:`~sgsi.join.engine.Engine`."""
+
+    def _count(self, piece, s, step: Step) -> int:
+        """Σ_rows |S(t_i)| minus the rows' own vertices found in their S(t_i) (count-only last step)."""
+        if isinstance(s, _RowSets):
+            return s.total
+        return host_reductions(self.xp, ("sum", self._row_counts(piece, s, step)))[0]
+
+    def _row_counts(self, piece, s, step: Step):
+        """|S(t_i) \\ m_i| for each row i of the piece (int64)."""
+        if isinstance(s, _RowSets):
+            return s.count
+        if not step.conflicts or s.evals.size == 0:
+            return take_values(self.xp, s.scount, s.row_tuple)
+        return self.backend.sizes_less_own(s.row_tuple, s.etuple, s.evals, s.sstart, s.scount,
+                                           [piece[c] for c in step.conflicts])
+
+    def _count_leaves(self, chunk, lim) -> int:
+        """Count-only, the pattern's factored vertices (``QueryPlan.leaf_groups``): Σ over the
+        rows of Π over the groups of the group's number of matches for the row, with no row
+        of them enumerated.
+
+        Each block's sets come from one join step over the rows (its pieces may cut and
+        reorder them: a row-number column rides along to put the counts back); a group of
+        one vertex is its |S_u \\ m_row|, a larger one the sum of its inclusion-exclusion
+        terms (:class:`~sgsi.join.plan.LeafGroup`).
+
+        The one-vertex blocks go first, those with the most links first: a row where one
+        of them is empty counts nothing and is dropped, so the later blocks (the blocks of
+        several vertices above all) are found for the rows that count only, as enumerating
+        the vertices one by one would prune them.
+        """
+        xp, backend = self.xp, self.backend
+        groups = self.plan.leaf_groups
+        rows = dict(chunk)
+        rows[_ROW] = row_numbers(xp, _n_rows(chunk))
+        sizes = {}                      # (group, block) -> |S_B \ m_row| per row of ``rows``
+        blocks = [(gi, bi, step) for gi, g in enumerate(groups) for bi, step in enumerate(g.blocks)]
+        one = [b for b in blocks if b[2].vertex in groups[b[0]].leaves]
+        one.sort(key=lambda b: -len(b[2].links))
+        # Whether every row left counts: each group is one leaf (its matches, its block's size) and
+        # each block's rows where it is empty were cut.
+        counting = all(len(g.leaves) == 1 for g in groups)
+        order = one + [b for b in blocks if b[2].vertex not in groups[b[0]].leaves]
+        units = len(order) + len(self.plan.subtrees)      # progress: a block or a subtree each
+        for i, (gi, bi, step) in enumerate(order):
+            self.progress.at(self._depth, i / units, 1 / units)
+            sizes[gi, bi] = self._block_sizes(rows, step, lim)
+            if step.vertex in groups[gi].leaves:
+                rows, sizes, whole = _rows_kept(xp, rows, sizes, sizes[gi, bi] > 0)
+                counting &= whole
+                if _n_rows(rows) == 0:
+                    return 0
+        prod = self._groups_product(groups, sizes)
+        subtrees = self.plan.subtrees
+        # The last subtree's sums are added in int64 with their bounds left to the final read
+        # (``bounds``), and its product with the rest is taken there too (``last``): one read
+        # where _add_counts, _exact_product and the sum took one each.
+        last, bounds = None, []
+        for k, tree in enumerate(subtrees):
+            self.progress.at(self._depth, (len(order) + k) / units, 1 / units)
+            # Rows that count nothing already are not expanded (none is left where ``counting``).
+            if prod is not None and not _exact(prod) and not (counting and k == 0):
+                rows, kept, _whole = _rows_kept(xp, rows, {0: prod}, prod > 0)
+                prod = kept[0]
+                if _n_rows(rows) == 0:
+                    return 0
+            lazy = k == len(subtrees) - 1 and (prod is None or not _exact(prod))
+            try:
+                value = self._subtree_counts(rows, tree, lim, bounds if lazy else None)
+            except _Eager:              # a sum in Python integers: counted again, each bound read
+                lazy, bounds = False, []
+                value = self._subtree_counts(rows, tree, lim)
+            if lazy and prod is not None:
+                last = (prod, value)
+            else:
+                prod = value if prod is None else _exact_product(backend, prod, value)
+        factors = [] if last is None else list(last)
+        if last is not None:
+            prod = last[0] * last[1]
+        if not _exact(prod):
+            got = host_reductions(xp, *[("max", f) for f in factors], ("max", prod), ("sum", prod),
+                                  *[("max", v) for v, _size in bounds])
+            f = len(factors)
+            top, total = got[f], got[f + 1]
+            added = sum(m * size for m, (_v, size) in zip(got[f + 2:], bounds)) < _INT64_SAFE
+            if added and math.prod(got[:f]) < _INT64_SAFE and top * _n_rows(rows) < _INT64_SAFE:
+                return total                # no sum, product or total could pass int64
+            if not added:               # the last subtree's sums may have: counted again, each bound read
+                value = self._subtree_counts(rows, subtrees[-1], lim)
+                prod = value if last is None else _exact_product(backend, last[0], value)
+            elif last is not None:
+                prod = _exact_product(backend, *last)
+        if not _exact(prod):
+            top, total = host_reductions(xp, ("max", prod), ("sum", prod))     # one read
+            if top * _n_rows(rows) < _INT64_SAFE:               # the int64 sum did not overflow
+                return total
+        return int(sum(backend.to_host(prod).tolist()))
+
+    def _groups_product(self, groups, sizes):
+        """Π over ``groups`` of their matches per row, from their blocks' ``sizes`` (None: no group)."""
+        prod = None
+        for gi, group in enumerate(groups):
+            value = _group_matches(self.backend, group, [sizes[gi, bi] for bi in range(len(group.blocks))])
+            prod = value if prod is None else _exact_product(self.backend, prod, value)
+        return prod
+
+    def _subtree_counts(self, rows, tree, lim, bounds=None):
+        """Matches of a :class:`~sgsi.join.plan.Subtree` per row of ``rows``: the rows are extended
+        by the root (in slices), the root's leaf groups counted per extended row, and their
+        product summed back onto the rows. The slices and their groups' sets take half of
+        this level's limits, the rows' sets for the root the rest. A subtree of one leaf is
+        counted without extending the rows where they fan out far (:meth:`_weighted_rows`).
+
+        ``bounds`` (a list): the sums are added in int64 with no read, each added array and its
+        size appended to ``bounds``; they are exact where Σ max · size < ``_INT64_SAFE``, which the
+        caller reads. A sum that comes in Python integers raises :class:`_Eager` then."""
+        xp = self.xp
+        n = _n_rows(rows)
+        half = dataclasses.replace(lim, gba_entries=max(16, lim.gba_entries // 2), chunk_rows=max(4, lim.chunk_rows // 2))
+        total = xp.zeros(n, dtype=xp.int64)
+        exact = None                        # Python integers, once a sum may pass int64
+        keep = _columns_read([b for g in tree.groups for b in g.blocks]) | {_ROW}
+        weighted = WEIGHTED_SUBTREES and _one_leaf(tree)
+        done = 0
+        for piece, deg, how in self._pieces(rows, tree.step, half):
+            self.progress.at(self._depth + 1, done / max(n, 1), _n_rows(piece) / max(n, 1))
+            done += _n_rows(piece)
+            for sets in self._sets(piece, deg, tree.step, how, half):
+                self._stats["chunks"] += 1
+                # A hub's sets come in windows of its list: the collisions, found per row over the
+                # whole list, would be taken off once per window. Its rows are extended.
+                value = self._weighted_rows(piece, sets, tree, half) if weighted and how.way != "hub" else None
+                if value is not None:
+                    exact = self._add_counts(total, exact, piece[_ROW], value, bounds)
+                    continue
+                for at, value in self._extended_rows(piece, sets, tree, half, keep):
+                    exact = self._add_counts(total, exact, at, value, bounds)
+        return total if exact is None else exact
+
+    def _add_counts(self, total, exact, at, value, bounds=None):
+        """total[at] += value (int64 ``total`` while no sum may pass int64; then the Python integers
+        ``exact``, made from ``total`` once); returns ``exact``. With ``bounds`` (a list) the sum is
+        added in int64 unread, and (value, its size) appended (see :meth:`_subtree_counts`)."""
+        backend = self.backend
+        if bounds is not None:
+            if _exact(value):
+                raise _Eager()
+            backend.add_at(total, at, value)
+            bounds.append((value, int(at.size)))
+            return None
+        if exact is None and not _exact(value) and _sum_bound(backend.xp, value, int(at.size), total) < _INT64_SAFE:
+            backend.add_at(total, at, value)
+            return None
+        if exact is None:
+            exact = backend.to_host(total).astype(object)
+        np.add.at(exact, backend.to_host(at), backend.to_host(value).astype(object))
+        return exact
+
+    def _extended_rows(self, piece, sets, tree, lim, keep):
+        """The subtree's matches for the rows of one piece of the root's step, by slices of the rows
+        extended by the root: yields (the rows' numbers in ``rows``, matches) per slice."""
+        xp = self.xp
+        for out in self._extension(piece, sets, tree.step, lim, keep):
+            at = out[_ROW]
+            out = dict(out)
+            out[_ROW] = row_numbers(xp, int(at.size))
+            sizes = {(gi, bi): self._block_sizes(out, step, lim)
+                     for gi, g in enumerate(tree.groups) for bi, step in enumerate(g.blocks)}
+            yield at, self._groups_product(tree.groups, sizes)
+
+    def _weighted_rows(self, piece, sets, tree, lim):
+        """A one-leaf subtree's matches for the rows of one piece, the rows not extended by the
+        root r; None where it would not pay (fewer than ``WEIGHTED_FANOUT`` entries of r's sets
+        per row, or ``WEIGHTED_MIN_ENTRIES`` in all) or a sum could pass int64 (the rows are
+        extended then).
+
+        With w(v) = |S_l(v)| of the leaf l, less v itself where l may take r's vertex, row m
+        counts Σ_{v ∈ S_r(m)} w(v), minus for each vertex c of the core that l may collide
+        with the v ∈ S_r(m) whose S_l(v) holds m_c, where m_c is a candidate of l: those are
+        a block of r with a link to c for each of l's links (``_block_sizes``). No v is an
+        m_c (r's sets leave the row's vertices out, or their candidates do not meet), and
+        the m_c differ, so nothing is subtracted twice. w is found for the distinct vertices
+        of r's sets only."""
+        xp, backend = self.xp, self.backend
+        (leaf_step,) = tree.groups[0].blocks
+        r = tree.root
+        n = _n_rows(piece)
+        rowwise = isinstance(sets, _RowSets)
+        if rowwise:                             # the rows extended
+            entries = sets.total
+        else:
+            entries, = host_reductions(xp, ("sum", take_values(xp, sets.scount, sets.row_tuple)))
+        if entries < max(WEIGHTED_FANOUT * n, WEIGHTED_MIN_ENTRIES):
+            return None
+        if entries == 0:
+            return xp.zeros(n, dtype=xp.int64)
+        if rowwise:                             # the rows' own vertices are left out already
+            owner, hits = sets.erow, ()
+        else:
+            sets = _packed(xp, backend, sets)
+            owner, hits = sets.etuple, _own_hits(backend, piece, sets, tree.step)
+        uniq, idx = distinct_index(xp, sets.evals)
+        own = Step(leaf_step.vertex, leaf_step.links, [r] if r in leaf_step.conflicts else [])
+        w = self._block_sizes({r: uniq, _ROW: row_numbers(xp, int(uniq.size))}, own, lim)
+        if _maxes(xp, w)[0] * entries >= _INT64_SAFE:
+            return None
+        sums = xp.zeros(n if rowwise else int(sets.scount.size), dtype=xp.int64)
+        backend.add_at(sums, owner, take_values(xp, w, idx))          # Σ w over each row's (tuple's) set
+        per_row = sums if rowwise else take_values(xp, sums, sets.row_tuple)
+        for sel, hit, x in hits:                # a row's own vertex in its set: its weight out
+            at = xp.minimum(xp.searchsorted(uniq, x), uniq.size - 1)
+            per_row[sel] -= xp.where(hit, take_values(xp, w, at), 0)
+        part = {u: col for u, col in piece.items() if u != _ROW}
+        part[_ROW] = row_numbers(xp, n)
+        for c in leaf_step.conflicts:
+            if c == r:
+                continue
+            links = tree.step.links + [Link(c, k.label_id, _REVERSED[k.direction],
+                                            self.store.partition(k.label_id, _REVERSED[k.direction]).edges)
+                                       for k in leaf_step.links]
+            both = Step(r, sorted(links, key=lambda k: k.edges), tree.step.conflicts)
+            shared = self._block_sizes(part, both, lim)
+            per_row -= xp.where(backend.test_bits(self.plan.candidates[leaf_step.vertex], piece[c]), shared, 0)
+        self._stats["subtrees_weighted"] += 1
+        return per_row
+
+    def _block_sizes(self, rows, step, lim):
+        """|S_B \\ m_row| of a block's step for each row of ``rows`` (int64), in slices of at most
+        ``chunk_rows`` rows (the rows of a weighted subtree, its root's distinct vertices, may
+        be more)."""
+        xp = self.xp
+        n = _n_rows(rows)
+        per_row = None
+        cap = lim.chunk_rows
+        for a in range(0, n, cap):
+            self.progress.at(self._depth + 1, a / max(n, 1), min(cap, n - a) / max(n, 1))
+            part = rows if n <= cap else {u: col[a:a + cap] for u, col in rows.items()}
+            for piece, sets in self._pieces_with_sets(part, step, lim, counts=True):
+                counts = self._row_counts(piece, sets, step).astype(xp.int64, copy=False)
+                if piece is rows:
+                    # The rows as they came (their _ROW is 0 .. n - 1): the counts are per row
+                    # already, with no zeroed array and scatter. A hub's windows add up.
+                    per_row = counts if per_row is None else per_row + counts
+                    continue
+                if per_row is None:
+                    per_row = xp.zeros(n, dtype=xp.int64)
+                per_row[piece[_ROW]] += counts      # a hub's rows get their sets in windows: they add up
+        return xp.zeros(n, dtype=xp.int64) if per_row is None else per_row
+
+
+def _one_leaf(tree) -> bool:
+    """Whether a :class:`~sgsi.join.plan.Subtree` is its root and one leaf (one group of one block,
+    the leaf's links all to the root)."""
+    if len(tree.groups) != 1:
+        return False
+    g = tree.groups[0]
+    return len(g.leaves) == 1 and len(g.blocks) == 1 and all(k.other == tree.root for k in g.blocks[0].links)
+
+
+def _own_hits(backend, piece, s, step):
+    """``backend.own_hits`` of the conflicts of ``step`` (the vertices of the rows that may be in
+    their sets) in ``s``, packed."""
+    return backend.own_hits(s.row_tuple, s.etuple, s.evals, s.sstart, s.scount, [piece[c] for c in step.conflicts])
+
+
+def _maxes(xp, *arrays) -> list:
+    """The max of each of the int64 ``arrays`` (0 where empty), where the backend computes, read in
+    one transfer."""
+    return host_reductions(xp, *[("max", a) for a in arrays])
+
+
+def _sum_bound(xp, value, n, total) -> int:
+    """A bound on ``total`` after adding ``n`` of ``value``'s entries to it (int64 arrays; one read)."""
+    top_value, top_total = _maxes(xp, value, total)
+    return top_value * n + top_total
+
+
+def _shared_groups(plan):
+    """Groups of factored vertices that may share data vertices (counted by inclusion-exclusion)."""
+    return sum(len(g.leaves) > 1 for g in plan.leaf_groups)
+
+
+def _exact(a):
+    """Whether per-row counts are held as Python integers (past int64) rather than int64."""
+    return isinstance(a, np.ndarray) and a.dtype == object
+
+
+def _exact_product(backend, a, b):
+    """a * b per row: int64 while it cannot overflow, else Python integers (on the host)."""
+    if not _exact(a) and not _exact(b) and math.prod(_maxes(backend.xp, a, b)) < _INT64_SAFE:
+        return a * b
+    return backend.to_host(a).astype(object) * backend.to_host(b).astype(object)
+
+
+def _group_matches(backend, group, sizes):
+    """The matches of a leaf group per row: Σ over its terms of μ(π) Π_{B ∈ π} |S_B \\ m_row|
+    (``sizes[i]``: |S_B \\ m_row| of block i), exact."""
+    if len(group.terms) == 1 and group.terms[0][0] == 1 and len(group.terms[0][1]) == 1:
+        return sizes[group.terms[0][1][0]]            # one leaf
+    # Each term is at most (largest size)^|leaves| in magnitude and the |μ| sum to |leaves|!.
+    bound = max(_maxes(backend.xp, *sizes)) ** len(group.leaves) * math.factorial(len(group.leaves))
+    if bound >= _INT64_SAFE:
+        sizes = [backend.to_host(x).astype(object) for x in sizes]      # Python integers
+    total = 0
+    for coef, blocks in group.terms:
+        term = sizes[blocks[0]] * coef
+        for i in blocks[1:]:
+            term = term * sizes[i]
+        total = total + term
+    return total
+
+
+def _rows_kept(xp, rows, sizes, keep):
+    """``rows`` and the per-row ``sizes`` cut to the rows where ``keep``, when that drops a
+    quarter of them or more (a cut copies every column); the row numbers start again at 0. The
+    third value: whether ``keep`` holds on every row returned."""
+    n = int(keep.size)
+    idx = nonzero_index(xp, keep)
+    if int(idx.size) > 3 * n // 4:
+        return rows, sizes, int(idx.size) == n
+    names = [u for u in rows if u != _ROW]
+    taken = take_columns(xp, [rows[u] for u in names] + list(sizes.values()), idx)
+    rows = dict(zip(names, taken))
+    rows[_ROW] = row_numbers(xp, int(idx.size))
+    return rows, dict(zip(sizes, taken[len(names):])), True
+
+

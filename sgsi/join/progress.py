@@ -1,0 +1,79 @@
+"""Progress of a long query: a line on stderr once it runs past :data:`AFTER` seconds.
+
+The share of the work done is read off the join's stack: at each level, the
+rows of its input chunk that the pieces before the current one held, and the
+current piece's part (:meth:`Progress.at`); deeper levels refine the share of
+the levels above (``p0 + w0 * (p1 + w1 * (p2 + ...))``). It is an estimate:
+pieces of equal rows need not take equal time.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+#: Seconds a query runs before its first progress line.
+AFTER = 2.0
+#: Seconds between two lines.
+EVERY = 2.0
+
+
+class Progress:
+    """Where one query is; ``report(line)`` gets a line of text at most every :data:`EVERY`
+    seconds once the query has run :data:`AFTER` seconds (None: no report)."""
+
+    def __init__(self, report=None, what="rows"):
+        self.report = report
+        self.what = what
+        self.start = time.monotonic()
+        self.next = self.start + AFTER
+        self.levels = []                # [(share before the current unit, the unit's share)]
+        self.rows = 0                   # rows (or matches) so far
+        self.lines = 0
+
+    def at(self, level, before, width):
+        """Level ``level`` starts a unit: ``before`` of its input done, the unit ``width`` of it."""
+        del self.levels[level:]
+        self.levels.append((before, width))
+        self.tick()
+
+    def add(self, rows):
+        self.rows += rows
+        self.tick()
+
+    def share(self) -> float:
+        done, scale = 0.0, 1.0
+        for before, width in self.levels:
+            done += scale * before
+            scale *= width
+        return min(done, 1.0)
+
+    def tick(self):
+        if self.report is None:
+            return
+        now = time.monotonic()
+        if now < self.next:
+            return
+        self.next = now + EVERY
+        self.lines += 1
+        self.report(f"sgsi: {now - self.start:.0f} s, about {100 * self.share():.0f}% done, "
+                    f"{self.rows:,} {self.what} so far")
+
+
+def stderr_line(line):
+    """A progress line on stderr."""
+    print(line, file=sys.stderr, flush=True)
+
+
+def reporter(progress):
+    """The ``report`` of a query's ``progress`` option: True (the default) writes to stderr,
+    False or None nothing, a callable gets each line."""
+    if progress is True:
+        return stderr_line
+    if progress is None or progress is False:
+        return None
+    if callable(progress):
+        return progress
+    from ..errors import SgsiError
+    raise SgsiError(f"progress must be True, False or a callable taking a line of text, not "
+                    f"{type(progress).__name__}")

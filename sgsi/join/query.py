@@ -1,0 +1,365 @@
+"""One query, from its pattern to its end: what ``Graph``, the command line and SQL run.
+
+A :class:`Query` loads the pattern, resolves the budget once (at or above the
+store's floor, :func:`memory_floor`), plans on the filtered candidate sets with
+a refined plan for the engine to switch to (replanning), runs the engine with
+cancellation checks between its units of work (:class:`_Watched`), runs the
+query again on half its budget where its work outgrew the memory
+(:class:`~sgsi.errors.MemoryShortage`), and on every path (result, error,
+cancel, a stream closed early) hands the backend back with what the query took
+released (``backend.end``).
+"""
+
+from __future__ import annotations
+
+import threading
+import traceback
+
+import pyarrow as pa
+
+from .. import budget as budget_mod
+from ..errors import BudgetError, Cancelled, MemoryShortage, PatternError, SgsiError
+from ..pattern import load_pattern
+from .backend import get_backend
+from .engine import Engine
+from .plan import REFINE_ROUNDS, make_plan
+from .progress import Progress, reporter
+
+#: The most vertices a pattern may have. The engine runs one join step per
+#: pattern vertex, nested (depth first), and plans in time quadratic in the
+#: pattern's size; far larger patterns are refused with a PatternError
+#: rather than exhausting the stack or the clock.
+MAX_PATTERN_VERTICES = 256
+
+#: Bytes the floor holds for one partial match and its step (beside two segments).
+PARTIAL_MATCH_BYTES = 4096
+
+
+def memory_floor(store) -> int:
+    """The least memory budget a query of ``store`` runs at: two of its segments and one partial
+    match's step (:data:`PARTIAL_MATCH_BYTES`), and never under :data:`~sgsi.budget.MIN_BUDGET`."""
+    return max(budget_mod.MIN_BUDGET, 2 * store.max_segment_bytes + PARTIAL_MATCH_BYTES)
+
+
+def load(pattern):
+    """The :class:`~sgsi.pattern.Pattern` of ``pattern`` (text, a Pattern, or a query file)."""
+    pat = load_pattern(pattern)
+    if len(pat.vertices) > MAX_PATTERN_VERTICES:
+        raise PatternError(f"the pattern has {len(pat.vertices):,} vertices; sgsi matches patterns of at most "
+                           f"{MAX_PATTERN_VERTICES} vertices")
+    return pat
+
+
+class Backends:
+    """The backends of one open store: at most one idle backend a device, reused by the next
+    query (its caches survive), and one more for each query running beside another."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._idle = {}         # device -> a backend no query uses now
+
+    def take(self, device):
+        with self._lock:
+            backend = self._idle.pop(device, None)
+        if backend is None:
+            backend = get_backend(device)
+        backend.stats = dict.fromkeys(backend.stats, 0)
+        return backend
+
+    def give_back(self, device, backend, failed):
+        """The query on ``backend`` ended: what it took goes back (``backend.end``)."""
+        backend.end(failed)
+        with self._lock:
+            self._idle.setdefault(device, backend)
+
+    def clear(self):
+        with self._lock:
+            self._idle.clear()
+
+
+class Query:
+    """One count or match of ``pattern`` over ``store``; see the module's docstring.
+
+    ``publish(stats)`` receives the query's stats when it ends well (and for a stream, when it
+    ends at all)."""
+
+    def __init__(self, store, backends, pattern, device="auto", memory_budget=None, injective=True,
+                 cancel=None, publish=None, progress=True):
+        self.store, self.backends = store, backends
+        self.pattern = load(pattern)
+        self.check = cancel_check(cancel)
+        self.report = reporter(progress)
+        self.device, self.memory_budget, self.injective = device, memory_budget, injective
+        self.publish = publish or (lambda stats: None)
+
+    # -- count ------------------------------------------------------------------------
+
+    def count(self) -> int:
+        backend = self.backends.take(self.device)
+        failed = True
+        try:
+            n = self._count(backend)
+            failed = False
+            return n
+        except BaseException as e:
+            drop_frames(e)
+            raise
+        finally:
+            self.backends.give_back(self.device, backend, failed)
+
+    def _count(self, backend):
+        self.progress = Progress(self.report, "matches")
+        budget = self._begin(backend)
+        halved = 0
+        while True:
+            try:
+                engine = None
+                self.progress.rows = 0
+                engine = self._engine(backend, budget, count=True)
+                with backend.measuring_memory():
+                    n = self._guard(backend.run, engine.count)
+                break
+            except MemoryShortage as e:
+                engine = None
+                budget = self._halved(backend, budget, e)
+                halved += 1
+        self._publish(backend, engine, budget_halved=halved)
+        return n
+
+    # -- match ------------------------------------------------------------------------
+
+    def stream(self, limit=None):
+        """The embeddings as a :class:`pyarrow.RecordBatchReader` (one column per named vertex,
+        original ids), and a list that receives the exception that ended the stream, if any
+        (pyarrow's stream interface carries none: :func:`reraise_stream_error`)."""
+        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
+            raise SgsiError(f"limit must be a non-negative integer, got {limit!r}")
+        self.progress = Progress(self.report, "rows")
+        backend = self.backends.take(self.device)
+        try:
+            budget = self._begin(backend)
+            while True:
+                try:
+                    engine = self._engine(backend, budget)
+                    break
+                except MemoryShortage as e:
+                    budget = self._halved(backend, budget, e)
+        except BaseException as e:
+            drop_frames(e)
+            self.backends.give_back(self.device, backend, failed=True)
+            raise
+        schema = pa.schema([(name, self.store.vertex_id_type) for name in self.pattern.output_names])
+        failure = []
+        reader = pa.RecordBatchReader.from_batches(schema, self._batches(backend, engine, budget, limit, schema,
+                                                                         failure))
+        # A reader made by from_batches keeps its generator alive after close();
+        # seen through the C stream interface, close() releases it at once, and
+        # with it the engine and every array it holds.
+        from_stream = getattr(pa.RecordBatchReader, "from_stream", None)
+        if from_stream is not None:
+            reader = from_stream(reader)
+        return reader, failure
+
+    def _batches(self, backend, engine, budget, limit, schema, failure):
+        """The record batches of :meth:`stream`; the query runs again on half the budget where
+        its work outgrew the memory before any batch left."""
+        cols = self.pattern.output_vertices
+        left = limit
+        failed = True
+        sent = False
+        chunks = chunk = None
+        try:
+            if left == 0 or not cols:
+                failed = False
+                return
+            chunks = engine.chunks()
+            while True:
+                try:
+                    chunk = self._guard(backend.run, next, chunks, None)
+                except MemoryShortage as e:
+                    if sent:
+                        raise BudgetError(f"{e}; rows have been returned already, so the query cannot be run "
+                                          f"again on a smaller budget: use a larger memory budget") from None
+                    chunks = engine = None
+                    budget = self._halved(backend, budget, e)
+                    engine = self._engine(backend, budget)
+                    chunks = engine.chunks()
+                    continue
+                if chunk is None:
+                    break
+                if self.check is not None:
+                    self.check()
+                n = int(next(iter(chunk.values())).size)
+                if left is not None and n > left:
+                    chunk = {u: c[:left] for u, c in chunk.items()}
+                    n = left
+                sent = True
+                yield pa.record_batch([self.store.vertex_ids(chunk[u]) for u in cols], schema=schema)
+                if left is not None:
+                    left -= n
+                    if left == 0:
+                        break
+            failed = False
+        except BaseException as e:
+            drop_frames(e)
+            failure.append(e)
+            raise
+        finally:   # also when stopped early: by the limit, or the reader closed
+            try:
+                self._publish(backend, engine, settled=not failed)
+            finally:        # this frame outlives the stream in the error's traceback: let its arrays go
+                chunks = chunk = engine = None
+                self.backends.give_back(self.device, backend, failed)
+
+    # -- the parts --------------------------------------------------------------------
+
+    def _begin(self, backend):
+        """The query's budget on ``backend``, at or above the store's floor."""
+        budget = backend.begin(self.store, self.memory_budget)
+        floor = memory_floor(self.store)
+        if budget < floor:
+            raise BudgetError(f"memory budget of {budget_mod.format_size(budget)} is below this store's floor of "
+                              f"{budget_mod.format_size(floor)} (two segments and a partial match); use a larger "
+                              f"budget or rebuild the store with a smaller --memory-budget")
+        return budget
+
+    def _engine(self, backend, budget, count=False):
+        """An :class:`Engine` on the plan of the filtered candidate sets, which switches to the
+        plan of the refined ones (``replan``) if its join outgrows them. A count takes the
+        pattern's leaves and last vertices as a product (``make_plan``'s ``factor_leaves``)."""
+        if self.check is not None:
+            self.check()
+            backend = _Watched(backend, self.check)
+        pat, store, injective = self.pattern, self.store, self.injective
+        plan = self._guard(backend.run, lambda: make_plan(store, pat, backend, injective=injective, refine_rounds=0,
+                                                          factor_leaves=count))
+        refined = lambda: make_plan(store, pat, backend, injective=injective, refine_rounds=REFINE_ROUNDS,  # noqa: E731
+                                    factor_leaves=count, filtered=plan.candidates)      # not filtered again
+        return Engine(store, plan, backend, budget, replan=refined, progress=self.progress)
+
+    def _halved(self, backend, budget, shortage):
+        """The budget to run again on after ``shortage``: half of ``budget``, where that is
+        still at or above the store's floor (else the shortage is raised as a BudgetError)."""
+        drop_frames(shortage)               # its traceback holds the failed run's arrays
+        floor = memory_floor(self.store)
+        if budget // 2 < floor:
+            raise BudgetError(f"{shortage}, even at {budget_mod.format_size(budget)}, the least this store's "
+                              f"floor of {budget_mod.format_size(floor)} allows halving to; use a larger memory "
+                              f"budget") from None
+        backend.recover()
+        return budget // 2
+
+    def _guard(self, fn, *args, **kwargs):
+        """Run ``fn``; an unexpected error is checked against the store's checksums, so a
+        damaged file is reported as a StoreError naming it rather than as a crash; the host
+        running out of memory is a :class:`~sgsi.errors.MemoryShortage`."""
+        try:
+            return fn(*args, **kwargs)
+        except (SgsiError, RecursionError):
+            raise
+        except MemoryError as e:            # the host's memory: as the GPU pool's limit
+            raise MemoryShortage(f"the query needed more host memory than there is: {e}") from None
+        except Exception as e:
+            damage = self.store.find_damage()
+            if damage is not None:
+                raise damage from e
+            raise
+
+    def _publish(self, backend, engine, settled=True, **extra):
+        """Hand the query's stats to ``publish``; ``settled``: it ended well, so the backend can
+        wait for its work (the GPU's copy timings are complete then)."""
+        if settled:
+            backend.synchronize()
+        self.publish({"device": backend.name, **(engine.stats if engine is not None else {}), **backend.stats,
+                      **extra})
+
+
+def reraise_stream_error(failure, exc):
+    """Raise the exception that ended a :meth:`Query.stream` in place of pyarrow's copy."""
+    if failure and isinstance(exc, pa.ArrowException):
+        raise failure[0] from None
+
+
+def drop_frames(exc):
+    """Clear the locals of the finished frames in the tracebacks of ``exc`` and the exceptions
+    behind it: an exception kept by the caller must not keep the query's arrays (device memory).
+    sgsi's own errors (a cancel, a budget, a bad pattern) lose the engine's part of their
+    traceback, which says nothing to a user; other errors keep their frames, cleared."""
+    seen = set()
+    first = exc
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        traceback.clear_frames(exc.__traceback__)
+        exc = exc.__cause__ or exc.__context__
+    if isinstance(first, SgsiError):
+        first.__traceback__ = None
+
+
+def cancel_check(cancel):
+    """A function raising Cancelled once ``cancel`` (an Event, or a callable) says stop; None for None."""
+    if cancel is None:
+        return None
+    if hasattr(cancel, "is_set"):
+        test = cancel.is_set
+    elif callable(cancel):
+        test = cancel
+    else:
+        raise SgsiError(f"cancel must be a threading.Event or a callable returning True to stop, "
+                        f"not {type(cancel).__name__}")
+
+    def check():
+        if test():
+            raise Cancelled("query cancelled")
+    return check
+
+
+class _Watched:
+    """A backend that checks for cancellation between its units of work.
+
+    Every join step reads its neighbour lists through ``backend.segments()``
+    (its later links' too: ``member()`` is given this wrapper to stream them), a
+    refinement round is one ``refine_round()`` call, the filter runs in one
+    ``candidate_bits()`` or ``candidate_sets()`` call, and the columnar extension one output
+    slice per ``extend()`` call (a light piece's, one ``pack_rows()`` call): a
+    check at each stops a query within the work of one segment, round or slice.
+    Everything else is the backend's own.
+    """
+
+    def __init__(self, backend, check):
+        object.__setattr__(self, "_backend", backend)
+        object.__setattr__(self, "_check", check)
+
+    def __getattr__(self, name):
+        return getattr(self._backend, name)
+
+    def __setattr__(self, name, value):
+        setattr(self._backend, name, value)
+
+    def refine_round(self, *args, **kwargs):
+        self._check()
+        return self._backend.refine_round(*args, **kwargs)
+
+    def member(self, *args, **kwargs):
+        return self._backend.member(*args, via=self, **kwargs)         # its lists through segments()
+
+    def segments(self, store, seg_ids):
+        self._check()
+        for item in self._backend.segments(store, seg_ids):
+            yield item
+            self._check()
+
+    def candidate_bits(self, *args, **kwargs):
+        self._check()
+        return self._backend.candidate_bits(*args, **kwargs)
+
+    def candidate_sets(self, *args, **kwargs):
+        self._check()
+        return self._backend.candidate_sets(*args, **kwargs)
+
+    def extend(self, *args, **kwargs):
+        self._check()
+        return self._backend.extend(*args, **kwargs)
+
+    def pack_rows(self, *args, **kwargs):
+        self._check()
+        return self._backend.pack_rows(*args, **kwargs)
