@@ -166,27 +166,6 @@ def add_walk_options(ap, edges, queries):
     ap.add_argument("--queries", type=int, default=queries, help="queries per size")
 
 
-def probe_parser(doc):
-    """The argument parser of a probe (bench/scratch) over the random walks of one generated graph:
-    the walk options, ``--only`` (the indices of the queries to probe) and ``--data``."""
-    import argparse
-    ap = argparse.ArgumentParser(description=doc.split("\n\n")[0])
-    add_walk_options(ap, edges=1e7, queries=3)
-    ap.add_argument("--only", type=int, nargs="*", default=None, help="indices of the queries (default: all)")
-    ap.add_argument("--data", default=DATA_DIR)
-    return ap
-
-
-def probe_walks(args):
-    """(graph directory, its store opened (built first where missing), [(index, pattern)] of the
-    queries ``args.only`` names) of a :func:`probe_parser`'s options."""
-    gdir = walk_graph(args)
-    g = open_or_build(gdir)
-    queries = walk_queries(gdir, args)
-    idx = args.only if args.only is not None else range(len(queries))
-    return gdir, g, [(i, queries[i][1]) for i in idx]
-
-
 def walk_graph(args):
     """The directory of the R-MAT graph the walk options of ``args`` name (generated when missing)."""
     import gen
