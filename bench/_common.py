@@ -114,28 +114,6 @@ def say(*args):
     print(*args, file=sys.stderr, flush=True)
 
 
-def report(line):
-    """A line of a bench's report, on standard output (progress goes to standard error: :func:`say`)."""
-    print(line, flush=True)
-
-
-def device_sync(device):
-    """A function that waits for the work queued on ``device`` ("gpu"; none to wait for elsewhere)."""
-    if device != "gpu":
-        return lambda: None
-    import cupy
-    return cupy.cuda.Device().synchronize
-
-
-def open_or_build(gdir):
-    """The store of generated graph ``gdir`` (``<gdir>.sgsi``), opened, or built first where missing."""
-    import sgsi
-    store = gdir + ".sgsi"
-    if os.path.exists(store):
-        return sgsi.open(store)
-    return sgsi.build(store, edges=os.path.join(gdir, "edges.parquet"), vertices=os.path.join(gdir, "vertices.parquet"))
-
-
 def ensure_importable():
     """Let ``python bench/x.py`` import sgsi from the repository and gen from bench/."""
     for p in (REPO_DIR, BENCH_DIR):
