@@ -114,28 +114,6 @@ def say(*args):
     print(*args, file=sys.stderr, flush=True)
 
 
-def report(line):
-    """A line of a bench's report, on standard output (progress goes to standard error: :func:`say`)."""
-    print(line, flush=True)
-
-
-def device_sync(device):
-    """A function that waits for the work queued on ``device`` ("gpu"; none to wait for elsewhere)."""
-    if device != "gpu":
-        return lambda: None
-    import cupy
-    return cupy.cuda.Device().synchronize
-
-
-def open_or_build(gdir):
-    """The store of generated graph ``gdir`` (``<gdir>.sgsi``), opened, or built first where missing."""
-    import sgsi
-    store = gdir + ".sgsi"
-    if os.path.exists(store):
-        return sgsi.open(store)
-    return sgsi.build(store, edges=os.path.join(gdir, "edges.parquet"), vertices=os.path.join(gdir, "vertices.parquet"))
-
-
 def ensure_importable():
     """Let ``python bench/x.py`` import sgsi from the repository and gen from bench/."""
     for p in (REPO_DIR, BENCH_DIR):
@@ -164,27 +142,6 @@ def add_walk_options(ap, edges, queries):
     ap.add_argument("--vertex-labels", type=int, default=None, help="vertex label count (default: the shape's)")
     ap.add_argument("--sizes", type=int, nargs="+", default=[4, 6, 8])
     ap.add_argument("--queries", type=int, default=queries, help="queries per size")
-
-
-def probe_parser(doc):
-    """The argument parser of a probe (bench/scratch) over the random walks of one generated graph:
-    the walk options, ``--only`` (the indices of the queries to probe) and ``--data``."""
-    import argparse
-    ap = argparse.ArgumentParser(description=doc.split("\n\n")[0])
-    add_walk_options(ap, edges=1e7, queries=3)
-    ap.add_argument("--only", type=int, nargs="*", default=None, help="indices of the queries (default: all)")
-    ap.add_argument("--data", default=DATA_DIR)
-    return ap
-
-
-def probe_walks(args):
-    """(graph directory, its store opened (built first where missing), [(index, pattern)] of the
-    queries ``args.only`` names) of a :func:`probe_parser`'s options."""
-    gdir = walk_graph(args)
-    g = open_or_build(gdir)
-    queries = walk_queries(gdir, args)
-    idx = args.only if args.only is not None else range(len(queries))
-    return gdir, g, [(i, queries[i][1]) for i in idx]
 
 
 def walk_graph(args):

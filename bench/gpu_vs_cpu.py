@@ -11,8 +11,9 @@ query untimed until ``--warm`` seconds of counting have passed (at least once:
 the GPU's first count reads the query's segments from disk). A GPU that sat
 idle while the CPU counted the previous query starts slow: in session 27 a light
 walk counted 4.3 ms back to back and 9.7 ms (median) one second after idling
-(bench/scratch/idle_probe.py), and one untimed count did not cover it. Counts must be equal. Writes gpu_vs_cpu.md and .csv with per-query times, the ratio, the
-geometric mean, and the GPU backend's streaming statistics.
+(`git show a0d0bcb:bench/scratch/idle_probe.py`), and one untimed count did not
+cover it. Counts must be equal. Writes gpu_vs_cpu.md and .csv with per-query
+times, the ratio, the geometric mean, and the GPU backend's streaming statistics.
 """
 
 from __future__ import annotations
@@ -84,7 +85,7 @@ def main(argv=None):
     ap.add_argument("--cores", type=int, nargs="*", default=None,
                     help="CPU cores both workers run on, the same for both (default: any). On a shared VM the "
                          "host's vCPUs differ: a light GPU count took 2.6 ms on one and 4.1 on another "
-                         "(bench/results/session35/affinity_h100.txt)")
+                         "(`git show a0d0bcb:bench/results/session35/affinity_h100.txt`)")
     ap.add_argument("--gpu-device", default="gpu", help=argparse.SUPPRESS)   # "cpu": a smoke test without a GPU
     ap.add_argument("--data", default=DATA_DIR)
     ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"))

@@ -1,16 +1,23 @@
-"""bench/_common.py: the kernel warm-up of the benchmark workers."""
+"""bench/_common.py: the kernel warm-up of the benchmark workers, run through bench/hprd_suite.py."""
 
+import subprocess
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
-import _common  # noqa: E402
+import pytest
+
+from sgsi.join.backend import gpu_available
+
+SUITE = Path(__file__).resolve().parents[1] / "bench" / "hprd_suite.py"
 
 
-def test_warm_up_counts_the_fewest_matches_of_each_yeast_family():
-    """One query per family (the one with the fewest matches), each counted exactly at two
-    budgets (warm_up_kernels raises on a wrong count)."""
-    picked = _common.warm_up_kernels("cpu", per_family=1)
-    families = [name.rsplit("_", 1)[0] for name in picked]
-    assert len(families) == len(set(families)) == 9
-    assert "query_dense_4" in families and "query_sparse_32" in families
+@pytest.mark.gpu
+@pytest.mark.skipif(not gpu_available(), reason="no CUDA GPU with CuPy on this machine")
+def test_warm_up_counts_the_fewest_matches_of_each_yeast_family(tmp_path):
+    """A GPU worker first counts the queries with the fewest matches of each yeast family, exactly, at
+    two budgets (warm_up_kernels raises on a wrong count: the worker exits and the suite fails)."""
+    got = subprocess.run([sys.executable, str(SUITE), "--set", "yeast", "--device", "gpu", "--limit", "1",
+                          "--runs", "1", "--data", str(tmp_path / "data"), "--results", str(tmp_path / "out")],
+                         capture_output=True, text=True)
+    assert got.returncode == 0, got.stderr[-2000:]
+    assert (tmp_path / "out" / "yeast_suite.md").exists()
