@@ -53,7 +53,7 @@ _popcount_rows = cp.ReductionKernel("uint32 x", "int64 y", "__popc(x)", "a + b",
 #: costs some 40-130 us of launches and host work whatever the size (measured on the 100M walks),
 #: and a scan in tiles three launches, which added up over the dozens of scans of a query's steps.
 #: One block took 87 us of device time on 50,000 values, the single pass 19.5 us on 300,000 (one
-#: H200, bench/scratch/scan_probe.py).
+#: H200, probe scan_probe, in git history).
 _SMALL_SCAN = 1 << 13
 #: Threads of a ``scan_pass`` block (at most ``SCAN_BLOCK_MAX``), and the values each takes
 #: (``SCAN_ROUNDS`` in the kernel).
@@ -280,7 +280,7 @@ def read_small(a):
     """A small device array on the host (a NumPy copy): an asynchronous copy into a pinned buffer
     of this thread's and one synchronize of the stream, where CuPy's copy into pageable memory
     cost some 6 us more a read of the host's time (15.4 against 9.4 us, one H100,
-    bench/scratch/read_probe.py); a count reads a dozen times or more. Past ``_READ_SMALL_MAX``
+    probe read_probe, in git history); a count reads a dozen times or more. Past ``_READ_SMALL_MAX``
     bytes, CuPy's copy."""
     shape = a.shape
     a = cp.ascontiguousarray(a)
@@ -305,7 +305,7 @@ def read_last(a) -> int:
 #: int64 slots of a thread's ring of result slots (:func:`result_slots`).
 _RESULT_SLOTS = 1 << 12
 #: 0: result slots are device memory, read back by a copy (as before them), to measure what they
-#: gain (bench/scratch/consts_probe.py).
+#: gain (probe consts_probe, in git history).
 _MAPPED_RESULTS = 1
 
 
@@ -329,7 +329,7 @@ def result_slots(k):
     (their host view, the address the kernel takes), read with :func:`read_results` (a synchronize,
     no copy). Where a kernel wrote device memory and a read copied it back, the copy cost the host
     some 15 us a read (31.4 against 16.2 us with the kernel's launch, one H100,
-    bench/scratch/mapped_probe.py), and a count reads a dozen times or more. Pinned memory is the
+    probe mapped_probe, in git history), and a count reads a dozen times or more. Pinned memory is the
     device's to address under unified addressing, at its host address. A thread's slots are taken
     in turn from its ring; at the ring's end the stream is synchronized before the first slots are
     taken again, so no kernel still writes them. The kernel must write the slots plainly (no
@@ -363,7 +363,7 @@ class _Staging:
     """A pinned buffer of one thread's for small host arrays on their way to the device (argument
     tables): each is copied in on the current stream from its own stretch of the buffer, where
     ``cp.asarray`` took a block of CuPy's pinned pool and an event a copy (some 8 us more of the
-    host's time, bench/scratch/h2d_probe.py). The buffer's two halves are used in turn; a half is
+    host's time, probe h2d_probe, in git history). The buffer's two halves are used in turn; a half is
     taken again once the copies issued from it before have been done (its event)."""
 
     HALF = 1 << 15
@@ -433,7 +433,7 @@ def stack_rows(arrays, idx=None):
     of arrays of one dtype): one ``stack_rows_4`` or ``stack_rows_8`` launch (the arrays as
     pointer arguments) for every ``_STACK_MAX`` arrays of 4- or 8-byte elements, where CuPy's
     stack costs some 70 us of host time and its take some 20 us an array (measured on one H100's
-    host, bench/scratch/op_costs.py); others through CuPy."""
+    host, probe op_costs, in git history); others through CuPy."""
     k = len(arrays)
     dtype = arrays[0].dtype if k else None
     if k == 0 or dtype.itemsize not in (4, 8) or \

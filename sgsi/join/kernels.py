@@ -1931,7 +1931,7 @@ class Launch:
     into an 8-byte slot of a buffer of the thread's (an array's device address, an integer's value)
     and the driver takes the slots' addresses, where CuPy made a Python object of each argument and
     converted it. 16 arguments, the integers given as Python ints, cost the host 5.8 us, against 9.4
-    through CuPy with NumPy scalars (one H100 host, bench/scratch/launch_probe.py), and a light count
+    through CuPy with NumPy scalars (one H100 host, probe launch_probe, in git history), and a light count
     is some 50 to 150 launches that the host issues while the device waits.
 
     Every parameter of the module's kernels is a pointer or an integer (tests/test_kernels_source.py

@@ -413,7 +413,7 @@ class Store:
         a Python ``mmap`` of the file the store opened; holding it keeps the map alive after the
         store is closed. The GPU backend registers its pages with CUDA: ``cudaHostRegister``
         did not return on the pyarrow map of some files where it took a Python map of the same
-        file in milliseconds (bench/scratch/hostregister_probe.md)."""
+        file in milliseconds (probe hostregister_probe, in git history)."""
         view = self._views.get(name)
         if view is None:
             if name not in self._maps:
