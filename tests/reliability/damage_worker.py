@@ -51,6 +51,7 @@ def main():
     base, work, seed, seconds = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
     patterns = json.loads(sys.argv[5])
     budget = sys.argv[6]
+    at_least = int(sys.argv[7]) if len(sys.argv) > 7 else 0     # trials, however long they take
     with sgsi.open(base) as g:
         ref = [g.count(p, device="cpu", memory_budget=budget) for p in patterns]
         ref_rows = g.match(patterns[1], device="cpu", memory_budget=budget).read_all().num_rows
@@ -58,7 +59,7 @@ def main():
     rng = random.Random(seed)
     deadline = time.monotonic() + seconds
     trial = 0
-    while time.monotonic() < deadline:
+    while time.monotonic() < deadline or trial < at_least:
         name = names[trial % len(names)]
         copy = os.path.join(work, f"t{trial}.sgsi")
         shutil.copytree(base, copy)
