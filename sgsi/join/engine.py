@@ -256,8 +256,11 @@ class Engine(Counting):
         for piece, sets in self._pieces_with_sets(chunk, step, lim, take=take):
             rows = _n_rows(piece)
             self.progress.at(level, done / n, rows / n)
+
+            def place(i, k, before=done, rows=rows):      # slice i of the piece's k
+                self.progress.at(level, (before + rows * i / k) / n, rows / (n * k))
             done += rows
-            for out in self._extension(piece, sets, step, lim, keep):
+            for out in self._extension(piece, sets, step, lim, keep, place):
                 held[level] = _nbytes(chunk) + sets.nbytes + _nbytes(out)
                 yield out
 
@@ -587,7 +590,7 @@ class Engine(Counting):
             fill = backend.bincount(erow, n)
         return _RowSets(erow, evals, fill, int(evals.size), taken)
 
-    def _extension(self, piece, s, step: Step, lim: Limits, keep=None):
+    def _extension(self, piece, s, step: Step, lim: Limits, keep=None, place=None):
         """Columnar extension (Algorithm 6), row i taking S(t_i) \\ m_i: yields the new
         table in slices of about ``chunk_rows`` rows. Only the columns of the vertices ``keep``
         (None: all) are carried over, with the new vertex's: a count needs no column that no
@@ -612,7 +615,9 @@ class Engine(Counting):
         else:
             bounds = nonzero_index(xp, xp.diff((cum - per_row) // cap)) + 1
             cuts = [0] + [int(b) for b in backend.to_host(bounds)] + [n]
-        for a, b in zip(cuts[:-1], cuts[1:]):
+        for i, (a, b) in enumerate(zip(cuts[:-1], cuts[1:])):
+            if place is not None:       # progress: slice i of len(cuts) - 1
+                place(i, len(cuts) - 1)
             conflict_cols = [piece[c][a:b] for c in step.conflicts]
             sizes = (cum, total, heaviest) if b - a == n else None        # one slice: sized already
             erow, vals = backend.extend(s.row_tuple[a:b], per_row[a:b], s.evals, s.sstart, s.scount, conflict_cols,
