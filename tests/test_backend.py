@@ -180,6 +180,7 @@ def test_cpu_vertex_labels_index_kept_where_it_fits():
     would take more than a quarter of the derived arrays' share of the budget, the label array."""
     class Store:
         path = "s"
+        token = ("s", 0)
         reads = 0
 
         def vertex_labels(self, seg):
