@@ -168,7 +168,9 @@ def test_a_long_query_reports_its_progress(cycles, monkeypatch, capsys):
     with sgsi.open(cycles["store"]) as g:
         assert g.count(CYCLE, device="cpu", memory_budget="1MB", progress=lines.append) == cycles["cycles"]
         shares = [int(line.split("about ")[1].split("%")[0]) for line in lines]
-        assert len(lines) > 10 and shares == sorted(shares) and 0 <= shares[0] and shares[-1] <= 100, lines[:3]
+        drops = sum(b < a for a, b in zip(shares, shares[1:]))      # the work starts again once if replanned
+        assert len(lines) > 10 and drops <= g.last_stats["replanned"], shares
+        assert 0 <= min(shares) and 0 < max(shares) <= 100, shares
         assert lines[-1].endswith("matches so far") and lines[0].startswith("sgsi: ")
         capsys.readouterr()
         rows = sum(b.num_rows for b in g.match(CYCLE, device="cpu", memory_budget="64MB"))
