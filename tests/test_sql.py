@@ -334,7 +334,7 @@ def test_sgsi_build_errors(con, reg, social, tmp_path):
 
 
 def test_build_from_sql_helper_sees_temp_tables(con, reg, social, tmp_path):
-    from sgsi.duckdb_ext import build_from_sql
+    from sgsi.db import build_from_sql
     con.execute(f"CREATE TEMP TABLE te AS SELECT * FROM read_parquet({q(os.path.join(social['dir'], 'e.parquet'))})")
     g = build_from_sql(con, tmp_path / "h.sgsi", "SELECT * FROM te", f"FROM read_parquet({q(social['vfile'])})")
     pattern = "(a:0)-->(b:2)"
@@ -344,8 +344,8 @@ def test_build_from_sql_helper_sees_temp_tables(con, reg, social, tmp_path):
 def test_stores_stay_open_between_queries(con, reg, social, tmp_path, monkeypatch):
     """Queries of one store reuse its open Graph (and so its backends' caches); a store rebuilt in
     place is opened anew and answers from its new edges; release() closes the idle ones; at most
-    _OPEN_STORES stay open."""
-    from sgsi import duckdb_ext
+    OPEN_STORES stay open."""
+    from sgsi.db.stores import OPEN_STORES
     g = q(social["store"])
     opens = lambda: reg.stats["store_opens"]   # noqa: E731
     before = opens()
@@ -368,9 +368,9 @@ def test_stores_stay_open_between_queries(con, reg, social, tmp_path, monkeypatc
     n_half = con.execute(f"SELECT match_count({q(out)}, '(a)-->(b)')").fetchall()[0][0]
     assert n_all == counts[0] and 0 < n_half == len({(s, d) for s, d, lab in social["edges"] if str(lab) == "E0"})
     assert n_half < n_all and first.store._readers == {}           # the replaced store was closed
-    # at most _OPEN_STORES stay open; the least recently used one closes
+    # at most OPEN_STORES stay open; the least recently used one closes
     rebuilt = reg._state.stores.open[str(out)].graph
-    assert reg._state.stores.limit == duckdb_ext._OPEN_STORES >= 2
+    assert reg._state.stores.limit == OPEN_STORES >= 2
     monkeypatch.setattr(reg._state.stores, "limit", 1)
     con.execute(f"SELECT match_count({g}, '(a)-->(b)<--(c)')").fetchall()       # not a cached result
     assert list(reg._state.stores.open) == [os.path.abspath(social["store"])]
