@@ -35,6 +35,8 @@ the wrapper first cancels the sgsi engine runs of that connection (they
 stop within one segment's work and raise
 :class:`~sgsi.errors.Cancelled`, removing their scratch files), then calls
 DuckDB's own. :meth:`Registration.interrupt` does the same explicitly.
+The statement methods (``execute``, ``sql``, ...) are wrapped too, only to
+name an unknown option of the macros, which DuckDB's own error leaves out.
 
 Python UDFs belong to the database, not the connection: every connection
 and cursor of one database shares them, so the per-database state lives in
@@ -56,7 +58,8 @@ database      per-database state, and the Python functions behind the macros
 connection    per-connection state: the cache of results, by generation
 stores        the stores a database keeps open between queries
 scratch       scratch directories: results, build inputs, stale ones swept
-hooks         the wrapper of DuckDBPyConnection.interrupt
+hooks         the wrappers of DuckDBPyConnection (interrupt, unknown options)
+arguments     what an unknown option of a macro is called, from DuckDB's error
 """
 
 from .registration import Registration, build_from_sql, register
