@@ -13,6 +13,7 @@ from .errors import BudgetError, Cancelled, MemoryShortage, PatternError, SgsiEr
 from .join.backend import get_backend
 from .join.engine import Engine
 from .join.plan import REFINE_ROUNDS, make_plan
+from .options import query_options
 from .pattern import load_pattern
 from .storage.ingest import build_store
 from .storage.store import Store
@@ -100,7 +101,7 @@ class Graph:
     :class:`~sgsi.pattern.Pattern`, or the path of a query file.
     ``device`` is ``"cpu"``, ``"gpu"`` or ``"auto"`` (the GPU where one is
     present); ``memory_budget`` bounds one join step (bytes or ``"64KB"``);
-    ``injective=False`` asks for homomorphisms instead of isomorphisms;
+    ``homomorphism=True`` asks for homomorphisms instead of isomorphisms;
     ``cancel`` (a :class:`threading.Event`, or a callable returning True)
     stops the query with :class:`~sgsi.errors.Cancelled` once set: it is
     checked before each segment the engine reads and between result batches.
@@ -225,8 +226,15 @@ class Graph:
 
     # -- queries --------------------------------------------------------------------
 
-    def count(self, pattern, device="auto", memory_budget=None, injective=True, cancel=None) -> int:
-        """Number of embeddings of ``pattern`` (every automorphic copy counted)."""
+    def count(self, pattern, device="auto", memory_budget=None, *, homomorphism=False, cancel=None,
+              **deprecated) -> int:
+        """Number of embeddings of ``pattern`` (every automorphic copy counted).
+
+        ``homomorphism=True`` counts homomorphisms (two pattern vertices may
+        match one data vertex) instead of isomorphisms. ``injective=False``
+        is its deprecated spelling (a :class:`DeprecationWarning`).
+        """
+        injective = not query_options("count", homomorphism, None, deprecated)[0]
         pat = self._pattern(pattern)
         check = _cancel_check(cancel)
         backend = self._take_backend(device)
@@ -261,13 +269,16 @@ class Graph:
         self.last_stats["budget_halved"] = self._here.stats["budget_halved"] = halved
         return n
 
-    def match(self, pattern, device="auto", memory_budget=None, injective=True, limit=None,
-              cancel=None) -> pa.RecordBatchReader:
+    def match(self, pattern, device="auto", memory_budget=None, *, homomorphism=False, max_rows=None,
+              cancel=None, **deprecated) -> pa.RecordBatchReader:
         """Embeddings as a stream of record batches: one column per named vertex, original ids.
 
         The engine runs as the batches are read. Closing the reader early
         (``reader.close()``, leaving a ``with`` block, or dropping it) stops
-        the engine and frees its memory; so does ``limit`` once reached.
+        the engine and frees its memory; so does ``max_rows`` once reached.
+        ``homomorphism=True`` lists homomorphisms instead of isomorphisms.
+        ``injective=`` and ``limit=`` are the deprecated spellings of
+        ``homomorphism`` (negated) and ``max_rows`` (a :class:`DeprecationWarning`).
 
         A bad pattern, store or budget raises here, before any batch. An
         error while the batches are read (``cancel`` set, a store damaged
@@ -275,7 +286,8 @@ class Graph:
         whose message holds sgsi's: pyarrow's stream interface, which makes
         ``close()`` stop the engine, carries no exception type.
         """
-        return self._match(pattern, device, memory_budget, injective, limit, cancel)[0]
+        homomorphism, max_rows = query_options("match", homomorphism, max_rows, deprecated)
+        return self._match(pattern, device, memory_budget, not homomorphism, max_rows, cancel)[0]
 
     def _match(self, pattern, device="auto", memory_budget=None, injective=True, limit=None, cancel=None):
         """:meth:`match`, and a list that receives the exception that ended the stream, if any

@@ -10,6 +10,7 @@ cached results (:class:`~sgsi.db.connection.Connection`) apart.
 from __future__ import annotations
 
 import atexit
+import functools
 import itertools
 import json
 import os
@@ -52,6 +53,18 @@ def database_state(con) -> "Database":
     if state is None:   # pragma: no cover - the functions keep their state alive
         raise SgsiError("this database has sgsi functions whose state is gone; reconnect")
     return state
+
+
+def _in_sql(fn):
+    """A SQL function: its errors name options as SQL spells them (``force := true``)."""
+    @functools.wraps(fn)
+    def sql_function(*args):
+        try:
+            return fn(*args)
+        except SgsiError as e:
+            e.interface = "sql"
+            raise
+    return sql_function
 
 
 class Database:
@@ -137,6 +150,7 @@ class Database:
 
     # -- the SQL functions -------------------------------------------------------------
 
+    @_in_sql
     def match_files(self, token, txid, graph, pattern, device, memory_budget, homomorphism, max_rows):
         """``sgsi_match_files``: Parquet files holding the result of one query."""
         c = self.connection(token)
@@ -181,6 +195,7 @@ class Database:
                 reader.close()      # stops the engine now, whatever happened
         return [os.path.join(d, f"part-{i:05d}.parquet") for i in range(n_files)], d
 
+    @_in_sql
     def count(self, token, txid, graph, pattern, device, memory_budget, homomorphism):
         """``sgsi_count``: the number of matches."""
         c = self.connection(token)
@@ -194,7 +209,7 @@ class Database:
                 with self.stores.use(graph) as g, c.run() as cancel:
                     self._bump("count_runs")
                     n = g.count(pattern, device=device or "auto", memory_budget=memory_budget,
-                                injective=not homomorphism, cancel=cancel)
+                                homomorphism=bool(homomorphism), cancel=cancel)
                     c.last_stats = g.thread_last_stats()
                 if n >= 2**63:
                     raise SgsiError(f"{n} matches do not fit in a BIGINT")
@@ -202,6 +217,7 @@ class Database:
             entry.generation = c.generation
             return entry.value
 
+    @_in_sql
     def build_store(self, token, out, edges, vertices, graph, edges_query, vertices_query, src, dst, label,
                     id_col, vertex_label, undirected, lean, memory_budget, force):
         """``sgsi_build_store``: build a store; returns a one-line summary."""

@@ -64,8 +64,8 @@ def failure_message(err, directory) -> str:
     what = err.strerror or (text.splitlines()[0] if text else type(err).__name__)
     return (f"writing the result of match() to the scratch directory {os.path.dirname(os.path.dirname(directory))} "
             f"failed: {what}; match() writes its whole result there before returning the first row (it has "
-            f"been removed): free space there or set TMPDIR to a larger disk, bound the result with max_rows, "
-            f"or use match_count()")
+            f"been removed): free space there or set TMPDIR to a larger disk, bound the result with "
+            f"max_rows := N, or use match_count()")
 
 
 def sweep_stale():
