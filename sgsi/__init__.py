@@ -14,7 +14,7 @@ __version__ = "0.1.0"
 
 def register(con, **defaults):
     """Register match(), match_count() and sgsi_build() on a DuckDB connection."""
-    from .duckdb_ext import register as _register
+    from .db import register as _register
     return _register(con, **defaults)
 
 

@@ -36,7 +36,7 @@ examples:
   sgsi build --edges knows.parquet --vertices people.parquet --out social.sgsi
   sgsi info social.sgsi
   sgsi count social.sgsi '(a:Person)-[:KNOWS]->(b)-[:KNOWS]->(a)'
-  sgsi match social.sgsi '(a)-[:KNOWS]->(b)' --output pairs.parquet --limit 1000
+  sgsi match social.sgsi '(a)-[:KNOWS]->(b)' --output pairs.parquet --max-rows 1000
 
 Run `sgsi COMMAND --help` for the options of a command.
 """
@@ -166,12 +166,13 @@ examples:
         epilog=_PATTERN_HELP + """
 examples:
   sgsi match social.sgsi '(a:Person)-[:KNOWS]->(b:Person)' --output knows.parquet
-  sgsi match social.sgsi '(a)-[:KNOWS]->(b)-[:KNOWS]->(a)' --output mutual.parquet --limit 100
+  sgsi match social.sgsi '(a)-[:KNOWS]->(b)-[:KNOWS]->(a)' --output mutual.parquet --max-rows 100
 """)
     p.add_argument("store", metavar="STORE", help="a graph store directory")
     p.add_argument("pattern", metavar="PATTERN", help="a pattern, or a query file")
     p.add_argument("--output", "-o", required=True, metavar="FILE", help="the Parquet file to write")
-    p.add_argument("--limit", type=_non_negative, metavar="N", help="stop after N rows")
+    p.add_argument("--max-rows", type=_non_negative, metavar="N", help="stop after N rows")
+    p.add_argument("--limit", type=_non_negative, help=argparse.SUPPRESS)     # deprecated: --max-rows
     p.add_argument("--force", action="store_true", help="replace an existing output file")
     _add_query_options(p)
     p.set_defaults(func=_cmd_match)
@@ -304,7 +305,7 @@ def _cmd_count(args):
     with open_graph(args.store) as g:
         t0 = time.perf_counter()
         n = g.count(args.pattern, device=args.device, memory_budget=args.memory_budget,
-                    injective=not args.homomorphism)
+                    homomorphism=args.homomorphism)
         dt = time.perf_counter() - t0
         _say(f"sgsi: {_stats_line(g.last_stats)}, {dt:.3f} s")
     print(n)
@@ -317,6 +318,12 @@ def _cmd_match(args):
     from .graph import reraise_stream_error
     from .results import write_parquet
 
+    max_rows = args.max_rows
+    if args.limit is not None:
+        if max_rows is not None:
+            raise InputError("give --max-rows only (--limit is its deprecated name)")
+        _say("sgsi: --limit is deprecated; use --max-rows")
+        max_rows = args.limit
     out = args.output
     if os.path.exists(out) and not args.force:
         raise InputError(f"output file exists: {out} (use --force to replace it)")
@@ -328,7 +335,7 @@ def _cmd_match(args):
     with open_graph(args.store) as g:
         t0 = time.perf_counter()
         reader, failure = g._match(args.pattern, device=args.device, memory_budget=args.memory_budget,
-                                   injective=not args.homomorphism, limit=args.limit)
+                                   injective=not args.homomorphism, limit=max_rows)
         if len(reader.schema) == 0:
             raise PatternError("the pattern names no vertex, so there are no columns to write: name one, "
                                "e.g. (a), or use sgsi count")
@@ -473,6 +480,8 @@ def _report(e):
     from .errors import SgsiError, os_error_behind
     if not isinstance(e, (SgsiError, duckdb.Error, MemoryError)):
         e = os_error_behind(e) or e       # a disk-full error hidden by the writer's failing cleanup
+    if isinstance(e, SgsiError):
+        e.interface = "cli"               # its options as the command line spells them (--force)
     if isinstance(e, (SgsiError, duckdb.Error)):
         _say(f"sgsi: error: {_one_line(e)}")
     elif isinstance(e, BrokenPipeError):

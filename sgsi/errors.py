@@ -7,7 +7,25 @@ the pattern). The command line prints that line and exits with code 1.
 
 
 class SgsiError(Exception):
-    """Base class of every error sgsi reports to a user."""
+    """Base class of every error sgsi reports to a user.
+
+    A message names options as the command line spells them (``use
+    --force``); ``str()`` shows them as the interface that the error
+    reached spells them (:func:`sgsi.options.respell`).
+
+    Attributes
+    ----------
+    interface : str
+        ``"python"`` (``force=True``; the default), ``"sql"`` (``force :=
+        true``; set by the SQL functions) or ``"cli"`` (``--force``; set by
+        the command line).
+    """
+
+    interface = "python"
+
+    def __str__(self):
+        from .options import respell
+        return respell(super().__str__(), self.interface)
 
 
 class InputError(SgsiError):

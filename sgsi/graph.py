@@ -8,6 +8,7 @@ import threading
 import pyarrow as pa
 
 from .join.query import MAX_PATTERN_VERTICES, Backends, Query, memory_floor, reraise_stream_error  # noqa: F401
+from .options import query_options
 from .storage.ingest import build_store
 from .storage.store import Store
 
@@ -88,7 +89,7 @@ class Graph:
     :class:`~sgsi.pattern.Pattern`, or the path of a query file.
     ``device`` is ``"cpu"``, ``"gpu"`` or ``"auto"`` (the GPU where one is
     present); ``memory_budget`` bounds one join step (bytes or ``"64KB"``);
-    ``injective=False`` asks for homomorphisms instead of isomorphisms;
+    ``homomorphism=True`` asks for homomorphisms instead of isomorphisms;
     ``cancel`` (a :class:`threading.Event`, or a callable returning True)
     stops the query with :class:`~sgsi.errors.Cancelled` once set: it is
     checked before each segment the engine reads and between result batches.
@@ -127,17 +128,27 @@ class Graph:
 
     # -- queries --------------------------------------------------------------------
 
-    def count(self, pattern, device="auto", memory_budget=None, injective=True, cancel=None, progress=True) -> int:
-        """Number of embeddings of ``pattern`` (every automorphic copy counted)."""
+    def count(self, pattern, device="auto", memory_budget=None, *, homomorphism=False, cancel=None, progress=True,
+              **deprecated) -> int:
+        """Number of embeddings of ``pattern`` (every automorphic copy counted).
+
+        ``homomorphism=True`` counts homomorphisms (two pattern vertices may
+        match one data vertex) instead of isomorphisms. ``injective=False``
+        is its deprecated spelling (a :class:`DeprecationWarning`).
+        """
+        injective = not query_options("count", homomorphism, None, deprecated)[0]
         return self._query(pattern, device, memory_budget, injective, cancel, progress).count()
 
-    def match(self, pattern, device="auto", memory_budget=None, injective=True, limit=None,
-              cancel=None, progress=True) -> pa.RecordBatchReader:
+    def match(self, pattern, device="auto", memory_budget=None, *, homomorphism=False, max_rows=None,
+              cancel=None, progress=True, **deprecated) -> pa.RecordBatchReader:
         """Embeddings as a stream of record batches: one column per named vertex, original ids.
 
         The engine runs as the batches are read. Closing the reader early
         (``reader.close()``, leaving a ``with`` block, or dropping it) stops
-        the engine and frees its memory; so does ``limit`` once reached.
+        the engine and frees its memory; so does ``max_rows`` once reached.
+        ``homomorphism=True`` lists homomorphisms instead of isomorphisms.
+        ``injective=`` and ``limit=`` are the deprecated spellings of
+        ``homomorphism`` (negated) and ``max_rows`` (a :class:`DeprecationWarning`).
 
         A bad pattern, store or budget raises here, before any batch. An
         error while the batches are read (``cancel`` set, a store damaged
@@ -145,7 +156,8 @@ class Graph:
         whose message holds sgsi's: pyarrow's stream interface, which makes
         ``close()`` stop the engine, carries no exception type.
         """
-        return self._match(pattern, device, memory_budget, injective, limit, cancel, progress)[0]
+        homomorphism, max_rows = query_options("match", homomorphism, max_rows, deprecated)
+        return self._match(pattern, device, memory_budget, not homomorphism, max_rows, cancel, progress)[0]
 
     def _match(self, pattern, device="auto", memory_budget=None, injective=True, limit=None, cancel=None,
                progress=True):

@@ -16,7 +16,7 @@
 -- engine once however often DuckDB binds the macro, and old results are
 -- removed. ${device}, ${memory_budget} and ${homomorphism} are the defaults
 -- given to sgsi.register(con, ...). The placeholders are filled in by
--- sgsi/duckdb_ext.py.
+-- sgsi/db/registration.py.
 
 -- SELECT * FROM match('G.sgsi', '(a:Person)-[:KNOWS]->(b)');
 -- One row per embedding; one column per named pattern vertex, in order of

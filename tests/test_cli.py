@@ -145,8 +145,16 @@ def test_match_writes_parquet(graph, store, tmp_path, capsys):
     assert main(["match", store, "(a)-->(b)", "--output", str(out)]) == 1
     assert "output file exists" in one_error_line(capsys.readouterr().err)
     assert out.read_bytes() == before
-    assert main(["match", store, "(a)-->(b)", "--output", str(out), "--limit", "4", "--force"]) == 0
+    assert main(["match", store, "(a)-->(b)", "--output", str(out), "--max-rows", "4", "--force"]) == 0
     assert pq.read_table(out).num_rows == 4
+    # --limit, the deprecated name of --max-rows, still works, with a note
+    capsys.readouterr()
+    assert main(["match", store, "(a)-->(b)", "--output", str(out), "--limit", "3", "--force"]) == 0
+    assert pq.read_table(out).num_rows == 3
+    assert "--limit is deprecated; use --max-rows" in capsys.readouterr().err
+    assert main(["match", store, "(a)-->(b)", "--output", str(out), "--limit", "3", "--max-rows", "3",
+                 "--force"]) == 1
+    assert "give --max-rows only" in one_error_line(capsys.readouterr().err)
     assert [p for p in os.listdir(tmp_path) if p != "m.parquet"] == []      # no temporary file left
 
 
@@ -183,7 +191,8 @@ def test_existing_store_is_refused_and_kept(graph, tmp_path, capsys):
     assert main(["build", "--edges", graph["efile"], "--out", str(out), "-q"]) == 0
     capsys.readouterr()
     assert main(["build", "--edges", graph["efile"], "--out", str(out), "-q"]) == 1
-    assert "output path exists" in one_error_line(capsys.readouterr().err)
+    line = one_error_line(capsys.readouterr().err)
+    assert "output path exists" in line and "(use --force to replace it)" in line     # as the CLI spells it
     # a failed --force build keeps the old store
     assert main(["build", "--edges", graph["vfile"], "--out", str(out), "--force", "-q"]) == 1
     capsys.readouterr()

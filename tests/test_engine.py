@@ -119,7 +119,7 @@ def project(matches, pattern):
 
 
 def match_rows(g, pattern, budget, injective=True, limit=None):
-    reader = g.match(pattern, device=CPU, memory_budget=budget, injective=injective, limit=limit)
+    reader = g.match(pattern, device=CPU, memory_budget=budget, homomorphism=not injective, max_rows=limit)
     t = reader.read_all()
     names = parse_pattern(pattern).output_names
     assert t.column_names == names
@@ -141,7 +141,7 @@ def test_count_and_match_vs_oracle(cases, ids, budget, injective, join_way):
     nonzero = light = 0
     for p in random_patterns(seed, 30):
         matches = case.oracle(p, injective)
-        assert g.count(p, device=CPU, memory_budget=budget, injective=injective) == len(matches), p
+        assert g.count(p, device=CPU, memory_budget=budget, homomorphism=not injective) == len(matches), p
         light += g.last_stats.get("light_steps", 0)
         if parse_pattern(p).output_names:
             assert match_rows(g, p, budget, injective) == project(matches, p), p
@@ -157,7 +157,7 @@ def test_undirected_store_vs_oracle(cases, budget, injective):
     g = case.graphs[budget]
     for p in random_patterns(300 + injective, 25, max_k=4, elabels=["E0", "E1"]):
         matches = case.oracle(p, injective)
-        assert g.count(p, device=CPU, memory_budget=budget, injective=injective) == len(matches), p
+        assert g.count(p, device=CPU, memory_budget=budget, homomorphism=not injective) == len(matches), p
         if parse_pattern(p).output_names:
             assert match_rows(g, p, budget, injective) == project(matches, p), p
 
@@ -186,7 +186,7 @@ def test_hub_lists_spanning_segments(cases, budget, injective):
     for pat in HUB_PATTERNS:
         matches = case.oracle(pat, injective)
         assert matches, pat
-        assert g.count(pat, device=CPU, memory_budget=budget, injective=injective) == len(matches), pat
+        assert g.count(pat, device=CPU, memory_budget=budget, homomorphism=not injective) == len(matches), pat
         assert match_rows(g, pat, budget, injective) == project(matches, pat), pat
 
 
@@ -200,7 +200,7 @@ def test_single_edge_label_store(cases, budget, injective):
     for _ in range(20):
         p = random_pattern(rng, rng.randint(1, 4), VLABELS[:2], [])
         matches = case.oracle(p, injective)
-        assert g.count(p, device=CPU, memory_budget=budget, injective=injective) == len(matches), p
+        assert g.count(p, device=CPU, memory_budget=budget, homomorphism=not injective) == len(matches), p
         if parse_pattern(p).output_names:
             assert match_rows(g, p, budget, injective) == project(matches, p), p
     with pytest.raises(SgsiError, match="unknown edge label E0; the store has no edge labels"):
@@ -217,7 +217,7 @@ def test_int_edge_labels_quoted_vertex_labels_big_ids(cases, budget, injective):
     for _ in range(20):
         p = random_pattern(rng, rng.randint(1, 4), ["Person", "has space", "Ünïcode"], [1, 2, 30])
         matches = case.oracle(p, injective)
-        assert g.count(p, device=CPU, memory_budget=budget, injective=injective) == len(matches), p
+        assert g.count(p, device=CPU, memory_budget=budget, homomorphism=not injective) == len(matches), p
         if parse_pattern(p).output_names:
             assert match_rows(g, p, budget, injective) == project(matches, p), p
         nonzero += bool(matches)
@@ -237,7 +237,7 @@ def test_bigger_patterns_small_budget(cases, injective):
         p = random_pattern(rng, rng.randint(6, 7), VLABELS, ELABELS, p_vertex_label=0.2, p_edge_label=0.3,
                            extra_edges=1)
         matches = case.oracle(p, injective)
-        assert g.count(p, device=CPU, memory_budget="16KB", injective=injective) == len(matches), p
+        assert g.count(p, device=CPU, memory_budget="16KB", homomorphism=not injective) == len(matches), p
         chunked = max(chunked, g.last_stats.get("chunks", 0))
     assert chunked > 1          # the out-of-core path split the work
 
@@ -310,7 +310,7 @@ def test_two_edges_between_one_pair(cases, pattern, budget, injective):
     case = cases["int"]
     g = case.graphs[budget]
     matches = case.oracle(pattern, injective)
-    assert g.count(pattern, device=CPU, memory_budget=budget, injective=injective) == len(matches)
+    assert g.count(pattern, device=CPU, memory_budget=budget, homomorphism=not injective) == len(matches)
     assert match_rows(g, pattern, budget, injective) == project(matches, pattern)
 
 
@@ -340,7 +340,7 @@ def test_single_vertex_patterns(cases, budget):
         all_v = {s for s, _, _ in case.edges} | {d for _, d, _ in case.edges} | set(case.vlabels)
         assert g.count("(a)", device=CPU, memory_budget=budget) == len(all_v)
         assert g.count("()", device=CPU, memory_budget=budget) == len(all_v)
-        assert g.count("(a)", device=CPU, memory_budget=budget, injective=False) == len(all_v)
+        assert g.count("(a)", device=CPU, memory_budget=budget, homomorphism=True) == len(all_v)
         for lab in VLABELS:
             want = sorted((v for v, l in case.vlabels.items() if l == lab), key=str)
             assert g.count(f"(a:{lab})", device=CPU, memory_budget=budget) == len(want)
@@ -364,7 +364,7 @@ def test_unknown_labels_are_pattern_errors(cases, pattern, message):
         g = cases["int"].graphs[budget]
         for injective in (True, False):
             with pytest.raises(SgsiError, match=message):
-                g.count(pattern, device=CPU, memory_budget=budget, injective=injective)
+                g.count(pattern, device=CPU, memory_budget=budget, homomorphism=not injective)
         with pytest.raises(SgsiError, match=message):
             g.match(pattern, device=CPU, memory_budget=budget)
 
@@ -375,7 +375,7 @@ def test_unknown_labels_of_a_benchmark_query_give_zero(cases):
     p = parse_query_text("t 2 1\nv 0 0 1\nv 1 99 1\ne 0 1\n")
     assert not p.strict_labels
     assert g.count(p, device=CPU) == 0
-    assert g.count(p, device=CPU, injective=False) == 0
+    assert g.count(p, device=CPU, homomorphism=True) == 0
     t = g.match(p, device=CPU).read_all()
     assert t.num_rows == 0 and t.column_names == ["u0", "u1"]
 
@@ -398,7 +398,7 @@ def test_match_output_columns_skip_anonymous(cases):
 
 
 # ---------------------------------------------------------------------------
-# match(limit=N)
+# match(max_rows=N)
 # ---------------------------------------------------------------------------
 
 
@@ -420,7 +420,7 @@ def test_match_limit(cases, budget):
 @pytest.mark.parametrize("limit", [-1, 2.5, "10"])
 def test_match_bad_limit(cases, limit):
     with pytest.raises(SgsiError, match="limit"):
-        cases["int"].graphs[None].match("(a)-->(b)", device=CPU, limit=limit)
+        cases["int"].graphs[None].match("(a)-->(b)", device=CPU, max_rows=limit)
 
 
 def test_match_is_a_stream_of_batches(cases):
@@ -809,7 +809,7 @@ def test_leaves_counted_as_a_product(cases, budget, injective):
     factored = []
     for pattern in LEAFY:
         want = len(case.oracle(pattern, injective))
-        assert g.count(pattern, device=CPU, memory_budget=budget, injective=injective) == want, pattern
+        assert g.count(pattern, device=CPU, memory_budget=budget, homomorphism=not injective) == want, pattern
         factored.append(g.last_stats["leaves_factored"])
     assert factored[:3] == [3, 3, 3]
     assert min(factored[3:5]) >= 2
@@ -829,7 +829,7 @@ def test_leaf_groups_vs_oracle(cases, budget):
         p = random_pattern(rng, rng.randint(4, 7), VLABELS[:2], ELABELS[:2], extra_edges=0, p_vertex_label=0.6)
         for injective in (True, False):
             want = len(case.oracle(p, injective))
-            assert g.count(p, device=CPU, memory_budget=budget, injective=injective) == want, (p, injective)
+            assert g.count(p, device=CPU, memory_budget=budget, homomorphism=not injective) == want, (p, injective)
             grouped += g.last_stats["leaf_groups"]
     assert grouped >= 10
 
@@ -857,7 +857,7 @@ def test_last_vertices_counted_as_a_product(cases, budget, injective):
     vertices other than leaves are factored where the pattern allows it."""
     case = cases["int"]
     g = case.graphs[budget]
-    assert g.count(DIAMOND, device=CPU, memory_budget=budget, injective=injective) == len(
+    assert g.count(DIAMOND, device=CPU, memory_budget=budget, homomorphism=not injective) == len(
         case.oracle(DIAMOND, injective))
     assert g.last_stats["leaves_factored"] == 2 and _leaves(DIAMOND) == 0
     rng = random.Random(57)
@@ -866,7 +866,7 @@ def test_last_vertices_counted_as_a_product(cases, budget, injective):
         p = random_pattern(rng, rng.randint(4, 7), VLABELS[:2], ELABELS[:2], extra_edges=rng.randint(1, 4),
                            p_vertex_label=0.5)
         want = len(case.oracle(p, injective))
-        assert g.count(p, device=CPU, memory_budget=budget, injective=injective) == want, (p, injective)
+        assert g.count(p, device=CPU, memory_budget=budget, homomorphism=not injective) == want, (p, injective)
         beyond_leaves += g.last_stats["leaves_factored"] > _leaves(p)
     assert beyond_leaves >= 5
 
@@ -884,12 +884,12 @@ def test_subtrees_counted_per_row(cases, budget, injective):
     case = cases["int"]
     g = case.graphs[budget]
     want = len(case.oracle(ROOTED, injective))
-    assert g.count(ROOTED, device=CPU, memory_budget=budget, injective=injective) == want
+    assert g.count(ROOTED, device=CPU, memory_budget=budget, homomorphism=not injective) == want
     assert g.last_stats["subtrees"] == 1
     from sgsi.join import counting, engine
     with pytest.MonkeyPatch.context() as m:
         m.setattr(counting, "_INT64_SAFE", 2)          # the subtree's sums as Python integers
-        assert g.count(ROOTED, device=CPU, memory_budget=budget, injective=injective) == want
+        assert g.count(ROOTED, device=CPU, memory_budget=budget, homomorphism=not injective) == want
         assert g.last_stats["subtrees_weighted"] == 0          # past int64: the rows are extended
     rng = random.Random(23)
     subtrees = with_leaves = 0
@@ -897,11 +897,11 @@ def test_subtrees_counted_per_row(cases, budget, injective):
         p = random_pattern(rng, rng.randint(4, 7), VLABELS, ELABELS[:2], extra_edges=rng.choice([0, 0, 1]),
                            p_vertex_label=0.8)
         want = len(case.oracle(p, injective))
-        assert g.count(p, device=CPU, memory_budget=budget, injective=injective) == want, (p, injective)
+        assert g.count(p, device=CPU, memory_budget=budget, homomorphism=not injective) == want, (p, injective)
         subtrees += g.last_stats["subtrees"]
         with pytest.MonkeyPatch.context() as m:      # the same count with the rows extended by the root
             m.setattr(counting, "WEIGHTED_SUBTREES", False)
-            assert g.count(p, device=CPU, memory_budget=budget, injective=injective) == want, (p, injective)
+            assert g.count(p, device=CPU, memory_budget=budget, homomorphism=not injective) == want, (p, injective)
             assert g.last_stats["subtrees_weighted"] == 0
         for failing in ("first", "all"):
             # The last subtree's sums and product are bounded in the count's final read (its
@@ -919,7 +919,7 @@ def test_subtrees_counted_per_row(cases, budget, injective):
             real, final_reads = counting.host_reductions, []
             with pytest.MonkeyPatch.context() as m:
                 m.setattr(counting, "host_reductions", reductions)
-                assert g.count(p, device=CPU, memory_budget=budget, injective=injective) == want, (p, injective)
+                assert g.count(p, device=CPU, memory_budget=budget, homomorphism=not injective) == want, (p, injective)
             with_leaves += bool(final_reads)
     assert subtrees >= 1 and with_leaves >= 1
 
@@ -1044,7 +1044,7 @@ def test_leaf_products_past_int64_stay_exact(cases, monkeypatch):
     case = cases["int"]
     g = case.graphs[None]
     pattern = LEAFY[2]
-    want = g.count(pattern, device=CPU, injective=False)
+    want = g.count(pattern, device=CPU, homomorphism=True)
     assert g.last_stats["leaves_factored"] == 3 and want == len(case.oracle(pattern, False))
     want_iso = g.count(pattern, device=CPU)
     assert g.last_stats["leaf_groups"] == 1 and want_iso == len(case.oracle(pattern, True))

@@ -187,7 +187,7 @@ def test_sql_parameters_and_options_by_position(con, reg, social):
     ("SELECT * FROM match(STORE, '()-->()')", "names no vertex"),
     ("SELECT match_count('/no/such/graph.sgsi', '(a)')", "no graph store at"),
     ("SELECT match_count(STORE, '(a')", "pattern"),
-    ("SELECT * FROM match(STORE, '(a)-->(b)', devise := 'cpu')", "does not support the supplied arguments"),
+    ("SELECT * FROM match(STORE, '(a)-->(b)', devise := 'cpu')", "match() has no option 'devise'"),
 ])
 def test_errors_are_clear_and_leave_the_connection_usable(con, reg, social, sql, message):
     sql = sql.replace("STORE", q(social["store"]))
@@ -199,6 +199,50 @@ def test_errors_are_clear_and_leave_the_connection_usable(con, reg, social, sql,
     assert con.execute("SELECT 42").fetchall()[0] == (42,)
     assert con.execute(f"SELECT match_count({q(social['store'])}, '(a)-->(b)')").fetchall()[0][0] == \
         len(expected_rows(social, "(a)-->(b)"))
+
+
+@pytest.mark.parametrize("sql, message", [
+    ("SELECT match_count(STORE, '(a)-->(b)', homomorphsm := true)",
+     "Binder Error: match_count() has no option 'homomorphsm' (did you mean homomorphism?); its options are "
+     "device, memory_budget, homomorphism (name := value, after graph, pattern)"),
+    ("SELECT * FROM match(STORE, '(a)-->(b)', injective := false)", "no option 'injective' (did you mean homomorphism?)"),
+    ('SELECT * FROM match(STORE, \'(a)-->(b)\', "limit" := 3)', "no option 'limit' (did you mean max_rows?)"),
+    ("SELECT * FROM match(STORE, '(a)-->(b)', limit := 3)", "LIMIT is a reserved word in SQL, so match() calls its "
+     "row limit max_rows: write max_rows := N"),
+    ("SELECT sgsi_build('x.sgsi', edge => 'e.parquet')", "sgsi_build() has no option 'edge' (did you mean edges?)"),
+    ("SELECT x FROM range(2) t(x) WHERE x < (SELECT match_count(STORE, '(a)', 'cpu', NULL, false, 1))",
+     "match_count() takes at most 5 arguments (graph, pattern, device, memory_budget, homomorphism), got 6"),
+    ("SELECT match_count(STORE)", "match_count() needs graph and pattern first, got 1 argument"),
+])
+@pytest.mark.parametrize("method", ["execute", "sql"])
+def test_unknown_options_are_named(con, reg, social, sql, message, method):
+    """DuckDB's own error for an unknown option of a macro does not name it; sgsi's does, with the
+    same exception type, on con.execute() and con.sql() alike (and on a cursor)."""
+    sql = sql.replace("STORE", q(social["store"]))
+    for c in (con, con.cursor()):
+        sgsi.register(c, device="cpu")
+        with pytest.raises((duckdb.BinderException, duckdb.ParserException)) as info:
+            getattr(c, method)(sql)
+        assert message in str(info.value)
+    # other errors are DuckDB's own
+    with pytest.raises(duckdb.CatalogException, match="nosuch"):
+        getattr(con, method)("SELECT nosuch(1)")
+    with pytest.raises(duckdb.ParserException, match='syntax error at or near "SELEC"'):
+        getattr(con, method)("SELEC 1")
+
+
+def test_unknown_option_found_past_strings_comments_and_other_calls():
+    from sgsi.db.arguments import explain
+    error = ("Binder Error: Macro match_count() does not support the supplied arguments. You might need to add "
+             "explicit type casts.\nCandidate macros:\n\tmatch_count(graph, pattern, device := 'a,b', "
+             "memory_budget := NULL, homomorphism := false)\n\nLINE 1: ...")
+    statement = ("SELECT 'match_count(''g'', ''p'', zz := 1)' AS s, /* match_count(x, y, yy := 1) */ "
+                 "match_count('g', lower('(A)'), homomorphism := true), -- match_count('g', 'p', ww := 1)\n"
+                 'MATCH_COUNT(\'g\', \'p\', "Memory_Budget" := 1, DEVISE => \'cpu\')')
+    assert "has no option 'devise' (did you mean device?)" in explain(error, statement)
+    assert "its options are device, memory_budget, homomorphism " in explain(error, statement)
+    assert explain(error, "SELECT match_count('g', 'p', homomorphism := 1)") is None    # nothing to say
+    assert explain("Binder Error: Macro f() does not support the supplied arguments.", "SELECT f(1, x := 2)") is None
 
 
 def test_register_rejects_unknown_defaults():
@@ -334,7 +378,7 @@ def test_sgsi_build_errors(con, reg, social, tmp_path):
 
 
 def test_build_from_sql_helper_sees_temp_tables(con, reg, social, tmp_path):
-    from sgsi.duckdb_ext import build_from_sql
+    from sgsi.db import build_from_sql
     con.execute(f"CREATE TEMP TABLE te AS SELECT * FROM read_parquet({q(os.path.join(social['dir'], 'e.parquet'))})")
     g = build_from_sql(con, tmp_path / "h.sgsi", "SELECT * FROM te", f"FROM read_parquet({q(social['vfile'])})")
     pattern = "(a:0)-->(b:2)"
@@ -344,8 +388,8 @@ def test_build_from_sql_helper_sees_temp_tables(con, reg, social, tmp_path):
 def test_stores_stay_open_between_queries(con, reg, social, tmp_path, monkeypatch):
     """Queries of one store reuse its open Graph (and so its backends' caches); a store rebuilt in
     place is opened anew and answers from its new edges; release() closes the idle ones; at most
-    _OPEN_STORES stay open."""
-    from sgsi import duckdb_ext
+    OPEN_STORES stay open."""
+    from sgsi.db.stores import OPEN_STORES
     g = q(social["store"])
     opens = lambda: reg.stats["store_opens"]   # noqa: E731
     before = opens()
@@ -368,9 +412,9 @@ def test_stores_stay_open_between_queries(con, reg, social, tmp_path, monkeypatc
     n_half = con.execute(f"SELECT match_count({q(out)}, '(a)-->(b)')").fetchall()[0][0]
     assert n_all == counts[0] and 0 < n_half == len({(s, d) for s, d, lab in social["edges"] if str(lab) == "E0"})
     assert n_half < n_all and first.store._readers == {}           # the replaced store was closed
-    # at most _OPEN_STORES stay open; the least recently used one closes
+    # at most OPEN_STORES stay open; the least recently used one closes
     rebuilt = reg._state.stores.open[str(out)].graph
-    assert reg._state.stores.limit == duckdb_ext._OPEN_STORES >= 2
+    assert reg._state.stores.limit == OPEN_STORES >= 2
     monkeypatch.setattr(reg._state.stores, "limit", 1)
     con.execute(f"SELECT match_count({g}, '(a)-->(b)<--(c)')").fetchall()       # not a cached result
     assert list(reg._state.stores.open) == [os.path.abspath(social["store"])]

@@ -91,7 +91,7 @@ def test_fifty_hostile_queries_leave_the_process_as_it_was(cycles, dense):
     small = sgsi.open(cycles["store"])
     budget = dense["budget"]
     small.count(CYCLE, device="cpu", memory_budget="64MB")           # caches and imports warm
-    g.match(rh.HUGE, device="cpu", memory_budget=budget, limit=10).read_all()
+    g.match(rh.HUGE, device="cpu", memory_budget=budget, max_rows=10).read_all()
     latencies = []
 
     def cancelled(i):

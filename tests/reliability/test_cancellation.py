@@ -34,7 +34,7 @@ def _q(s):
 def dgraph(dense):
     g = sgsi.open(dense["store"])
     # warm up (lazy imports, the store's caches) so that what a query leaves behind can be measured
-    g.match(rh.HUGE, device="cpu", memory_budget=dense["budget"], limit=100).read_all()
+    g.match(rh.HUGE, device="cpu", memory_budget=dense["budget"], max_rows=100).read_all()
     yield g
     g.close()
 
@@ -60,7 +60,7 @@ def test_stopping_a_reader_early_stops_the_engine(dgraph, dense, how):
     def run():
         dgraph.last_stats = {}
         if how == "limit":
-            t = dgraph.match(rh.HUGE, device="cpu", memory_budget=dense["budget"], limit=5000).read_all()
+            t = dgraph.match(rh.HUGE, device="cpu", memory_budget=dense["budget"], max_rows=5000).read_all()
             assert t.num_rows == 5000
         else:
             reader = dgraph.match(rh.HUGE, device="cpu", memory_budget=dense["budget"])
@@ -267,7 +267,7 @@ def test_cancel_and_close_free_device_memory_gpu(dense):
     import cupy as cp
     pool = cp.get_default_memory_pool()
     with sgsi.open(dense["store"]) as g:
-        g.match(rh.HUGE, device="gpu", memory_budget="1GB", limit=100).read_all()        # warm the cache
+        g.match(rh.HUGE, device="gpu", memory_budget="1GB", max_rows=100).read_all()        # warm the cache
         cp.cuda.Device().synchronize()
         base = pool.used_bytes()
         ev = threading.Event()

@@ -147,7 +147,7 @@ def test_queries_never_modify_the_store(social, reference, tmp_path):
     with sgsi.open(str(store), verify=True) as g:
         for p in rh.SOCIAL_PATTERNS:
             g.count(p, device="cpu")
-            rh.rows_of(g.match(p, device="cpu", limit=5))
+            rh.rows_of(g.match(p, device="cpu", max_rows=5))
             r = g.match(p, device="cpu")
             r.close()
     con = duckdb.connect()

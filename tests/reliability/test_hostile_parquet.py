@@ -162,7 +162,7 @@ def test_duplicates_and_self_loops(tmp_path):
     e = rh.write_edges(tmp_path / "e.parquet", [1, 1, 1, 2, 2], [2, 2, 1, 1, 2], ["K", "K", "K", "K", "L"])
     with sgsi.build(str(tmp_path / "g.sgsi"), edges=e) as g:
         assert g.count("(a)-[:K]->(b)", device="cpu") == 2           # 1->2, 2->1 (dupes once, loop never)
-        assert g.count("(a)-[:K]->(b)", device="cpu", injective=False) == 3
+        assert g.count("(a)-[:K]->(b)", device="cpu", homomorphism=True) == 3
         assert g.count("(a)-[:L]->(b)", device="cpu") == 0
 
 
@@ -186,7 +186,7 @@ def test_star_with_200k_edges(star):
         assert g.count("(a)-->(b)", device="cpu", memory_budget="4MB") == n + 2
         assert g.count("(b)<--(a)-->(c)", device="cpu") == n * (n - 1)      # only the hub has two out-edges
         assert g.count("(a)-->(b)-->(c)-->(a)", device="cpu") == 3          # 0->1->2->0
-        rows = g.match("(h)-->(x)", device="cpu", limit=10).read_all()
+        rows = g.match("(h)-->(x)", device="cpu", max_rows=10).read_all()
         assert rows.num_rows == 10
 
 

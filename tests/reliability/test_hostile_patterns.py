@@ -165,7 +165,7 @@ def test_huge_pattern_is_refused_by_a_query(tmp_path):
         # the largest pattern allowed runs to the end (no RecursionError)
         ok = "".join(f"(v{i})-->" for i in range(m - 1)) + f"(v{m - 1})"
         assert g.count(ok, device="cpu") == ring
-        assert g.match(ok, device="cpu", limit=3).read_all().num_rows == 3
+        assert g.match(ok, device="cpu", max_rows=3).read_all().num_rows == 3
 
 
 # ---------------------------------------------------------------------------

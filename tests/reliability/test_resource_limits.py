@@ -51,7 +51,7 @@ def test_tiny_budget_on_many_matches(dense):
 
 def test_budget_smaller_than_the_stores_segments_is_a_clear_error(dense):
     with sgsi.build(str(dense["dir"] / "d8.sgsi"), edges=dense["efile"], memory_budget="8MB") as g:
-        with pytest.raises(BudgetError, match="below this store's floor.*--memory-budget"):
+        with pytest.raises(BudgetError, match="below this store's floor.*smaller memory_budget"):
             g.count("(a)-->(b)", device="cpu", memory_budget="16KB")
     with sgsi.open(dense["store"]) as g:
         with pytest.raises(BudgetError, match="minimum"):

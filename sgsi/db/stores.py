@@ -1,0 +1,93 @@
+"""The stores a database keeps open between queries.
+
+A query finds the GPU segments, signature columns and pinned buffers the
+query before it left on the device, instead of opening the store afresh.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections import OrderedDict
+from contextlib import contextmanager
+
+from ..graph import Graph
+from ..storage.format import MANIFEST
+
+#: Stores a database keeps open between queries.
+OPEN_STORES = 4
+
+
+class OpenStores:
+    """The stores a database keeps open between queries, least recently used closed first.
+
+    A store is known by its path and its manifest's identity (inode, size,
+    modification time), so one rebuilt in place is opened anew. A store in
+    use by a query is closed only when the last such query ends.
+    """
+
+    class _Open:
+        __slots__ = ("version", "graph", "users", "retired")
+
+        def __init__(self, version, graph):
+            self.version, self.graph, self.users, self.retired = version, graph, 0, False
+
+    def __init__(self, limit, on_open=None):
+        self.limit = limit
+        self.on_open = on_open
+        self.lock = threading.Lock()
+        self.open = OrderedDict()           # absolute path -> _Open
+        self.closed = False
+
+    @contextmanager
+    def use(self, path):
+        """``with stores.use(path) as graph:`` the open Graph of the store at ``path``."""
+        path = os.path.abspath(path)
+        version = manifest_version(path)
+        with self.lock:
+            entry = self.open.get(path)
+            if entry is not None and entry.version != version:
+                self._retire(self.open.pop(path))
+                entry = None
+            if entry is None:
+                entry = self._Open(version, Graph(path))      # a bad store raises here, nothing kept
+                if self.on_open is not None:
+                    self.on_open()
+                if not self.closed:
+                    self.open[path] = entry
+                else:
+                    entry.retired = True
+            if path in self.open:
+                self.open.move_to_end(path)
+            while len(self.open) > self.limit:
+                self._retire(self.open.popitem(last=False)[1])
+            entry.users += 1
+        try:
+            yield entry.graph
+        finally:
+            with self.lock:
+                entry.users -= 1
+                if entry.retired and entry.users == 0:
+                    entry.graph.close()
+
+    def _retire(self, entry):
+        entry.retired = True
+        if entry.users == 0:
+            entry.graph.close()
+
+    def close_idle(self, forever=False):
+        """Close the stores no query uses (those in use close when their queries end)."""
+        with self.lock:
+            self.closed = self.closed or forever
+            for path in list(self.open):
+                if forever or self.open[path].users == 0:
+                    self._retire(self.open.pop(path))
+
+
+def manifest_version(path):
+    """(inode, size, mtime) of a store's manifest, which a rebuild replaces; None: no manifest."""
+    try:
+        st = os.stat(os.path.join(path, MANIFEST))
+    except OSError:
+        return None                      # Graph() reports the missing store
+    return (st.st_ino, st.st_size, st.st_mtime_ns)
