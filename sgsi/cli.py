@@ -299,13 +299,18 @@ def _label_lines(title, values, freqs, top=10, unlabeled=0):
     return lines
 
 
+def _progress():
+    """Progress lines of a long query on stderr where it is a terminal (not in pipes or logs)."""
+    return sys.stderr.isatty()
+
+
 def _cmd_count(args):
     from .graph import open as open_graph
 
     with open_graph(args.store) as g:
         t0 = time.perf_counter()
         n = g.count(args.pattern, device=args.device, memory_budget=args.memory_budget,
-                    homomorphism=args.homomorphism)
+                    homomorphism=args.homomorphism, progress=_progress())
         dt = time.perf_counter() - t0
         _say(f"sgsi: {_stats_line(g.last_stats)}, {dt:.3f} s")
     print(n)
@@ -335,7 +340,7 @@ def _cmd_match(args):
     with open_graph(args.store) as g:
         t0 = time.perf_counter()
         reader, failure = g._match(args.pattern, device=args.device, memory_budget=args.memory_budget,
-                                   injective=not args.homomorphism, limit=max_rows)
+                                   injective=not args.homomorphism, limit=max_rows, progress=_progress())
         if len(reader.schema) == 0:
             raise PatternError("the pattern names no vertex, so there are no columns to write: name one, "
                                "e.g. (a), or use sgsi count")
