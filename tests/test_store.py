@@ -25,7 +25,7 @@ from sgsi.join.backend import CpuBackend
 from sgsi.join.plan import make_plan
 from sgsi.join.stream import spanning
 from sgsi.partition import pcsr, signatures
-from sgsi.partition.plan import plan as size_plan
+from sgsi.partition.segments import plan as size_plan
 from sgsi.pattern import parse_pattern
 from sgsi.storage.store import Store
 

@@ -49,7 +49,7 @@ import pyarrow.parquet as pq
 from .. import budget as budget_mod
 from ..errors import InputError
 from ..partition import pcsr, signatures
-from ..partition.plan import plan as make_plan
+from ..partition.segments import plan as make_plan
 from . import format as fmt
 from . import keysort
 
