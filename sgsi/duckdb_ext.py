@@ -74,7 +74,7 @@ from .errors import InputError, PatternError, SgsiError, os_error_behind
 from .graph import Graph, reraise_stream_error
 from .results import write_parquet_parts
 from .storage.format import MANIFEST
-from .storage.ingest import build_store
+from .storage.build import build_store
 
 __all__ = ["register", "build_from_sql", "Registration"]
 

@@ -14,7 +14,7 @@ from .join.backend import get_backend
 from .join.engine import Engine
 from .join.plan import REFINE_ROUNDS, make_plan
 from .pattern import load_pattern
-from .storage.ingest import build_store
+from .storage.build import build_store
 from .storage.store import Store
 
 #: The most vertices a pattern may have. The engine runs one join step per
