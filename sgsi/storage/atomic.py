@@ -76,6 +76,19 @@ def replacing_dir(out: str, force: bool = False):
 
 
 @contextlib.contextmanager
+def replacing_file(path: str):
+    """A temporary path beside ``path``, moved over ``path`` when the block ends without error."""
+    tmp = temp_name(path)
+    try:
+        yield tmp
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
+
+
+@contextlib.contextmanager
 def scratch_dir(parent: str):
     """A scratch directory in ``parent``, removed when the block ends (or by :func:`sweep_stale`)."""
     with tempfile.TemporaryDirectory(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-", dir=parent) as d:
