@@ -130,8 +130,8 @@ def main(argv=None):
         baseline = run_baseline(bsrc, os.path.join(args.data, "baseline.sgsi"), epath, vpath, args.memory_budget)
         baseline["label"] = blabel
 
-    from sgsi.storage import ingest
-    workers = ingest._pcsr_workers()
+    from sgsi.storage import segment_writer
+    workers = segment_writer.pcsr_workers()
     runs = []
     for r in range(args.repeat):
         stages = []

@@ -209,7 +209,7 @@ def _non_negative(text):
 def _cmd_build(args):
     from .errors import InputError
     from .graph import build
-    from .storage.ingest import stderr_progress
+    from .storage.build import stderr_progress
 
     if args.edges and args.graph:
         raise InputError("give --edges (Parquet) or --graph (text format), not both")

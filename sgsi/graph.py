@@ -9,7 +9,7 @@ import pyarrow as pa
 
 from .join.query import MAX_PATTERN_VERTICES, Backends, Query, memory_floor, reraise_stream_error  # noqa: F401
 from .options import query_options
-from .storage.ingest import build_store
+from .storage.build import build_store
 from .storage.store import Store
 
 

@@ -10,10 +10,11 @@ the size of the result, and nothing is ever truncated.
 from __future__ import annotations
 
 import os
-import uuid
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+
+from .storage.atomic import replacing_file
 
 #: Rows per Parquet row group (the unit DuckDB reads in parallel).
 ROW_GROUP_ROWS = 1 << 17
@@ -76,21 +77,13 @@ def write_parquet(reader: pa.RecordBatchReader, path, *, compression="snappy") -
     renamed into place when complete, so ``path`` never holds a partial
     file. Returns the number of rows written.
     """
-    path = os.fspath(path)
-    parent = os.path.dirname(os.path.abspath(path))
-    tmp = os.path.join(parent, f".{os.path.basename(path)}.tmp-{uuid.uuid4().hex[:8]}")
-    try:
+    with replacing_file(os.fspath(path)) as tmp:
         out = _RowGroupWriter(tmp, reader.schema, compression)
         try:
             for batch in reader:
                 out.write(batch)
         finally:
             out.close()
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise
     return out.rows
 
 

@@ -94,7 +94,7 @@ def test_not_parquet_vertex_file(tmp_path, good):
 
 def test_bug_corrupt_parquet_data_pages_raw_duckdb_error(tmp_path):
     """BUG: a Parquet file whose footer is fine but whose (snappy) data pages are
-    damaged makes DuckDB fail while building (sgsi/storage/ingest.py, the
+    damaged makes DuckDB fail while building (sgsi/storage/build.py, the
     _Builder.run SQL), and the raw duckdb.InvalidInputException escapes instead
     of an InputError naming the file."""
     p = tmp_path / "corrupt.parquet"
@@ -279,7 +279,7 @@ def test_int32_and_int64_files_build(tmp_path):
 
 
 def test_bug_int32_then_int64_file_with_large_ids_raw_duckdb_error(tmp_path):
-    """BUG: _check_columns (sgsi/storage/ingest.py) accepts an int32 file and an
+    """BUG: _check_columns (sgsi/storage/sources.py) accepts an int32 file and an
     int64 file as the same kind, but read_parquet takes its schema from the
     first file, so an id above 2**31 in the second file raises a raw
     duckdb.ConversionException (not an SgsiError). Either the build should
@@ -430,7 +430,7 @@ def test_text_graph_missing(tmp_path):
 
 
 def test_bug_text_graph_duplicate_vertex_lines_corrupt_store(tmp_path):
-    """BUG: sgsi/storage/ingest.py _load_text_graph counts v lines but never
+    """BUG: sgsi/storage/sources.py load_text_graph counts v lines but never
     checks that their ids are distinct. With ``v 0 0``, ``v 0 1`` and no line
     for vertex 2 the counts agree (3 == 3), the build succeeds, and the store
     is corrupt: vertices.parquet gets 4 rows for 3 vertices and the per-vertex
@@ -442,7 +442,7 @@ def test_bug_text_graph_duplicate_vertex_lines_corrupt_store(tmp_path):
 
 def test_bug_text_graph_duplicate_header_ignored(tmp_path):
     """A second ``t`` line with other counts is malformed too; the build
-    should not silently use one of them (sgsi/storage/ingest.py
-    _load_text_graph reads the first 't' row with fetchone and ignores the rest)."""
+    should not silently use one of them (sgsi/storage/sources.py
+    load_text_graph reads the first 't' row with fetchone and ignores the rest)."""
     p = text_graph(tmp_path, "t 3 2\nt 5 5\nv 0 0 1\nv 1 0 2\nv 2 1 1\ne 0 1\ne 1 2\n")
     fails(tmp_path, "d.graph", graph=p)

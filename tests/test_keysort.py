@@ -16,7 +16,7 @@ import pytest
 
 import sgsi
 from oracle import random_graph, write_graph_files
-from sgsi.storage import ingest, keysort
+from sgsi.storage import build, keysort
 
 
 @pytest.mark.parametrize("workers", [1, 2, 3, 7])
@@ -60,7 +60,7 @@ def test_key_layout_packs_like_duckdb_and_unpacks():
 
 def _build(path, sort, monkeypatch, **kw):
     said = []
-    monkeypatch.setattr(ingest._Builder, "max_sort_bytes", 1 << 40 if sort == "memory" else 0)
+    monkeypatch.setattr(build._Builder, "max_sort_bytes", 1 << 40 if sort == "memory" else 0)
     monkeypatch.setattr(keysort, "_PARALLEL_MIN", 16)
     sgsi.build(path, progress=said.append, **kw).close()
     assert any(("in memory" if sort == "memory" else "with DuckDB") in m for m in said), said
@@ -90,7 +90,7 @@ def test_in_memory_sort_builds_the_same_store_as_duckdb(tmp_path, monkeypatch, c
     e, v = write_graph_files(tmp_path, edges, None if c.get("vertex_labels") is False else vlabels,
                   c.get("edge_labels", True))
     if "sig_table" in c:
-        monkeypatch.setattr(ingest._Builder, "max_signature_table", c["sig_table"])
+        monkeypatch.setattr(build._Builder, "max_signature_table", c["sig_table"])
     kw = dict(edges=e, vertices=v, lean=c.get("lean", False), undirected=c.get("undirected", False),
               memory_budget="16KB")                                   # many segments per partition
     mem = _build(str(tmp_path / "mem.sgsi"), "memory", monkeypatch, **kw)

@@ -18,7 +18,7 @@ import pytest
 import sgsi
 from oracle import oracle_count, random_graph, random_pattern, write_graph_files
 from sgsi.errors import PatternError
-from sgsi.storage import ingest
+from sgsi.storage import build, sources
 
 VLABELS = [0, 1, 2]
 ELABELS = ["E0", "E1", "E2"]
@@ -69,7 +69,7 @@ def test_lean_store_answers_directed_labelled_patterns(graph, budget):
 def test_signatures_from_vertex_sorted_passes_when_the_table_is_too_large(graph, monkeypatch):
     d, edges, vlabels, e, v = graph
     full = sgsi.build(str(d / "full-sig.sgsi"), edges=e, vertices=v)
-    monkeypatch.setattr(ingest._Builder, "max_signature_table", 0)
+    monkeypatch.setattr(build._Builder, "max_signature_table", 0)
     lean = sgsi.build(str(d / "lean-passes.sgsi"), edges=e, vertices=v, lean=True)
     with full, lean:
         assert _signatures(lean).equals(_signatures(full))
@@ -145,7 +145,7 @@ def test_signature_counts_on_several_threads(tmp_path, monkeypatch):
     edges, vlabels = random_graph(random.Random(9), 3000, 40000, 3, 3)
     e, v = write_graph_files(tmp_path, edges, vlabels)
     monkeypatch.setenv("SGSI_BUILD_WORKERS", "4")
-    monkeypatch.setattr(ingest, "_BATCH_ROWS", 2048)            # about 20 batches per pass
+    monkeypatch.setattr(sources, "BATCH_ROWS", 2048)            # about 20 batches per pass
     full = sgsi.build(str(tmp_path / "full.sgsi"), edges=e, vertices=v)
     lean = sgsi.build(str(tmp_path / "lean.sgsi"), edges=e, vertices=v, lean=True)
     with full, lean:

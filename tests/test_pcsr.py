@@ -6,7 +6,11 @@ against a plain Python reference, and the structure invariants of the
 group table (END values, unused slots, sorted neighbour lists).
 """
 
+import ast
+import glob
 import math
+import os
+import types
 
 import numpy as np
 import pytest
@@ -469,6 +473,34 @@ def test_ragged_indices_int32_inputs():
     starts = np.array([100, 5, 70], np.int32)
     counts = np.array([3, 0, 2], np.int32)
     assert pcsr.ragged_indices(starts, counts).tolist() == [100, 101, 102, 70, 71]
+
+
+def test_ragged_indices_of_another_array_module(monkeypatch):
+    """Arrays of another module go to the scan its backend registered; none registered is an error."""
+    fake = types.ModuleType("fakearrays")
+    fake.asarray = np.asarray
+    monkeypatch.setattr(pcsr, "_DEVICE_SCANS", {})
+    with pytest.raises(RuntimeError, match="fakearrays"):
+        pcsr.ragged_indices(np.array([5]), np.array([2]), fake)
+    pcsr.use_device_scan(fake, lambda counts, starts: pcsr.ragged_indices(starts, counts) + 1000)
+    assert pcsr.ragged_indices(np.array([5, 9]), np.array([2, 1]), fake).tolist() == [1005, 1006, 1009]
+
+
+def test_partition_imports_nothing_above_it():
+    """sgsi.partition sits below the join and the front ends: none of its modules imports them."""
+    allowed = {"sgsi.partition", "sgsi.errors", "sgsi.budget"}
+    for path in glob.glob(os.path.join(os.path.dirname(pcsr.__file__), "*.py")):
+        for node in ast.walk(ast.parse(open(path).read())):
+            if isinstance(node, ast.ImportFrom) and node.level:
+                base = "sgsi.partition".rsplit(".", node.level - 1)[0] if node.level > 1 else "sgsi.partition"
+                names = [f"{base}.{node.module}" if node.module else base]
+            elif isinstance(node, (ast.Import, ast.ImportFrom)):
+                names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module]
+            else:
+                continue
+            for name in names:
+                if name.startswith("sgsi"):
+                    assert any(name == a or name.startswith(a + ".") for a in allowed), (path, name)
 
 
 # ---------------------------------------------------------------------------

@@ -25,7 +25,7 @@ from sgsi.join.backend import CpuBackend
 from sgsi.join.plan import make_plan
 from sgsi.join.stream import spanning
 from sgsi.partition import pcsr, signatures
-from sgsi.partition.plan import plan as size_plan
+from sgsi.partition.segments import plan as size_plan
 from sgsi.pattern import parse_pattern
 from sgsi.storage.store import Store
 
@@ -756,7 +756,7 @@ def test_force_replaces_store(tmp_path):
 def test_crash_before_rename_leaves_nothing(tmp_path, monkeypatch):
     """A failure after the files are written (here: writing the manifest)
     leaves neither a store nor a temp dir; with force, the old store survives."""
-    from sgsi.storage import ingest
+    from sgsi.storage import build
     ds = DATASETS["directed_int"]
     kw = ds.files(str(tmp_path))
     before = set(os.listdir(tmp_path))
@@ -765,7 +765,7 @@ def test_crash_before_rename_leaves_nothing(tmp_path, monkeypatch):
         assert os.listdir(directory)      # the files were written by now
         raise OSError("disk full (simulated)")
 
-    monkeypatch.setattr(ingest.fmt, "write_manifest", boom)
+    monkeypatch.setattr(build.fmt, "write_manifest", boom)
     with pytest.raises(OSError, match="simulated"):
         sgsi.build(str(tmp_path / "g.sgsi"), **kw)
     assert set(os.listdir(tmp_path)) == before
@@ -773,7 +773,7 @@ def test_crash_before_rename_leaves_nothing(tmp_path, monkeypatch):
 
     sgsi.build(str(tmp_path / "g.sgsi"), **kw).close()
     crc = Store(str(tmp_path / "g.sgsi")).manifest["files"]
-    monkeypatch.setattr(ingest.fmt, "write_manifest", boom)
+    monkeypatch.setattr(build.fmt, "write_manifest", boom)
     with pytest.raises(OSError, match="simulated"):
         sgsi.build(str(tmp_path / "g.sgsi"), force=True, **kw)
     monkeypatch.undo()
@@ -784,7 +784,7 @@ def test_crash_before_rename_leaves_nothing(tmp_path, monkeypatch):
 
 
 def test_crash_in_builder_leaves_nothing(tmp_path, monkeypatch):
-    from sgsi.storage import ingest
+    from sgsi.storage import build
     ds = DATASETS["directed_int"]
     kw = ds.files(str(tmp_path))
     before = set(os.listdir(tmp_path))
@@ -792,7 +792,7 @@ def test_crash_in_builder_leaves_nothing(tmp_path, monkeypatch):
     def boom(self, *a, **k):
         raise RuntimeError("crash while writing segments (simulated)")
 
-    monkeypatch.setattr(ingest._Builder, "_write_signatures", boom)
+    monkeypatch.setattr(build._Builder, "_write_signatures", boom)
     with pytest.raises(RuntimeError, match="simulated"):
         sgsi.build(str(tmp_path / "g.sgsi"), **kw)
     assert set(os.listdir(tmp_path)) == before

@@ -23,7 +23,7 @@ import duckdb
 from ..errors import InputError, PatternError, SgsiError, os_error_behind
 from ..graph import Graph, reraise_stream_error
 from ..results import write_parquet_parts
-from ..storage.ingest import build_store
+from ..storage.build import build_store
 from . import scratch
 from .connection import Connection, Entry, cache_key
 from .stores import OPEN_STORES, OpenStores

@@ -248,6 +248,9 @@ def row_scan(counts, starts=None, total=None):
     return scan(mark)
 
 
+pcsr.use_device_scan(cp, row_scan)       # pcsr.ragged_indices of CuPy arrays (partition imports no join)
+
+
 #: Pieces of up to this many rows are summarised by one block (``piece_summary_small``), which
 #: writes their degrees' prefix sum too. A thread takes a run of rows, so past a few rows a thread
 #: the block is slower than the grid's kernel: 37 us a launch measured on light steps of up to

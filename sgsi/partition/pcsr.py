@@ -198,16 +198,39 @@ def _gather_lists(dst, list_start, list_len, offsets):
     return ci
 
 
+#: Per array module other than NumPy, the ``scan(counts, starts)`` that gives :func:`ragged_indices`
+#: there (see :func:`use_device_scan`).
+_DEVICE_SCANS = {}
+
+
+def use_device_scan(xp, scan):
+    """Make :func:`ragged_indices` of ``xp`` arrays return ``scan(xp.asarray(counts), starts)``.
+
+    The GPU backend registers its kernel (:func:`sgsi.join.gpu.row_scan`)
+    for CuPy when it is imported: this package imports nothing from the
+    join, which sits above it.
+    """
+    _DEVICE_SCANS[xp] = scan
+
+
 def ragged_indices(starts, counts, xp=np):
     """Concatenation of ``arange(s, s + c)`` for each (s, c), vectorized.
 
     NumPy: int32 where every index fits (half the memory traffic of int64),
-    else int64. CuPy: int64, from one kernel and one scan
-    (:func:`sgsi.join.gpu.row_scan`).
+    else int64. Another array module: the scan registered for it with
+    :func:`use_device_scan` (CuPy: int64, from one kernel and one scan).
+
+    Examples
+    --------
+    >>> ragged_indices(np.array([100, 70]), np.array([3, 2])).tolist()
+    [100, 101, 102, 70, 71]
     """
     if xp is not np:
-        from ..join.gpu import row_scan
-        return row_scan(xp.asarray(counts), starts)
+        scan = _DEVICE_SCANS.get(xp)
+        if scan is None:
+            raise RuntimeError(f"no scan for {getattr(xp, '__name__', xp)} arrays: import its backend "
+                               f"(sgsi.join.gpu for CuPy) first")
+        return scan(xp.asarray(counts), starts)
     counts = np.asarray(counts, dtype=np.int64)
     total = int(counts.sum())
     if total == 0:

@@ -133,13 +133,13 @@ def test_sigkill_during_a_forced_rebuild_keeps_a_complete_store(inputs, tmp_path
 def test_force_rebuild_is_atomic(inputs, tmp_path, monkeypatch):
     """`build --force` replaces a store in one atomic step: after every step the path opens as a store.
 
-    ingest swaps the two directories with renameat2(RENAME_EXCHANGE) where
+    sgsi.storage.atomic swaps the two directories with renameat2(RENAME_EXCHANGE) where
     the system has it (two renames left a moment with no store at the path:
     a concurrent open failed, and a crash there left the old store only
     under `.NAME.tmp-XXXX.old`). Every rename and exchange a forced build
     makes is watched here.
     """
-    from sgsi.storage import ingest
+    from sgsi.storage import atomic
     out = tmp_path / "g.sgsi"
     shutil.copytree(inputs["two"]["store"], out)
     states = []
@@ -159,8 +159,8 @@ def test_force_rebuild_is_atomic(inputs, tmp_path, monkeypatch):
         return watched
 
     monkeypatch.setattr(os, "rename", watch(os.rename))
-    if hasattr(ingest, "_exchange"):
-        monkeypatch.setattr(ingest, "_exchange", watch(ingest._exchange))
+    if hasattr(atomic, "_exchange"):
+        monkeypatch.setattr(atomic, "_exchange", watch(atomic._exchange))
     sgsi.build(str(out), edges=inputs["one"]["edges"], memory_budget="1MB", force=True).close()
     monkeypatch.undo()
     _check_complete(out, inputs["one"]["counts"])

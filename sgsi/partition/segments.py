@@ -1,10 +1,10 @@
-"""Sizes of segments, signature buckets and index batches from a budget.
+"""Segment plans: the sizes of PCSR segments, signature buckets and index batches.
 
-A join step holds two PCSR segments, two intermediate columns and the
-Prealloc-Combine buffer inside the memory budget, so each of those gets at
-most an eighth of it. A PCSR segment of E edges over at most E source
-vertices takes at most ``E * (4 + 8Θ)`` bytes (4 bytes of ``ci`` per edge,
-one group of Θ int32 pairs per vertex).
+They follow from the memory budget: a join step holds two PCSR segments,
+two intermediate columns and the Prealloc-Combine buffer inside it, so
+each of those gets at most an eighth of it. A PCSR segment of E edges
+over at most E source vertices takes at most ``E * (4 + 8Θ)`` bytes (4
+bytes of ``ci`` per edge, one group of Θ int32 pairs per vertex).
 """
 
 from __future__ import annotations
@@ -26,6 +26,13 @@ class Plan:
 
 
 def plan(budget: int, theta: int, signature_words: int) -> Plan:
+    """The sizes a store built for ``budget`` bytes takes (Θ = ``theta``, signatures of that many words).
+
+    Examples
+    --------
+    >>> plan(1 << 20, 4, 2).segment_edges
+    3640
+    """
     piece = budget // 8
     seg_edges = max(8, piece // (4 + 8 * theta))
     cols = signature_words
