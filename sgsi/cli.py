@@ -24,7 +24,7 @@ labeled graph (subgraph isomorphism), out of core, on the CPU or a GPU.
 Build a graph store from Parquet edge files once, then count or list the
 matches of patterns written like Cypher:
 
-    (a:Person)-[:KNOWS]->(b:Person)-[:KNOWS]->(c), (a)-[:LIKES]->(c)
+    (a:Person)-[:KNOWS]->(b:Person)-[:WORKS_AT]->(c:Company), (a)-[:LIKES]->(c)
 
 The same queries run from DuckDB SQL after `sgsi.register(con)`:
     SELECT * FROM match('social.sgsi', '(a)-[:KNOWS]->(b)');

@@ -1,7 +1,9 @@
 """``sgsi demo``: a small social graph, built and queried from DuckDB SQL.
 
 Everything is generated from a fixed seed (no download) in a temporary
-directory, which is removed at the end (unless ``keep``).
+directory, which is removed at the end (unless ``keep``). :func:`prepare`
+makes the same files and store in a directory of one's choice: the README's
+examples run on them (tests/test_readme.py).
 """
 
 from __future__ import annotations
@@ -92,8 +94,26 @@ def generate(directory, seed=SEED):
     return {"edges": edges.num_rows, "knows": int(len(src)), "vertices": vertices.num_rows}
 
 
+#: The store :func:`prepare` builds, beside the Parquet files.
+STORE = "social.sgsi"
+
+
+def prepare(directory, seed=SEED, progress=None):
+    """Write the demo graph's Parquet files into ``directory`` (:func:`generate`) and build the
+    store ``social.sgsi`` beside them; returns the summary of :func:`generate` and the open Graph.
+
+    ``sgsi demo --keep`` leaves the same three in the directory it names.
+    """
+    from .graph import build
+
+    info = generate(directory, seed)
+    g = build(os.path.join(directory, STORE), edges=os.path.join(directory, "edges.parquet"),
+              vertices=os.path.join(directory, "vertices.parquet"), progress=progress)
+    return info, g
+
+
 def _table(con, sql, max_width=28):
-    """Run ``sql`` and format its result as a small text table."""
+    """Run ``sql``; its result as a small text table, and its number of rows."""
     cur = con.execute(sql)
     names = [d[0] for d in cur.description]
     rows = cur.fetchall()
@@ -111,8 +131,7 @@ def _table(con, sql, max_width=28):
 
     out = [line(names), "-+-".join("-" * w for w in widths)]
     out += [line(r) for r in cells]
-    out.append(f"({len(rows)} row{'s' if len(rows) != 1 else ''})")
-    return "\n".join("    " + s for s in out)
+    return "\n".join("    " + s for s in out), len(rows)
 
 
 def _pick_device(device):
@@ -133,47 +152,38 @@ def _pick_device(device):
 
 
 def run_demo(device="auto", keep=False, out=print):
-    """Generate, build, register, query, clean up. Returns 0."""
+    """Generate, build, register, query, clean up; print each query with its rows. Returns 0."""
     import duckdb
 
     from . import register
-    from .graph import build
 
     t_start = time.perf_counter()
     work = tempfile.mkdtemp(prefix="sgsi-demo-")
-    store = os.path.join(work, "social.sgsi")
     con = None
     try:
         out("sgsi demo: a generated social graph, built into a store and queried from DuckDB SQL")
         out(f"working directory: {work}" + ("" if keep else " (removed at the end)"))
         out()
-        out("1. Generating the graph (fixed seed, no download)")
         t0 = time.perf_counter()
-        info = generate(work)
-        out(f"   {info['vertices']:,} vertices: {N_PERSON:,} Person, {N_COMPANY:,} Company, {N_CITY:,} City")
-        out(f"   {info['edges']:,} edges: {info['knows']:,} KNOWS, {N_PERSON:,} WORKS_AT, {N_PERSON:,} LIVES_IN, "
-            f"{N_LIKES:,} LIKES")
-        out(f"   -> edges.parquet (src, dst, label), vertices.parquet (id, label, name, age)  "
-            f"[{time.perf_counter() - t0:.2f} s]")
-        out()
-        out("2. Building the graph store")
-        out("   sgsi build --edges edges.parquet --vertices vertices.parquet --out social.sgsi")
-        t0 = time.perf_counter()
-        g = build(store, edges=os.path.join(work, "edges.parquet"), vertices=os.path.join(work, "vertices.parquet"),
-                  progress=lambda msg: out(f"   {msg}"))
-        out(f"   built: {g.store.n_vertices:,} vertices, {g.store.n_edges:,} distinct edges  "
-            f"[{time.perf_counter() - t0:.2f} s]")
+        info, g = prepare(work)
+        out(f"1. Generated from a fixed seed (no download): {info['vertices']:,} vertices ({N_PERSON:,} Person, "
+            f"{N_COMPANY:,} Company, {N_CITY:,} City)")
+        out(f"   and {info['edges']:,} edges ({info['knows']:,} KNOWS, {N_PERSON:,} WORKS_AT, {N_PERSON:,} LIVES_IN, "
+            f"{N_LIKES:,} LIKES)")
+        out("   -> edges.parquet (src, dst, label), vertices.parquet (id, label, name, age)")
+        out("2. Built: sgsi build --edges edges.parquet --vertices vertices.parquet --out social.sgsi")
+        out(f"   {g.store.n_vertices:,} vertices, {g.store.n_edges:,} distinct edges  "
+            f"[{time.perf_counter() - t0:.2f} s with step 1]")
         g.close()
-        out()
         backend, about = _pick_device(device)
-        out(f"3. Registering with DuckDB; device: {about}")
+        out(f"3. Registered with DuckDB; device: {about}")
         out("   import duckdb, sgsi; con = duckdb.connect(); sgsi.register(con)")
         con = duckdb.connect()
         register(con, device=backend)
         con.execute(f"CREATE TABLE vertices AS SELECT * FROM read_parquet('{_q(os.path.join(work, 'vertices.parquet'))}')")
         out()
         out("4. Queries")
-        path = _q(store)
+        path = _q(os.path.join(work, STORE))
         queries = [
             ("People in transitive KNOWS triangles (a knows b, b knows c, and a knows c)",
              f"SELECT count(*) AS embeddings, count(DISTINCT a) AS people\n"
@@ -192,11 +202,11 @@ def run_demo(device="auto", keep=False, out=print):
         ]
         for title, sql in queries:
             out(f"-- {title}")
-            out("    " + sql.replace(path, "social.sgsi").replace("\n", "\n    ") + ";")
+            out("    " + sql.replace(path, STORE).replace("\n", "\n    ") + ";")
             t0 = time.perf_counter()
-            text = _table(con, sql)
+            text, n = _table(con, sql)
             out(text)
-            out(f"    [{time.perf_counter() - t0:.2f} s on {backend}]")
+            out(f"    ({n:,} row{'s' if n != 1 else ''} in {time.perf_counter() - t0:.2f} s on {backend})")
             out()
         con.close()
         con = None

@@ -3,6 +3,7 @@
 import glob
 import os
 import random
+import re
 import subprocess
 import sys
 import tempfile
@@ -249,5 +250,8 @@ def test_demo_runs_end_to_end(tmp_path):
     for title in ("triangles", "joined back to the vertex table", "4-cycles", "same city"):
         assert title in out
     assert "four_cycles" in out and out.rstrip().endswith("temporary files removed")
+    # each query is printed with its number of rows
+    assert len(re.findall(r"^    \(\d+ rows? in [\d.]+ s on (?:cpu|gpu)\)$", out, re.M)) == 4, out
+    assert "(5 rows in " in out
     assert set(glob.glob(os.path.join(tempfile.gettempdir(), "sgsi-demo-*"))) <= before
     assert os.listdir(tmp_path) == []
