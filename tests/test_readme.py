@@ -170,7 +170,7 @@ def test_readme_patterns_match_on_the_demo_graph(demo_dir):
     with sgsi.open("social.sgsi") as g:
         for p in patterns:
             try:
-                rows = g.match(p, device="cpu", memory_budget="8MB", limit=1).read_all().num_rows
+                rows = g.match(p, device="cpu", memory_budget="8MB", max_rows=1).read_all().num_rows
             except PatternError:
                 continue
             if rows == 0:
