@@ -1,7 +1,8 @@
 """Query planning: resolve a pattern against a store, filter, and order.
 
 * Labels of the pattern are resolved to the store's label ids; a label the
-  store does not have means the query has no match.
+  store does not have is a PatternError naming the closest ones (a benchmark
+  query file's label that the data lacks means no match).
 * Filtering (§3.1) gives each pattern vertex its candidate set C(u): the
   vertex label, the degree per (edge label, direction) and the signature
   test, computed segment by segment over the signature buckets and held as
