@@ -417,10 +417,10 @@ def test_match_limit(cases, budget):
     assert match_rows(g, p, budget, limit=None) == full
 
 
-@pytest.mark.parametrize("limit", [-1, 2.5, "10"])
-def test_match_bad_limit(cases, limit):
-    with pytest.raises(SgsiError, match="limit"):
-        cases["int"].graphs[None].match("(a)-->(b)", device=CPU, max_rows=limit)
+@pytest.mark.parametrize("max_rows", [-1, 2.5, "10"])
+def test_match_bad_max_rows(cases, max_rows):
+    with pytest.raises(SgsiError, match="max_rows must be a non-negative integer"):
+        cases["int"].graphs[None].match("(a)-->(b)", device=CPU, max_rows=max_rows)
 
 
 def test_match_is_a_stream_of_batches(cases):
