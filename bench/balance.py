@@ -57,7 +57,7 @@ def _run(g, pattern, mode, device, balanced, timeout, limit=None):
             n = g.count(pattern, device=device, cancel=stop)
         else:
             n = 0
-            with g.match(pattern, device=device, cancel=stop, limit=limit) as reader:
+            with g.match(pattern, device=device, cancel=stop, max_rows=limit) as reader:
                 for batch in reader:
                     n += batch.num_rows
     except Cancelled:
