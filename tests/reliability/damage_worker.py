@@ -1,8 +1,8 @@
 """Run by test_damaged_store.py in a subprocess with an address-space limit.
 
-Damages copies of a store at random (fixed seed, time-bounded) and queries
-each copy; prints one JSON line per trial: what was done to which file, and
-what came of it. A damaged file must never crash the process, never make it
+Damages copies of a store at random (fixed seed, time-bounded, with a least
+number of trials however slow the machine) and queries each copy; prints one
+JSON line per trial: what was done to which file, and what came of it. A damaged file must never crash the process, never make it
 allocate without bound, and never raise anything but a StoreError naming it.
 """
 
@@ -51,6 +51,7 @@ def main():
     base, work, seed, seconds = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
     patterns = json.loads(sys.argv[5])
     budget = sys.argv[6]
+    least = int(sys.argv[7])
     with sgsi.open(base) as g:
         ref = [g.count(p, device="cpu", memory_budget=budget) for p in patterns]
         ref_rows = g.match(patterns[1], device="cpu", memory_budget=budget).read_all().num_rows
@@ -58,7 +59,7 @@ def main():
     rng = random.Random(seed)
     deadline = time.monotonic() + seconds
     trial = 0
-    while time.monotonic() < deadline:
+    while time.monotonic() < deadline or trial < least:
         name = names[trial % len(names)]
         copy = os.path.join(work, f"t{trial}.sgsi")
         shutil.copytree(base, copy)

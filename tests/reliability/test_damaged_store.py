@@ -103,7 +103,8 @@ def test_damage_fuzz_never_crashes(store, tmp_path):
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
 
     r = subprocess.run([sys.executable, os.path.join(HERE, "damage_worker.py"), store["store"], str(work),
-                        os.environ.get("SGSI_TEST_SEED", "1"), "8", json.dumps(PATTERNS), store["budget"]],
+                        os.environ.get("SGSI_TEST_SEED", "1"), "8", json.dumps(PATTERNS), store["budget"],
+                        str(len(STORE_FILES) * 3)],     # 8 seconds, and 3 trials a file however long they take
                        capture_output=True, text=True, env=rh.sgsi_env(), preexec_fn=cap, timeout=120)
     assert r.returncode == 0, r.stderr[-3000:]
     recs = [json.loads(line) for line in r.stdout.splitlines() if line.startswith("{")]
