@@ -44,6 +44,7 @@ class _Graph:
         self.vertex_label = {v: str(l) for v, l in vertex_labels.items() if l is not None}
         self.vertices = set(vertex_labels)
         self._degree = {}
+        self._labeled = {}
         for src, dst, label in edges:
             self.out.setdefault(src, {}).setdefault(dst, set()).add(str(label))
             self.inc.setdefault(dst, {}).setdefault(src, set()).add(str(label))
@@ -69,6 +70,15 @@ class _Graph:
         if incoming:
             found.update(self.inc.get(x, ()))
         return found
+
+    def labeled_neighbours(self, x, label, outgoing):
+        """The data vertices ``y`` with an edge ``x -> y`` (``outgoing``) or ``y -> x`` labeled
+        ``label`` (any label where it is None), as a set (kept for the next call)."""
+        key = (x, label, outgoing)
+        if key not in self._labeled:
+            adj = (self.out if outgoing else self.inc).get(x, {})
+            self._labeled[key] = {y for y, labels in adj.items() if label is None or label in labels}
+        return self._labeled[key]
 
     def degree(self, x):
         """The number of distinct vertices other than ``x`` joined to ``x``."""
@@ -212,6 +222,66 @@ def oracle_matches(edges, vertex_labels, pattern, injective=True):
     >>> sorted(oracle_matches(edges, {}, "(a)-[:K]->(b)-[:K]->(c)"))
     [(1, 2, 3), (2, 3, 1), (3, 1, 2)]
     """
+    pattern, graph, order, back, candidate_sets = _prepare(edges, vertex_labels, pattern, injective)
+    n = len(pattern.vertices)
+    return [tuple(m[i] for i in range(n))
+            for m in _search(graph, order, back, candidate_sets, injective)]
+
+
+def _fitting(graph, pattern_vertex, back_edges, mapping, candidate_set):
+    """The data vertices ``x`` that fit ``pattern_vertex`` given ``mapping``: those of
+    ``candidate_set`` with, for every edge in ``back_edges``, a data edge between ``x`` and the
+    edge's matched end with the edge's label (either way round where it is undirected). None
+    where an edge joins ``pattern_vertex`` to itself (then each ``x`` is tried by :func:`_fits`)."""
+    fit = candidate_set
+    for e in back_edges:
+        if e.src == e.dst:
+            return None
+        if e.src == pattern_vertex:      # pattern edge v -> matched vertex: x -> anchor
+            anchor, forward = mapping[e.dst], False
+        else:                            # pattern edge matched vertex -> v: anchor -> x
+            anchor, forward = mapping[e.src], True
+        ends = graph.labeled_neighbours(anchor, e.label, forward)
+        if not e.directed:
+            ends = ends | graph.labeled_neighbours(anchor, e.label, not forward)
+        fit = fit & ends
+    return fit
+
+
+def _count(graph, order, back, candidate_sets, injective):
+    """The number of complete mappings :func:`_search` yields, by the same backtracking without
+    building them: the last step counts the data vertices that fit (:func:`_fitting`, less those
+    already used where the map is injective) instead of extending the mapping by each."""
+    mapping = {}
+    used = set()
+    last = len(order) - 1
+
+    def extend(step):
+        v = order[step]
+        if step == last:
+            fit = _fitting(graph, v, back[step], mapping, candidate_sets[v])
+            if fit is not None:
+                return len(fit - used) if injective else len(fit)
+        found = 0
+        for x in _proposals(graph, v, back[step], mapping, candidate_sets[v]):
+            if injective and x in used:
+                continue
+            mapping[v] = x
+            if _fits(graph, back[step], mapping):
+                if step == last:
+                    found += 1
+                else:
+                    used.add(x)
+                    found += extend(step + 1)
+                    used.discard(x)
+            del mapping[v]
+        return found
+
+    return extend(0)
+
+
+def _prepare(edges, vertex_labels, pattern, injective):
+    """The data graph, the matching order, each step's edges back and the candidate sets."""
     if isinstance(pattern, str):
         pattern = parse_pattern(pattern)
     if not isinstance(pattern, Pattern):
@@ -221,20 +291,20 @@ def oracle_matches(edges, vertex_labels, pattern, injective=True):
     order = _matching_order(pattern, candidates)
     back = _edges_back(pattern, order)
     candidate_sets = {i: set(c) for i, c in candidates.items()}
-    n = len(pattern.vertices)
-    return [tuple(m[i] for i in range(n))
-            for m in _search(graph, order, back, candidate_sets, injective)]
+    return pattern, graph, order, back, candidate_sets
 
 
 def oracle_count(edges, vertex_labels, pattern, injective=True):
-    """The number of embeddings; see :func:`oracle_matches`.
+    """The number of embeddings; see :func:`oracle_matches` (the same search, counted without
+    listing the embeddings: ``len(oracle_matches(...))``, several times faster on many matches).
 
     Examples
     --------
     >>> oracle_count([(1, 2, "K"), (2, 1, "K")], {}, "(a)--(b)")
     2
     """
-    return len(oracle_matches(edges, vertex_labels, pattern, injective))
+    _pattern, graph, order, back, candidate_sets = _prepare(edges, vertex_labels, pattern, injective)
+    return _count(graph, order, back, candidate_sets, injective)
 
 
 # ---------------------------------------------------------------------------

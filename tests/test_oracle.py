@@ -179,6 +179,7 @@ def test_oracle_equals_exhaustive_enumeration(seed):
     for injective in (True, False):
         expected = _exhaustive(edges, labels, pattern, injective)
         assert sorted(oracle_matches(edges, labels, pattern, injective)) == expected, text
+        assert oracle_count(edges, labels, pattern, injective) == len(expected), text
 
 
 def test_oracle_on_random_graph_of_medium_size():
