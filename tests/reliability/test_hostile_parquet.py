@@ -118,8 +118,8 @@ def test_empty_files_and_zero_edge_graphs(tmp_path):
 @pytest.mark.parametrize("content, words", [
     (b"", ["0 bytes", "empty.parquet"]),
     (b"src,dst\n1,2\n", ["empty.parquet", "Parquet"]),
-    (b"PAR1" + os.urandom(64) + b"PAR1", ["empty.parquet"]),
-])
+    (b"PAR1" + np.random.default_rng(7).bytes(64) + b"PAR1", ["empty.parquet"]),
+], ids=["empty", "csv", "par1-random"])     # seeded bytes and plain ids: each pytest-xdist worker collects the same
 def test_files_that_are_not_parquet(tmp_path, content, words):
     p = tmp_path / "empty.parquet"
     p.write_bytes(content)
