@@ -1067,5 +1067,5 @@ def test_leaf_products_past_int64_stay_exact(cases, monkeypatch):
     want_iso = g.count(pattern, device=CPU)
     assert g.last_stats["leaf_groups"] == 1 and want_iso == case.count(pattern, True)
     monkeypatch.setattr(counting, "_INT64_SAFE", 2)
-    assert g.count(pattern, device=CPU, injective=False) == want
+    assert g.count(pattern, device=CPU, homomorphism=True) == want
     assert g.count(pattern, device=CPU) == want_iso          # a group's terms as Python integers
