@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from sgsi.join import backend as backend_mod
-from sgsi.join.backend import CpuBackend, LabelIndex, LruCache, bits_of_ids
+from sgsi.join.backend import CpuBackend, LabelIndex, bits_of_ids
+from sgsi.join.memory import LruCache
 
 
 def test_exclusive_total_and_take_values_on_the_cpu():

@@ -35,7 +35,7 @@ from collections import Counter
 import cupy as cp
 
 from ..budget import MIN_BUDGET
-from .backend import LruCache
+from .memory import LruCache
 
 #: Device memory the pool may hold past the running queries' budgets: what a query keeps outside
 #: the join steps' estimates (candidate bitsets, a vertex segment's signature columns, kernel
