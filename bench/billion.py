@@ -123,7 +123,7 @@ def main(argv=None):
     def say(msg):
         C.say(f"[{time.perf_counter() - t0:7.1f}s] {msg}")
 
-    gdir = os.path.join(args.data, f"billion-{args.shape}-{n_edges}")
+    gdir = os.path.join(args.data, f"billion-{args.shape}-{n_edges}-seed{args.seed}")
     store = gdir + ".sgsi"
     stages = {}
     t = time.perf_counter()
@@ -161,7 +161,7 @@ def main(argv=None):
     say(f"mean {mean:.2f}s per query over {len(ok)} of {len(rows)}; whole run {total:.1f}s")
 
     m = C.machine_at_end(m0)
-    tag = f"{n_edges:g}".replace("+", "")
+    tag = f"{n_edges:g}".replace("+", "") + ("" if args.seed == 7 else f"-seed{args.seed}")
     os.makedirs(args.out, exist_ok=True)
     C.write_csv(os.path.join(args.out, f"billion-{tag}.csv"), rows + extra)
     lines = [f"# Out-of-core end to end: {n_edges:,} edges", "", C.machine_md(m),
@@ -197,6 +197,7 @@ def main(argv=None):
     C.write_text(os.path.join(args.out, f"billion-{tag}.md"), "\n".join(lines) + "\n")
     if not args.keep:
         shutil.rmtree(store, ignore_errors=True)
+        shutil.rmtree(gdir, ignore_errors=True)
     print(json.dumps({"edges": n_edges, "mean_s": None if math.isnan(mean) else round(mean, 3),
                       "whole_run_s": round(total, 1), **{k: round(v, 1) for k, v in stages.items()}}))
 

@@ -224,6 +224,12 @@ def test_stack_rows_and_read_ints_match_numpy(gpu):
         assert g.read_ints(scalars) == want
         assert host_ints(cp, *scalars) == want
     assert g.read_ints([]) == []
+    # More scalars and reductions than a ring of result slots holds (20,315 once, at 1B edges).
+    many = g._RESULT_SLOTS * 2 + 3
+    values = cp.asarray(rng.integers(-2**40, 2**40, many))
+    assert g.read_ints([values[i] for i in range(many)]) == cp.asnumpy(values).tolist()
+    pairs = [("sum", values[i:i + 2]) for i in range(many)]
+    assert g.read_reductions(pairs) == [int(cp.asnumpy(values[i:i + 2]).sum()) for i in range(many)]
     from sgsi.join.backend import row_numbers
     for n in (0, 1, 1000, 70001):
         got = row_numbers(cp, n)

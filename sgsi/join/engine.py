@@ -68,6 +68,10 @@ REPLAN_FACTOR = 8
 REPLAN_COST_FACTOR = REFINE_ROUNDS
 
 
+#: Most device sums of entries held before one read adds them to ``stats`` (a long count
+#: makes one a chunk: 20,315 on a 1B-edge walk).
+_ENTRIES_HELD = 1024
+
 #: A piece whose rows' first-link lists hold at most ``backend.light_entries`` entries in
 #: all (each row counted with its own list, however many rows share a vertex), none longer
 #: than ``LIGHT_MAX_LIST``, is joined row by row (``Engine._row_sets``): a handful of
@@ -489,6 +493,8 @@ class Engine(Counting):
             # the extension reads the buffers where they are; _packed when a count needs it).
             tcnt = _per_tuple(xp, L.count, L.of_tuple)
             self._entries.append(tcnt.sum())
+            if len(self._entries) >= _ENTRIES_HELD:
+                self.stats                      # one read folds them into the counter
             return _Sets(row_tuple, None, L.values, tcnt, _per_tuple(xp, L.start, L.of_tuple))
         got = backend.intersect_lists(lists, max(4096, 4 * lim.gba_entries))
         if got is None:

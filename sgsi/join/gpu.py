@@ -556,6 +556,8 @@ def read_reductions(pairs):
     the max and min of an empty array are 0), up to 4 arrays a ``reduce_ints`` launch and one read
     in all, where each of CuPy's reductions cost some 20-30 us of host time and ``read_ints`` a
     gather launch more."""
+    if len(pairs) > _RESULT_SLOTS:
+        return [v for a in range(0, len(pairs), _RESULT_SLOTS) for v in read_reductions(pairs[a:a + _RESULT_SLOTS])]
     host, ptr = result_slots(len(pairs))         # the last block of each launch writes its results there
     for a in range(0, len(pairs), 4):
         part = pairs[a:a + 4]
@@ -594,6 +596,8 @@ def read_ints(scalars):
         return []
     if k == 1:                                  # one: read where it is
         return read_small(scalars[0].reshape(1)).tolist()
+    if k > _RESULT_SLOTS:
+        return [v for a in range(0, k, _RESULT_SLOTS) for v in read_ints(scalars[a:a + _RESULT_SLOTS])]
     host, ptr = result_slots(k)
     for a in range(0, k, _STACK_MAX):
         part = scalars[a:a + _STACK_MAX]
