@@ -165,7 +165,7 @@ def main(argv=None):
     os.makedirs(args.out, exist_ok=True)
     C.write_csv(os.path.join(args.out, f"billion-{tag}.csv"), rows + extra)
     lines = [f"# Out-of-core end to end: {n_edges:,} edges", "", C.machine_md(m),
-             f"- command: `python bench/billion.py --edges {args.edges:g} --queries {args.queries} --k {args.k} "
+             f"- command: `python bench/billion.py --edges {args.edges:g} --seed {args.seed} --queries {args.queries} --k {args.k} "
              f"--memory-budget {args.memory_budget} --theta {args.theta} --label-type {args.label_type}`",
              f"- graph: R-MAT {args.shape} (seed {args.seed}), {n_edges:,} edge rows -> {stored_edges:,} distinct "
              f"edges, {n_vertices:,} vertices; Parquet {_gb(parquet_bytes)}",
