@@ -175,6 +175,10 @@ def summarize(args, rows, mem, before, end, store_s, sel_total, gpu_name):
 {body}
 {summary_line('**all**', rows)}
 """
+    unknown = [r for r in rows if r["expected"] is None]
+    if unknown and len(unknown) < len(rows):        # the queries no published solver finished apart
+        md += (summary_line("with a known count", [r for r in rows if r["expected"] is not None]) + "\n"
+               + summary_line("without one", unknown) + "\n")
     md += f"\nOther error types: {', '.join(others)}\n" if others else ""
     md += "".join(f"\n- MISMATCH {r['query']}: {r['count']} expected {r['expected']}" for r in bad)
     md += "".join(f"\n- {r['status']} {r['query']} after {r['seconds']:.2f} s: {r['error']}" for r in errs[:20])
