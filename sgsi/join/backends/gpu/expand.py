@@ -31,7 +31,8 @@ POOL_ELEMENTS = 4096
 
 
 class ExpandSteps:
-
+    """The columnar extension (reference: CpuBackend.extend and expand_rows), mixed into
+    :class:`~sgsi.join.backends.gpu.backend.GpuBackend`."""
 
     def extend(self, row_tuple, per_row, evals, sstart, scount, conflict_cols, sizes=None):
         """Columnar extension of one slice (reference: CpuBackend.extend), Prealloc-Combine:

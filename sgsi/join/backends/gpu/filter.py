@@ -106,7 +106,8 @@ class GpuOverlaps(Overlaps):
 
 
 class FilterSteps:
-
+    """The candidate filter, refinement and what the planner asks of the sets (reference: CpuBackend's
+    methods of the same names), mixed into :class:`~sgsi.join.backends.gpu.backend.GpuBackend`."""
 
     def overlaps(self, bits):
         """:class:`GpuOverlaps` of the candidate bitsets ``bits`` (a list that may grow)."""

@@ -79,7 +79,8 @@ def _pack_columns(take):
 
 
 class JoinSteps:
-
+    """A join step's kernels (reference: CpuBackend's methods of the same names), mixed into
+    :class:`~sgsi.join.backends.gpu.backend.GpuBackend`."""
 
     def pcsr_lookup(self, groups, v):
         """(start, end) of each vertex's list in a segment's ci (reference: pcsr.lookup): the

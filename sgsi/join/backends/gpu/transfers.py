@@ -282,7 +282,9 @@ MAPPED = _MappedBlocks()
 
 
 class SegmentCopies:
-
+    """The store's segments streamed to the device (``segments``), mixed into
+    :class:`~sgsi.join.backends.gpu.backend.GpuBackend`: each copied on the copy stream while the
+    one before is joined, from registered maps or through two pinned buffers, and timed."""
 
     def _pinned_buffer(self, slot, nbytes):
         buf = self._pinned[slot]
