@@ -118,7 +118,7 @@ def segment_streaming(args, budget, any_label, mode):
     pattern = "(a)-->(b)" if any_label else f"(a)-[:{gen.label_text(labels['values'][top])}]->(b)"
     rows = []
     for run in range(args.runs + 1):
-        from sgsi.join import gpu_memory
+        from sgsi.join.backends.gpu import memory as gpu_memory
         gpu_memory.CACHE_FRACTION = 0                 # every segment is copied, every time
         gpu_memory.device_memory().cache.clear()
         t = time.perf_counter()
@@ -150,7 +150,7 @@ def main(argv=None):
     args = ap.parse_args(argv)
     import cupy as cp
 
-    from sgsi.join.gpu import GpuBackend
+    from sgsi.join.backends.gpu.backend import GpuBackend
 
     m = machine()
     backend = GpuBackend("1GB")

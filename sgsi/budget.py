@@ -61,7 +61,7 @@ def host_memory_bytes() -> int:
 
 def default_budget() -> int:
     """The host's default budget: a quarter of RAM. (A GPU's is half of what the device has for
-    sgsi: :meth:`sgsi.join.gpu_memory.DeviceMemory.default_budget`.)"""
+    sgsi: :meth:`sgsi.join.backends.gpu.memory.DeviceMemory.default_budget`.)"""
     return max(MIN_BUDGET, host_memory_bytes() // 4)
 
 

@@ -136,7 +136,7 @@ def _table(con, sql, max_width=28):
 
 def _pick_device(device):
     """The backend name to use and a sentence about it."""
-    from .join.backend import get_backend, gpu_available
+    from .join.backends import get_backend, gpu_available
 
     if device == "auto" and not gpu_available():
         return "cpu", "CPU (NumPy): no CUDA GPU with CuPy found"

@@ -1,31 +1,14 @@
-"""The CPU backend's own helpers: prefix sums and takes, the derived-array cache, the label
-index and the label-first candidate filter (the GPU's kernels are checked against the same in
-tests/test_gpu.py)."""
+"""The CPU backend's own helpers: the derived-array cache, the label index and the label-first
+candidate filter (the array operations every backend shares are checked in
+tests/test_backend_conformance.py; the GPU's kernels against the same in tests/test_gpu.py)."""
 
 import numpy as np
 import pytest
 
-from sgsi.join import backend as backend_mod
-from sgsi.join.backend import CpuBackend, LabelIndex, bits_of_ids
+from sgsi.join.backends import cpu as cpu_mod
+from sgsi.join.backends.base import Overlaps
+from sgsi.join.backends.cpu import CpuBackend, LabelIndex, bits_of_ids
 from sgsi.join.memory import LruCache
-
-
-def test_exclusive_total_and_take_values_on_the_cpu():
-    """backend.exclusive_total: the exclusive prefix sum (int64) and the sum as a Python int, of
-    int32, int64 and bool arrays, empty ones included; take_values is np.take (negative indices
-    count from the end). The GPU's are checked against the same in tests/test_gpu.py."""
-    from sgsi.join.backend import exclusive_total, take_values
-    rng = np.random.default_rng(5)
-    for n in (0, 1, 17, 1000):
-        for x in (rng.integers(0, 1 << 40, n), rng.integers(0, 9, n).astype(np.int32), rng.random(n) < 0.5):
-            got, total = exclusive_total(np, x)
-            assert got.dtype == np.int64 and np.array_equal(got, np.cumsum(x, dtype=np.int64) - x)
-            assert type(total) is int and total == int(np.sum(x, dtype=np.int64))
-        a = rng.integers(-50, 50, 64).astype(np.int32)
-        idx = rng.integers(-64, 64, n)
-        assert np.array_equal(take_values(np, a, idx), a[idx])
-        got = take_values(np, a, idx, np.int64)
-        assert got.dtype == np.int64 and np.array_equal(got, a[idx])
 
 
 def test_cpu_backend_keeps_derived_arrays_within_its_share_of_the_budget():
@@ -33,7 +16,7 @@ def test_cpu_backend_keeps_derived_arrays_within_its_share_of_the_budget():
     least recently used first out past 1/DERIVED_CACHE_SHARE of the memory budget; an array larger
     than that share is made every time. Counts on a store are the same with the degree masks kept."""
     be = CpuBackend("16KB")                             # keeps 2 KB of derived arrays
-    assert be._derived.limit == 16384 // backend_mod.DERIVED_CACHE_SHARE == 2048
+    assert be._derived.limit == 16384 // cpu_mod.DERIVED_CACHE_SHARE == 2048
     made = []
 
     def maker(key, nbytes):
@@ -91,7 +74,7 @@ def test_popcount_with_and_without_bitwise_count(monkeypatch):
     bits = np.random.default_rng(2).integers(0, 1 << 32, 1001, dtype=np.uint64).astype(np.uint32)
     want = int(np.unpackbits(bits.view(np.uint8)).sum())
     assert CpuBackend().popcount(bits) == want
-    monkeypatch.setattr(backend_mod, "_bitwise_count", None)
+    monkeypatch.setattr(cpu_mod, "_bitwise_count", None)
     assert CpuBackend().popcount(bits) == want
 
 
@@ -167,13 +150,13 @@ def test_overlaps_answer_pairs_of_different_labels_unread():
     bitset appended past the labels, are read."""
     ones = np.full(4, 0xFFFFFFFF, dtype=np.uint32)
     bits = [ones, ones, ones, ones]
-    meets = backend_mod.Overlaps(np, bits)
+    meets = Overlaps(np, bits)
     meets.labels = [3, 5, None, 3]                       # as the planner sets them
     assert not meets(0, 1) and not meets(1, 3)
     assert meets(0, 2) and meets(0, 3) and meets(1, 2)
     bits.append(ones)
     assert meets(4, 1) and meets(4, 4)
-    assert backend_mod.Overlaps(np, bits)(0, 1)          # no labels: every pair read
+    assert Overlaps(np, bits)(0, 1)          # no labels: every pair read
 
 
 def test_cpu_vertex_labels_index_kept_where_it_fits():

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from sgsi.join.backend import gpu_available
+from sgsi.join.backends import gpu_available
 
 SUITE = Path(__file__).resolve().parents[1] / "bench" / "hprd_suite.py"
 

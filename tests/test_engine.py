@@ -18,7 +18,7 @@ import pytest
 import sgsi
 from oracle import oracle_count, oracle_matches, random_graph, random_pattern
 from sgsi.errors import SgsiError
-from sgsi.join.backend import CpuBackend
+from sgsi.join.backends.cpu import CpuBackend
 from sgsi.pattern import parse_pattern, parse_query_text
 
 BENCH = Path(__file__).parent / "data" / "benchmarks"
@@ -580,7 +580,7 @@ def _neighbours(store, label_id, direction):
     """Dense vertex id -> set of its neighbours through one partition (from the PCSR segments)."""
     import numpy as np
 
-    from sgsi.join.backend import CpuBackend
+    from sgsi.join.backends.cpu import CpuBackend
 
     p = store.partition(label_id, direction)
     out = {}
@@ -598,7 +598,7 @@ def test_planner_overlaps_know_the_vertex_labels(tmp_path, rounds, monkeypatch):
     """make_plan gives its candidate sets' overlaps the pattern vertices' labels, on the first plan
     and on a refined one: the CPU answers a pair of different labels without reading the sets,
     and every answer agrees with the sets themselves."""
-    from sgsi.join import backend as backend_mod
+    from sgsi.join.backends import base as backend_mod
     from sgsi.join.plan import make_plan
     from sgsi.pattern import load_pattern
 
@@ -628,7 +628,7 @@ def test_refine_cost_is_the_lists_refinement_reads(tmp_path):
     """refine_cost() = Σ over the partitions a pattern uses of the degrees of its users' candidates."""
     import numpy as np
 
-    from sgsi.join.backend import CpuBackend
+    from sgsi.join.backends.cpu import CpuBackend
     from sgsi.join.plan import make_plan, refine_cost
     from sgsi.pattern import load_pattern
 
@@ -686,7 +686,7 @@ def test_refine_cost_is_the_lists_refinement_reads(tmp_path):
 def test_refine_round_keeps_exactly_the_supported_candidates(tmp_path, pattern, m):
     """One round of _refine == its definition, brute force: v stays in C(u) iff for every
     pattern edge (u, u') it has a neighbour in C(u') through that edge's partition."""
-    from sgsi.join.backend import CpuBackend
+    from sgsi.join.backends.cpu import CpuBackend
     from sgsi.join.plan import _refine, make_plan
     from sgsi.pattern import load_pattern
 

@@ -10,7 +10,8 @@ import pyarrow.parquet as pq
 import pytest
 
 import sgsi
-from sgsi.join.backend import CpuBackend, gpu_available
+from sgsi.join.backends import gpu_available
+from sgsi.join.backends.cpu import CpuBackend
 from sgsi.partition import pcsr
 
 pytestmark = [pytest.mark.gpu,
@@ -22,7 +23,7 @@ BENCH = os.path.join(HERE, "data", "benchmarks")
 
 @pytest.fixture(scope="module")
 def gpu():
-    from sgsi.join.gpu import GpuBackend
+    from sgsi.join.backends.gpu.backend import GpuBackend
     return GpuBackend("1GB")
 
 
@@ -71,7 +72,7 @@ def test_overlaps_kernel_matches_reference(gpu):
     """GpuOverlaps (one launch per batch of new bitsets) against Overlaps (pair by pair), with
     bitsets appended between questions, as the planner's blocks of leaves are."""
     import cupy as cp
-    from sgsi.join.backend import Overlaps
+    from sgsi.join.backends.base import Overlaps
     rng = np.random.default_rng(11)
     for words in (1, 3, 2049, 70001):
         def bitset():
@@ -99,7 +100,6 @@ def test_counts_and_overlaps_match_reference(gpu):
     """GpuBackend.counts_and_overlaps (the popcounts and every pair's overlap in one read) against
     the CPU's, then against the pairs of bitsets appended after it (learnt by later launches)."""
     import cupy as cp
-    from sgsi.join.backend import CpuBackend
     rng = np.random.default_rng(12)
     for words in (1, 3, 2049, 70001):
         host = [np.where(rng.random(words) < p, rng.integers(0, 2**32, words), 0).astype(np.uint32)
@@ -131,7 +131,7 @@ def test_small_reads_and_copies_match_cupy(gpu):
     staging halves, taken again once their copies are done) against the host arrays it was given,
     for thousands of tables queued with no synchronisation between them (12 MB through 64 KB)."""
     import cupy as cp
-    from sgsi.join import gpu as g
+    from sgsi.join.backends.gpu import transfers as g
     rng = np.random.default_rng(3)
     for a in (cp.zeros(0, cp.int64), cp.arange(7, dtype=cp.int64), cp.asarray(rng.random(33)),
               cp.arange(100, dtype=cp.int32)[::3], cp.asarray(np.int64(5)), cp.arange(g._READ_SMALL_MAX, dtype=cp.int32)):
@@ -189,8 +189,7 @@ def test_stack_rows_and_read_ints_match_numpy(gpu):
     gpu.read_ints (gathering up to 8 scalars a launch, any integer dtype) against the scalars
     read one by one; backend.row_numbers against numpy.arange."""
     import cupy as cp
-    from sgsi.join import gpu as g
-    from sgsi.join.backend import host_ints, stack
+    from sgsi.join.backends.gpu import primitives as g
     rng = np.random.default_rng(13)
     for dtype in (np.int32, np.uint32, np.int64, np.int8):
         for n in (0, 1, 255, 70001):
@@ -202,52 +201,49 @@ def test_stack_rows_and_read_ints_match_numpy(gpu):
                 got = g.stack_rows(dev)
                 assert got.dtype == dtype and got.shape == (k, n)
                 assert np.array_equal(cp.asnumpy(got), np.stack(host))
-                assert np.array_equal(cp.asnumpy(stack(cp, dev)), np.stack(host))
+                assert np.array_equal(cp.asnumpy(gpu.stack(dev)), np.stack(host))
     # Gathered at an index (take_columns: one launch per dtype for up to 8 arrays), mixed dtypes
     # and sizes, repeated and unsorted indices, int32 and int64 indices, none at all.
-    from sgsi.join.backend import take_columns
     for k in (1, 2, 3, 9, 17):
         host = [rng.integers(-2**31, 2**31 - 1, int(rng.integers(1, 3000))).astype(
             (np.int32, np.int64, np.uint32, np.int8)[i % 4]) for i in range(k)]
         m = min(a.size for a in host)
         for idx in (rng.integers(0, m, 777), rng.integers(0, m, 5000).astype(np.int32), np.zeros(0, np.int64)):
             want = [np.take(a, idx) for a in host]
-            got = take_columns(cp, [cp.asarray(a) for a in host], cp.asarray(idx))
+            got = gpu.take_columns([cp.asarray(a) for a in host], cp.asarray(idx))
             assert [g.dtype for g in got] == [w.dtype for w in want]
             assert all(np.array_equal(cp.asnumpy(g), w) for g, w in zip(got, want))
-            assert all(np.array_equal(a, b) for a, b in zip(take_columns(np, host, idx), want))
+            assert all(np.array_equal(a, b) for a, b in zip(CpuBackend().take_columns(host, idx), want))
     for k in (1, 2, 5, 8, 9):
         arrays = [cp.asarray(rng.integers(-2**40, 2**40, 50)) for _ in range(k)]
         scalars = [a.max() if i % 3 == 0 else a[i % 50] if i % 3 == 1 else (a[:7] > 0).sum().astype(cp.int32)
                    for i, a in enumerate(arrays)]
         want = [int(s) for s in scalars]
         assert g.read_ints(scalars) == want
-        assert host_ints(cp, *scalars) == want
+        assert gpu.host_ints(*scalars) == want
     assert g.read_ints([]) == []
     # More scalars and reductions than a ring of result slots holds (20,315 once, at 1B edges).
-    many = g._RESULT_SLOTS * 2 + 3
+    many = g.RESULT_SLOTS * 2 + 3
     values = cp.asarray(rng.integers(-2**40, 2**40, many))
     assert g.read_ints([values[i] for i in range(many)]) == cp.asnumpy(values).tolist()
     pairs = [("sum", values[i:i + 2]) for i in range(many)]
     assert g.read_reductions(pairs) == [int(cp.asnumpy(values[i:i + 2]).sum()) for i in range(many)]
-    from sgsi.join.backend import row_numbers
     for n in (0, 1, 1000, 70001):
-        got = row_numbers(cp, n)
+        got = gpu.row_numbers(n)
         assert got.dtype == np.int64 and np.array_equal(cp.asnumpy(got), np.arange(n))
-        assert np.array_equal(row_numbers(np, n), np.arange(n))
+        assert np.array_equal(CpuBackend().row_numbers(n), np.arange(n))
 
 
 @pytest.mark.parametrize("block,per,most", [(256, 16, 264), (32, 1, 3)], ids=["default", "few-blocks"])
 def test_read_reductions_match_numpy(gpu, block, per, most, monkeypatch):
-    """backend.host_reductions on the GPU (reduce_ints: up to 4 arrays a launch, blocks' partials
+    """GpuBackend.host_reductions (reduce_ints: up to 4 arrays a launch, blocks' partials
     combined by the launch's last block) against NumPy: sums, maxima and minima of negative, huge
     and empty arrays, int64 and int32 (read as they are), one array and several, past 4 (two
     launches), sizes a thread's share does and does not divide; then again, the counter set back
     by the last block. Also with 32-thread blocks of 1 element a thread, at most 3 blocks an array
     (each thread loops)."""
     import cupy as cp
-    from sgsi.join import gpu as g
-    from sgsi.join.backend import host_reductions
+    from sgsi.join.backends.gpu import primitives as g
     monkeypatch.setattr(g, "_REDUCE_BLOCK", block)
     monkeypatch.setattr(g, "_REDUCE_PER_THREAD", per)
     monkeypatch.setattr(g, "_REDUCE_BLOCKS", most)
@@ -260,11 +256,11 @@ def test_read_reductions_match_numpy(gpu, block, per, most, monkeypatch):
                   [("max", arrays[6]), ("sum", arrays[7]), ("min", arrays[5]), ("sum", arrays[3])],
                   [("min", narrow[2]), ("max", narrow[2]), ("sum", narrow[1]), ("min", arrays[6]),
                    ("max", narrow[0]), ("min", narrow[3])]):
-        want = host_reductions(np, *pairs)
+        want = CpuBackend().host_reductions(*pairs)
         assert want == [int(a.sum()) if op == "sum" else (int(getattr(np, op)(a)) if a.size else 0)
                         for op, a in pairs]
         for _ in range(2):
-            assert host_reductions(cp, *[(op, cp.asarray(a)) for op, a in pairs]) == want
+            assert gpu.host_reductions(*[(op, cp.asarray(a)) for op, a in pairs]) == want
 
 
 def _hub_ids(rng, n, high):
@@ -281,43 +277,42 @@ def test_warp_aggregated_writes_match_numpy(gpu, n):
     """distinct_index (mark_bits, distinct_of_bits and their int64 kernels), pair_key, scatter_equal,
     bincount (count_ids) and add_at (add_ids) against NumPy on ids with hubs and runs."""
     import cupy as cp
-    from sgsi.join import gpu as gpu_mod
-    from sgsi.join.backend import distinct_index, scatter_equal
+    from sgsi.join.backends.gpu import primitives as gpu_mod
+    cpu = CpuBackend()
     rng = np.random.default_rng(n)
     high = max(4, n // 3)
     ids = _hub_ids(rng, n, high)
     for dtype in (np.int32, np.int64):            # int32: mark_bits and distinct_of_bits
         for shift in (0, 1000):                    # lo at 0 and past it
-            got = distinct_index(cp, cp.asarray((ids + shift).astype(dtype)))
-            want = distinct_index(np, (ids + shift).astype(dtype))
+            got = gpu.distinct_index(cp.asarray((ids + shift).astype(dtype)))
+            want = cpu.distinct_index((ids + shift).astype(dtype))
             for a, b in zip(got, want):
                 assert a.dtype == b.dtype and np.array_equal(cp.asnumpy(a), b)
     big = ids.astype(np.int64) + (1 << 40)                        # int64 past int32: mark_bits_i64, lo past 2^32
-    for a, b in zip(distinct_index(cp, cp.asarray(big)), distinct_index(np, big)):
+    for a, b in zip(gpu.distinct_index(cp.asarray(big)), cpu.distinct_index(big)):
         assert a.dtype == b.dtype and np.array_equal(cp.asnumpy(a), b)
     # pair_key: two int32 columns' int64 keys, and whether they ascend (sorted, one descent, equal rows)
-    from sgsi.join.backend import pair_key
     c0 = np.sort(rng.integers(-3, 40, n)).astype(np.int32)
     c1 = rng.integers(0, (1 << 31) - 1, n).astype(np.int32)
     seen = set()
     for x1 in (c1, np.full(n, 5, np.int32), -c1):
         order = np.lexsort((x1, c0))
         for a0, a1 in ((c0, x1), (c0[order], x1[order])):
-            key, asc = pair_key(cp, cp.asarray(a0), cp.asarray(a1))
-            want_key, want_asc = pair_key(np, a0, a1)
+            key, asc = gpu.pair_key(cp.asarray(a0), cp.asarray(a1))
+            want_key, want_asc = cpu.pair_key(a0, a1)
             assert np.array_equal(cp.asnumpy(key), want_key) and asc == want_asc
             seen.add(asc)
     assert seen == {True, False} or n == 1
     sparse = np.array([5, 1 << 30, 5, 7], dtype=np.int32)       # a range too wide: sort and search
-    for a, b in zip(distinct_index(cp, cp.asarray(sparse)), distinct_index(np, sparse)):
+    for a, b in zip(gpu.distinct_index(cp.asarray(sparse)), cpu.distinct_index(sparse)):
         assert np.array_equal(cp.asnumpy(a), b)
     # Past 16 a value but within DISTINCT_DENSE_RANGE: the bits on the GPU (sort and search on the CPU).
     wide = np.array([5, gpu_mod.DISTINCT_DENSE_RANGE - 1 + 5, 5, 7, 900_001, 7], dtype=np.int32)
-    for a, b in zip(distinct_index(cp, cp.asarray(wide)), distinct_index(np, wide)):
+    for a, b in zip(gpu.distinct_index(cp.asarray(wide)), cpu.distinct_index(wide)):
         assert a.dtype == b.dtype and np.array_equal(cp.asnumpy(a), b)
     weight = rng.integers(0, 1 << 40, high)                       # equal values at equal indices
     out = cp.full(high, -7, cp.int64)
-    scatter_equal(cp, out, cp.asarray(ids.astype(np.int64)), cp.asarray(weight[ids]))
+    gpu.scatter_equal(out, cp.asarray(ids.astype(np.int64)), cp.asarray(weight[ids]))
     ref = np.full(high, -7, np.int64)
     ref[ids] = weight[ids]
     assert np.array_equal(cp.asnumpy(out), ref)
@@ -342,7 +337,7 @@ def test_row_scan_matches_reference(gpu, starts, counts):
     (empty rows first, last and in between, rows going backwards, past int32)."""
     import cupy as cp
     s, c = np.array(starts, np.int64), np.array(counts, np.int64)
-    assert cp.asnumpy(pcsr.ragged_indices(cp.asarray(s), cp.asarray(c), cp)).tolist() == \
+    assert cp.asnumpy(gpu.ragged_indices(cp.asarray(s), cp.asarray(c))).tolist() == \
         pcsr.ragged_indices(s, c).tolist()
     assert cp.asnumpy(gpu.repeat_index(cp.asarray(c))).tolist() == CpuBackend().repeat_index(c).tolist()
 
@@ -353,7 +348,7 @@ def test_row_scan_random(gpu):
     for n in (1, 7, 1000, 100000):
         c = rng.integers(0, 6, n) * (rng.random(n) < 0.6)
         s = rng.integers(0, 10**6, n)
-        assert np.array_equal(cp.asnumpy(pcsr.ragged_indices(cp.asarray(s), cp.asarray(c), cp)),
+        assert np.array_equal(cp.asnumpy(gpu.ragged_indices(cp.asarray(s), cp.asarray(c))),
                               pcsr.ragged_indices(s, c))
         assert np.array_equal(cp.asnumpy(gpu.repeat_index(cp.asarray(c))), CpuBackend().repeat_index(c))
 
@@ -367,7 +362,7 @@ def test_candidate_bits_kernel_matches_reference(gpu, table, monkeypatch):
     few pattern vertices)."""
     import cupy as cp
 
-    from sgsi.join import gpu as gpu_mod
+    from sgsi.join.backends.gpu import filter as gpu_mod
     if table is not None:
         monkeypatch.setattr(gpu_mod, "_CANDIDATE_TABLE", table)
     rng = np.random.default_rng(2)
@@ -631,7 +626,7 @@ def test_piece_summary_matches_reference(gpu, n, rounds, monkeypatch):
     reference, with the rows' offsets (the degrees' exclusive prefix sum) and zeros (a light step's
     fill, in memory the pool had handed out before) up to ``_OFFSETS_MAX`` rows, and none past it."""
     import cupy as cp
-    from sgsi.join import gpu as gpu_mod
+    from sgsi.join.backends.gpu import join as gpu_mod
     monkeypatch.setattr(gpu_mod, "_SUMMARY_ROUNDS_SUM", rounds[0])
     monkeypatch.setattr(gpu_mod, "_SUMMARY_TILES", rounds[1])
     monkeypatch.setattr(gpu_mod, "_OFFSETS_MAX", 1 << 22)
@@ -675,7 +670,7 @@ def test_row_lists_and_pack_rows_match_reference(gpu, n_conflicts, way, monkeypa
     those rows in several rounds of the launch's blocks."""
     import cupy as cp
 
-    from sgsi.join import gpu as gpu_mod
+    from sgsi.join.backends.gpu import join as gpu_mod
     monkeypatch.setattr(gpu_mod, "_ROW_THREAD_ROWS", 1 << 40 if way == "warps" else 0)
     if way == "threads-few-blocks":
         monkeypatch.setattr(gpu_mod, "_ROW_REST_BLOCKS_PER_SM", 1)
@@ -745,7 +740,7 @@ def test_row_lists_long_lists_match_reference(gpu, way, per_round, monkeypatch):
     buffers and counts are the reference's."""
     import cupy as cp
 
-    from sgsi.join import gpu as gpu_mod
+    from sgsi.join.backends.gpu import join as gpu_mod
     monkeypatch.setattr(gpu_mod, "_ROW_THREAD_ROWS", 1 << 40 if way == "warps" else 0)
     monkeypatch.setattr(gpu_mod, "_ROW_LISTS_ROWS", per_round)
     monkeypatch.setattr(gpu_mod, "_ROW_REST_ROWS", per_round)
@@ -780,7 +775,7 @@ def test_scan_and_flatnonzero_match_numpy(n):
     and dtypes, on int64, int32 and bool input, and on a strided view; the exclusive scan too, and
     the sum scan_total has the kernel write into a result slot."""
     import cupy as cp
-    from sgsi.join.gpu import flatnonzero, scan, scan_total
+    from sgsi.join.backends.gpu.primitives import flatnonzero, scan, scan_total
     rng = np.random.default_rng(n)
     for x in (rng.integers(-5, 1 << 40, n), rng.integers(0, 7, n).astype(np.int32), rng.random(n) < 0.3):
         got = scan(cp.asarray(x))
@@ -799,26 +794,26 @@ def test_scan_and_flatnonzero_match_numpy(n):
 
 
 def test_launch_refuses_more_arguments_than_its_slots():
-    """kernels.Launch writes a launch's arguments into _SLOTS slots: a launch of more is refused
+    """launch.Launch writes a launch's arguments into _SLOTS slots: a launch of more is refused
     with a clear error (no kernel takes that many), and one within them runs."""
     import cupy as cp
-    from sgsi.join import kernels
+    from sgsi.join.backends.gpu import launch
+    kernel = launch.Kernels("primitives")
     out = cp.zeros(5, cp.int64)
     with pytest.raises(ValueError, match="at most 64"):
-        kernels.kernel("iota_i64")((1,), (32,), (5, out) + (0,) * (kernels._SLOTS - 1))
-    kernels.kernel("iota_i64")((1,), (32,), (5, out))
+        kernel("iota_i64")((1,), (32,), (5, out) + (0,) * (launch._SLOTS - 1))
+    kernel("iota_i64")((1,), (32,), (5, out))
     assert cp.asnumpy(out).tolist() == [0, 1, 2, 3, 4]
 
 
 @pytest.mark.parametrize("n", [0, 1, 33, 5000, 300000])
-def test_take_matches_numpy(n):
-    """gpu.take (and backend.take_values on the GPU) gives np.take's values and dtype: 4- and
+def test_take_matches_numpy(gpu, n):
+    """primitives.take (and GpuBackend.take_values) gives np.take's values and dtype: 4- and
     8-byte values (int32, uint32, float32, int64, float64) at int32 and int64 indices, negative
     ones counting from the end, on strided views, and cast to int64 or float64 (int32 widened in
     the launch); other arrays (bool values, 2-D) through CuPy."""
     import cupy as cp
-    from sgsi.join.backend import take_values
-    from sgsi.join.gpu import take
+    from sgsi.join.backends.gpu.primitives import take
     rng = np.random.default_rng(n + 7)
     m = 1000
     for dtype in (np.int32, np.uint32, np.float32, np.int64, np.float64):
@@ -827,7 +822,7 @@ def test_take_matches_numpy(n):
             want = np.take(a[::2], idx)
             got = take(cp.asarray(a)[::2], cp.asarray(idx))
             assert got.dtype == want.dtype and np.array_equal(cp.asnumpy(got), want), (dtype, idx.dtype)
-            got = take_values(cp, cp.asarray(a), cp.asarray(idx)[::-1])
+            got = gpu.take_values(cp.asarray(a), cp.asarray(idx)[::-1])
             assert np.array_equal(cp.asnumpy(got), np.take(a, idx[::-1]))
             for to in (np.int64, np.float64):           # int32 widened in the launch; others cast
                 want = np.take(a, idx).astype(to)
@@ -841,20 +836,20 @@ def test_take_matches_numpy(n):
 
 
 @pytest.mark.parametrize("n", [1, 2, 40, 5000, 70000])
-def test_runs_match_the_cpu(n):
-    """backend.runs and run_starts on the GPU (run_starts_*, run_ends) give the CPU's: sorted
+def test_runs_match_the_cpu(gpu, n):
+    """GpuBackend.runs and run_starts (run_starts_*, run_ends) give the CPU's: sorted
     int32 and int64 values with short and long runs, one run, all distinct; uint8 through CuPy."""
     import cupy as cp
-    from sgsi.join.backend import run_starts, runs
+    cpu = CpuBackend()
     rng = np.random.default_rng(n)
     cases = [np.sort(rng.integers(0, max(1, n // 3), n)), np.sort(rng.integers(-5, 5, n)).astype(np.int32),
              np.zeros(n, np.int64), np.arange(n, dtype=np.int32), np.sort(rng.integers(0, 4, n)).astype(np.uint8)]
     for v in cases:
-        want = runs(np, v)
-        got = runs(cp, cp.asarray(v))
+        want = cpu.runs(v)
+        got = gpu.runs(cp.asarray(v))
         for w, g in zip(want, got):
             assert g.dtype == w.dtype and np.array_equal(cp.asnumpy(g), w), v.dtype
-        assert np.array_equal(cp.asnumpy(run_starts(cp, cp.asarray(v))), run_starts(np, v))
+        assert np.array_equal(cp.asnumpy(gpu.run_starts(cp.asarray(v))), cpu.run_starts(v))
 
 
 @pytest.mark.parametrize("block,small", [(512, 1 << 13), (32, 1000), (64, 64)])
@@ -864,7 +859,7 @@ def test_single_pass_scan_matches_numpy(block, small, monkeypatch):
     windows of 32), and a tile that is mostly past the end; nonzero through them. Each scan runs
     twice in a row, as a second launch on the same state (a new epoch, the ticket set back)."""
     import cupy as cp
-    from sgsi.join import gpu as gpu_mod
+    from sgsi.join.backends.gpu import primitives as gpu_mod
     monkeypatch.setattr(gpu_mod, "_SCAN_BLOCK", block)
     monkeypatch.setattr(gpu_mod, "_SMALL_SCAN", small)
     rng = np.random.default_rng(block)
@@ -891,15 +886,17 @@ def test_result_slots_taken_again_give_each_read_its_values(mapped, monkeypatch)
     summary; a read of more slots than the ring holds is refused. The same with the slots in device
     memory, copied back (the switch that measures the ring's gain)."""
     import cupy as cp
-    from sgsi.join import gpu as g
-    from sgsi.join.backend import CpuBackend
-    monkeypatch.setattr(g, "_RESULT_SLOTS", 16)
-    monkeypatch.setattr(g, "_MAPPED_RESULTS", mapped)
-    if hasattr(g._read_buffers, "ring"):
-        del g._read_buffers.ring
+    from sgsi.join.backends.gpu import primitives as g
+    from sgsi.join.backends.gpu import transfers
+    from sgsi.join.backends.gpu.backend import GpuBackend
+    monkeypatch.setattr(transfers, "RESULT_SLOTS", 16)
+    monkeypatch.setattr(g, "RESULT_SLOTS", 16)         # read_reductions and read_ints cut by it too
+    monkeypatch.setattr(transfers, "_MAPPED_RESULTS", mapped)
+    if hasattr(transfers._read_buffers, "ring"):
+        del transfers._read_buffers.ring
     try:
         rng = np.random.default_rng(16)
-        cpu, backend = CpuBackend(), g.GpuBackend("1GB")
+        cpu, backend = CpuBackend(), GpuBackend("1GB")
         for _ in range(40):
             n = int(rng.choice([0, 1, 5, 1000, g._SMALL_SCAN, g._SMALL_SCAN + 1, 70_001]))
             for dtype in (np.int64, np.int32, np.bool_):
@@ -920,10 +917,10 @@ def test_result_slots_taken_again_give_each_read_its_values(mapped, monkeypatch)
             assert backend.piece_summary(cp.asarray(deg), cp.asarray(col)) == list(cpu.piece_summary(deg, col))
         if mapped:
             with pytest.raises(ValueError, match="ring holds 16"):
-                g.result_slots(17)
+                transfers.result_slots(17)
     finally:
-        if hasattr(g._read_buffers, "ring"):
-            del g._read_buffers.ring
+        if hasattr(transfers._read_buffers, "ring"):
+            del transfers._read_buffers.ring
 
 
 def test_single_pass_state_per_thread_and_growing():
@@ -933,10 +930,10 @@ def test_single_pass_state_per_thread_and_growing():
     import threading
 
     import cupy as cp
-    from sgsi.join import gpu as gpu_mod
+    from sgsi.join.backends.gpu import primitives as gpu_mod
     x = np.arange(1 << 20, dtype=np.int64) % 7
     want = np.cumsum(x)
-    state = gpu_mod._scan_state()
+    state = gpu_mod.scan_state()
     assert np.array_equal(cp.asnumpy(gpu_mod.scan(cp.asarray(x))), want)
     epoch, tiles = state.epoch, state.tiles
     assert np.array_equal(cp.asnumpy(gpu_mod.scan(cp.asarray(x))), want)
@@ -947,7 +944,7 @@ def test_single_pass_state_per_thread_and_growing():
     seen = []
 
     def other():
-        seen.append(gpu_mod._scan_state())
+        seen.append(gpu_mod.scan_state())
         for _ in range(5):
             seen.append(np.array_equal(cp.asnumpy(gpu_mod.scan(cp.asarray(x))), want))
 
@@ -966,7 +963,7 @@ def test_extend_matches_reference(gpu, n_conflicts, pack_row_max, monkeypatch):
     rows' own vertices to leave out (packed buffers need no compaction; the others are packed a
     warp a row, or an entry a thread where a row is heavier than ``_PACK_ROW_MAX``)."""
     import cupy as cp
-    from sgsi.join import gpu as gpu_mod
+    from sgsi.join.backends.gpu import expand as gpu_mod
     monkeypatch.setattr(gpu_mod, "_PACK_ROW_MAX", pack_row_max)
     rng = np.random.default_rng(10 + n_conflicts)
     n_tuples, n_rows = 300, 2000
@@ -999,8 +996,8 @@ def test_refine_drop_matches_reference(tmp_path, budget, window, monkeypatch):
     they are on the device already); the vertices in one window, or in windows of 1,024 that
     segments straddle."""
     import cupy as cp
-    from sgsi.join import gpu as gpu_mod
-    from sgsi.join.gpu import GpuBackend
+    from sgsi.join.backends.gpu import filter as gpu_mod
+    from sgsi.join.backends.gpu.backend import GpuBackend
     if window is not None:
         monkeypatch.setattr(gpu_mod, "REFINE_WINDOW", window)
     rng = np.random.default_rng(41)
@@ -1066,7 +1063,7 @@ def test_member_kernel_matches_reference(tmp_path, budget):
     bitsets) and a set test: one segment and many, a hub whose list spans several, vertices with
     no list, entries in any order; segments read from the store and from the device cache."""
     import cupy as cp
-    from sgsi.join.gpu import GpuBackend
+    from sgsi.join.backends.gpu.backend import GpuBackend
     from sgsi.join.stream import neighbour_lists
     rng = np.random.default_rng(43)
     n, m = 5000, 50000
@@ -1131,7 +1128,7 @@ def test_sizes_less_own_kernel_matches_reference(gpu, gaps):
 def test_dense_degrees_match_the_degree_index(tmp_path):
     """The device's per-vertex degrees of a partition are its degree index's, zero elsewhere."""
     import cupy as cp
-    from sgsi.join.gpu import GpuBackend
+    from sgsi.join.backends.gpu.backend import GpuBackend
     from test_engine import _two_label_graph
     g = _two_label_graph(tmp_path, n=3000, m=20000)
     gpu = GpuBackend("1GB")
@@ -1150,7 +1147,7 @@ def test_dense_degrees_match_the_degree_index(tmp_path):
 
 def test_refine_on_gpu_matches_cpu(tmp_path):
     """Two rounds of refinement on the GPU leave the bitsets the CPU leaves."""
-    from sgsi.join.gpu import GpuBackend
+    from sgsi.join.backends.gpu.backend import GpuBackend
     from sgsi.join.plan import make_plan
     from sgsi.pattern import load_pattern
     from test_engine import _two_label_graph
@@ -1202,8 +1199,8 @@ def test_device_memory_comes_from_the_devices_limited_pool(monkeypatch):
     MemoryShortage, not a CUDA error."""
     import cupy as cp
     from sgsi.errors import MemoryShortage
-    from sgsi.join import gpu as gpu_mod
-    from sgsi.join import gpu_memory
+    from sgsi.join.backends.gpu import backend as gpu_mod
+    from sgsi.join.backends.gpu import memory as gpu_memory
     monkeypatch.setattr(gpu_memory, "POOL_ALLOWANCE", 1 << 20)
     monkeypatch.setattr(gpu_mod, "POOL_ALLOWANCE", 1 << 20)
     be, other = gpu_mod.GpuBackend(), gpu_mod.GpuBackend()
@@ -1236,7 +1233,7 @@ def test_default_budget_counts_what_sgsi_holds():
     """The default budget is half of the device's free memory plus what sgsi's pool holds: blocks
     the pool keeps do not shrink it."""
     import cupy as cp
-    from sgsi.join import gpu_memory
+    from sgsi.join.backends.gpu import memory as gpu_memory
     mem = gpu_memory.device_memory()
     before = mem.default_budget()
     with cp.cuda.using_allocator(mem.pool.malloc):
@@ -1302,7 +1299,7 @@ def test_hostile_queries_give_the_device_memory_back(tmp_path):
 def test_shortage_on_the_device_runs_again_on_half_the_budget(tmp_path, monkeypatch):
     """A step that outgrows the pool's limit: the count runs again on half the budget, exact."""
     import cupy as cp
-    from sgsi.join.gpu import GpuBackend
+    from sgsi.join.backends.gpu.backend import GpuBackend
     d = str(tmp_path / "y.sgsi")
     g = sgsi.build(d, graph=os.path.join(BENCH, "yeast", "data.graph"))
     q = os.path.join(BENCH, "yeast", "queries", "query_dense_8_1.graph")
@@ -1353,7 +1350,7 @@ def join_way(request, monkeypatch):
     """Light pieces joined row by row (most pieces of the small graphs here), or every piece
     by its distinct tuples."""
     if request.param == "tuples":
-        from sgsi.join.gpu import GpuBackend
+        from sgsi.join.backends.gpu.backend import GpuBackend
         monkeypatch.setattr(GpuBackend, "light_entries", 0)
         monkeypatch.setattr(CpuBackend, "light_entries", 0)
     return request.param
@@ -1381,7 +1378,7 @@ def test_weighted_subtrees_on_gpu_match_oracle(tmp_path, budget, join_way, monke
     """One-leaf subtrees counted from the root's sets and weights (every piece, however few its
     entries) give the oracle's counts on the GPU, over trees and trees with an extra edge."""
     from oracle import oracle_count, random_graph, random_pattern
-    from sgsi.join import counting, engine
+    from sgsi.join import counting
     monkeypatch.setattr(counting, "WEIGHTED_FANOUT", 0)
     monkeypatch.setattr(counting, "WEIGHTED_MIN_ENTRIES", 0)
     rng = random.Random(29)
@@ -1443,7 +1440,7 @@ def test_segment_copies_are_timed_on_the_copy_stream(tmp_path, monkeypatch):
 
 
 def _mapped_blocks_of(g):
-    from sgsi.join.gpu import MAPPED
+    from sgsi.join.backends.gpu.transfers import MAPPED
     bases = {g.store.map_buffer(n).ctypes.data for n in ("pcsr_groups.arrow", "pcsr_ci.arrow")}
     return {k: v for k, v in MAPPED.blocks.items() if k[0] in bases}
 
@@ -1453,7 +1450,7 @@ def test_segments_copy_straight_from_registered_maps(tmp_path, monkeypatch):
     as through the pinned buffers, no staging on the host, and the registered bytes stay inside
     their limit (two stores share it; the least recently used blocks go first) and are let go
     when a store is closed."""
-    from sgsi.join.gpu import MAPPED
+    from sgsi.join.backends.gpu.transfers import MAPPED
     for base in list(MAPPED.maps):          # start from no registered blocks (earlier tests' stores)
         MAPPED.release(base)
     assert MAPPED.bytes == 0 and not MAPPED.blocks

@@ -1,4 +1,4 @@
-"""Later linking edges (sgsi.join.membership.member) against a brute-force set test.
+"""Later linking edges (sgsi.join.backends.membership.member) against a brute-force set test.
 
 Random graphs and entries; caps small enough to force every path: one
 bitset, blocks of linking vertices, and the binary-search fallback, with
@@ -11,8 +11,8 @@ import pyarrow.parquet as pq
 import pytest
 
 import sgsi
-from sgsi.join import membership
-from sgsi.join.backend import CpuBackend
+from sgsi.join.backends import membership
+from sgsi.join.backends.cpu import CpuBackend
 
 
 @pytest.fixture(scope="module")
@@ -83,7 +83,7 @@ def test_member_vs_brute_force(store, cap, ranked, seed):
     link = _Link(store.store.edge_label_id("b"), "out")
     cbits = be.pack_bits(cand) if ranked else None
     for ec in (None, ecount):
-        got = membership.member(np, be, store.store, link, vcol, erow, evals, cap, ecount=ec, cbits=cbits)
+        got = membership.member(be, store.store, link, vcol, erow, evals, cap, ecount=ec, cbits=cbits)
         assert got.dtype == bool and got.shape == want.shape
         assert (got == want).all()
     assert want.any() and not want.all()

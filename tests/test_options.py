@@ -12,7 +12,7 @@ import pytest
 import sgsi
 from sgsi.cli import main
 from sgsi.errors import InputError, SgsiError
-from sgsi.join.backend import gpu_available
+from sgsi.join.backends import gpu_available
 from sgsi.options import respell, spell
 
 PATH = "(a)-[:K]->(b)-[:K]->(c)"       # on the 2-cycle below: 0 isomorphisms, 2 homomorphisms

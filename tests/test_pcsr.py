@@ -10,7 +10,6 @@ import ast
 import glob
 import math
 import os
-import types
 
 import numpy as np
 import pytest
@@ -473,17 +472,6 @@ def test_ragged_indices_int32_inputs():
     starts = np.array([100, 5, 70], np.int32)
     counts = np.array([3, 0, 2], np.int32)
     assert pcsr.ragged_indices(starts, counts).tolist() == [100, 101, 102, 70, 71]
-
-
-def test_ragged_indices_of_another_array_module(monkeypatch):
-    """Arrays of another module go to the scan its backend registered; none registered is an error."""
-    fake = types.ModuleType("fakearrays")
-    fake.asarray = np.asarray
-    monkeypatch.setattr(pcsr, "_DEVICE_SCANS", {})
-    with pytest.raises(RuntimeError, match="fakearrays"):
-        pcsr.ragged_indices(np.array([5]), np.array([2]), fake)
-    pcsr.use_device_scan(fake, lambda counts, starts: pcsr.ragged_indices(starts, counts) + 1000)
-    assert pcsr.ragged_indices(np.array([5, 9]), np.array([2, 1]), fake).tolist() == [1005, 1006, 1009]
 
 
 def test_partition_imports_nothing_above_it():

@@ -21,7 +21,7 @@ import pytest
 import sgsi
 from oracle import oracle_matches, random_graph, random_pattern
 from sgsi.errors import InputError, StoreError
-from sgsi.join.backend import CpuBackend
+from sgsi.join.backends.cpu import CpuBackend
 from sgsi.join.plan import make_plan
 from sgsi.join.stream import spanning
 from sgsi.partition import pcsr, signatures

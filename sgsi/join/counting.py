@@ -10,7 +10,6 @@ import math
 
 import numpy as np
 
-from .backend import distinct_index, host_reductions, nonzero_index, row_numbers, take_columns, take_values
 from .plan import Link, Step
 from .sets import _ROW, _RowSets, _columns_read, _n_rows, _packed
 
@@ -44,14 +43,14 @@ class Counting:
         """Σ_rows |S(t_i)| minus the rows' own vertices found in their S(t_i) (count-only last step)."""
         if isinstance(s, _RowSets):
             return s.total
-        return host_reductions(self.xp, ("sum", self._row_counts(piece, s, step)))[0]
+        return self.backend.host_reductions(("sum", self._row_counts(piece, s, step)))[0]
 
     def _row_counts(self, piece, s, step: Step):
         """|S(t_i) \\ m_i| for each row i of the piece (int64)."""
         if isinstance(s, _RowSets):
             return s.count
         if not step.conflicts or s.evals.size == 0:
-            return take_values(self.xp, s.scount, s.row_tuple)
+            return self.backend.take_values(s.scount, s.row_tuple)
         return self.backend.sizes_less_own(s.row_tuple, s.etuple, s.evals, s.sstart, s.scount,
                                            [piece[c] for c in step.conflicts])
 
@@ -70,10 +69,10 @@ class Counting:
         several vertices above all) are found for the rows that count only, as enumerating
         the vertices one by one would prune them.
         """
-        xp, backend = self.xp, self.backend
+        backend = self.backend
         groups = self.plan.leaf_groups
         rows = dict(chunk)
-        rows[_ROW] = row_numbers(xp, _n_rows(chunk))
+        rows[_ROW] = backend.row_numbers(_n_rows(chunk))
         sizes = {}                      # (group, block) -> |S_B \ m_row| per row of ``rows``
         blocks = [(gi, bi, step) for gi, g in enumerate(groups) for bi, step in enumerate(g.blocks)]
         one = [b for b in blocks if b[2].vertex in groups[b[0]].leaves]
@@ -87,7 +86,7 @@ class Counting:
             self.progress.at(self._depth, i / units, 1 / units)
             sizes[gi, bi] = self._block_sizes(rows, step, lim)
             if step.vertex in groups[gi].leaves:
-                rows, sizes, whole = _rows_kept(xp, rows, sizes, sizes[gi, bi] > 0)
+                rows, sizes, whole = _rows_kept(backend, rows, sizes, sizes[gi, bi] > 0)
                 counting &= whole
                 if _n_rows(rows) == 0:
                     return 0
@@ -101,7 +100,7 @@ class Counting:
             self.progress.at(self._depth, (len(order) + k) / units, 1 / units)
             # Rows that count nothing already are not expanded (none is left where ``counting``).
             if prod is not None and not _exact(prod) and not (counting and k == 0):
-                rows, kept, _whole = _rows_kept(xp, rows, {0: prod}, prod > 0)
+                rows, kept, _whole = _rows_kept(backend, rows, {0: prod}, prod > 0)
                 prod = kept[0]
                 if _n_rows(rows) == 0:
                     return 0
@@ -119,7 +118,7 @@ class Counting:
         if last is not None:
             prod = last[0] * last[1]
         if not _exact(prod):
-            got = host_reductions(xp, *[("max", f) for f in factors], ("max", prod), ("sum", prod),
+            got = backend.host_reductions(*[("max", f) for f in factors], ("max", prod), ("sum", prod),
                                   *[("max", v) for v, _size in bounds])
             f = len(factors)
             top, total = got[f], got[f + 1]
@@ -132,7 +131,7 @@ class Counting:
             elif last is not None:
                 prod = _exact_product(backend, *last)
         if not _exact(prod):
-            top, total = host_reductions(xp, ("max", prod), ("sum", prod))     # one read
+            top, total = backend.host_reductions(("max", prod), ("sum", prod))     # one read
             if top * _n_rows(rows) < _INT64_SAFE:               # the int64 sum did not overflow
                 return total
         return int(sum(backend.to_host(prod).tolist()))
@@ -189,7 +188,7 @@ class Counting:
             backend.add_at(total, at, value)
             bounds.append((value, int(at.size)))
             return None
-        if exact is None and not _exact(value) and _sum_bound(backend.xp, value, int(at.size), total) < _INT64_SAFE:
+        if exact is None and not _exact(value) and _sum_bound(backend, value, int(at.size), total) < _INT64_SAFE:
             backend.add_at(total, at, value)
             return None
         if exact is None:
@@ -200,11 +199,10 @@ class Counting:
     def _extended_rows(self, piece, sets, tree, lim, keep):
         """The subtree's matches for the rows of one piece of the root's step, by slices of the rows
         extended by the root: yields (the rows' numbers in ``rows``, matches) per slice."""
-        xp = self.xp
         for out in self._extension(piece, sets, tree.step, lim, keep):
             at = out[_ROW]
             out = dict(out)
-            out[_ROW] = row_numbers(xp, int(at.size))
+            out[_ROW] = self.backend.row_numbers(int(at.size))
             sizes = {(gi, bi): self._block_sizes(out, step, lim)
                      for gi, g in enumerate(tree.groups) for bi, step in enumerate(g.blocks)}
             yield at, self._groups_product(tree.groups, sizes)
@@ -230,7 +228,7 @@ class Counting:
         if rowwise:                             # the rows extended
             entries = sets.total
         else:
-            entries, = host_reductions(xp, ("sum", take_values(xp, sets.scount, sets.row_tuple)))
+            entries, = backend.host_reductions(("sum", backend.take_values(sets.scount, sets.row_tuple)))
         if entries < max(WEIGHTED_FANOUT * n, WEIGHTED_MIN_ENTRIES):
             return None
         if entries == 0:
@@ -238,21 +236,21 @@ class Counting:
         if rowwise:                             # the rows' own vertices are left out already
             owner, hits = sets.erow, ()
         else:
-            sets = _packed(xp, backend, sets)
+            sets = _packed(backend, sets)
             owner, hits = sets.etuple, _own_hits(backend, piece, sets, tree.step)
-        uniq, idx = distinct_index(xp, sets.evals)
+        uniq, idx = backend.distinct_index(sets.evals)
         own = Step(leaf_step.vertex, leaf_step.links, [r] if r in leaf_step.conflicts else [])
-        w = self._block_sizes({r: uniq, _ROW: row_numbers(xp, int(uniq.size))}, own, lim)
-        if _maxes(xp, w)[0] * entries >= _INT64_SAFE:
+        w = self._block_sizes({r: uniq, _ROW: backend.row_numbers(int(uniq.size))}, own, lim)
+        if _maxes(self.backend, w)[0] * entries >= _INT64_SAFE:
             return None
         sums = xp.zeros(n if rowwise else int(sets.scount.size), dtype=xp.int64)
-        backend.add_at(sums, owner, take_values(xp, w, idx))          # Σ w over each row's (tuple's) set
-        per_row = sums if rowwise else take_values(xp, sums, sets.row_tuple)
+        backend.add_at(sums, owner, backend.take_values(w, idx))          # Σ w over each row's (tuple's) set
+        per_row = sums if rowwise else backend.take_values(sums, sets.row_tuple)
         for sel, hit, x in hits:                # a row's own vertex in its set: its weight out
             at = xp.minimum(xp.searchsorted(uniq, x), uniq.size - 1)
-            per_row[sel] -= xp.where(hit, take_values(xp, w, at), 0)
+            per_row[sel] -= xp.where(hit, backend.take_values(w, at), 0)
         part = {u: col for u, col in piece.items() if u != _ROW}
-        part[_ROW] = row_numbers(xp, n)
+        part[_ROW] = backend.row_numbers(n)
         for c in leaf_step.conflicts:
             if c == r:
                 continue
@@ -304,15 +302,15 @@ def _own_hits(backend, piece, s, step):
     return backend.own_hits(s.row_tuple, s.etuple, s.evals, s.sstart, s.scount, [piece[c] for c in step.conflicts])
 
 
-def _maxes(xp, *arrays) -> list:
+def _maxes(backend, *arrays) -> list:
     """The max of each of the int64 ``arrays`` (0 where empty), where the backend computes, read in
     one transfer."""
-    return host_reductions(xp, *[("max", a) for a in arrays])
+    return backend.host_reductions(*[("max", a) for a in arrays])
 
 
-def _sum_bound(xp, value, n, total) -> int:
+def _sum_bound(backend, value, n, total) -> int:
     """A bound on ``total`` after adding ``n`` of ``value``'s entries to it (int64 arrays; one read)."""
-    top_value, top_total = _maxes(xp, value, total)
+    top_value, top_total = _maxes(backend, value, total)
     return top_value * n + top_total
 
 
@@ -328,7 +326,7 @@ def _exact(a):
 
 def _exact_product(backend, a, b):
     """a * b per row: int64 while it cannot overflow, else Python integers (on the host)."""
-    if not _exact(a) and not _exact(b) and math.prod(_maxes(backend.xp, a, b)) < _INT64_SAFE:
+    if not _exact(a) and not _exact(b) and math.prod(_maxes(backend, a, b)) < _INT64_SAFE:
         return a * b
     return backend.to_host(a).astype(object) * backend.to_host(b).astype(object)
 
@@ -339,7 +337,7 @@ def _group_matches(backend, group, sizes):
     if len(group.terms) == 1 and group.terms[0][0] == 1 and len(group.terms[0][1]) == 1:
         return sizes[group.terms[0][1][0]]            # one leaf
     # Each term is at most (largest size)^|leaves| in magnitude and the |μ| sum to |leaves|!.
-    bound = max(_maxes(backend.xp, *sizes)) ** len(group.leaves) * math.factorial(len(group.leaves))
+    bound = max(_maxes(backend, *sizes)) ** len(group.leaves) * math.factorial(len(group.leaves))
     if bound >= _INT64_SAFE:
         sizes = [backend.to_host(x).astype(object) for x in sizes]      # Python integers
     total = 0
@@ -351,18 +349,18 @@ def _group_matches(backend, group, sizes):
     return total
 
 
-def _rows_kept(xp, rows, sizes, keep):
+def _rows_kept(backend, rows, sizes, keep):
     """``rows`` and the per-row ``sizes`` cut to the rows where ``keep``, when that drops a
     quarter of them or more (a cut copies every column); the row numbers start again at 0. The
     third value: whether ``keep`` holds on every row returned."""
     n = int(keep.size)
-    idx = nonzero_index(xp, keep)
+    idx = backend.nonzero_index(keep)
     if int(idx.size) > 3 * n // 4:
         return rows, sizes, int(idx.size) == n
     names = [u for u in rows if u != _ROW]
-    taken = take_columns(xp, [rows[u] for u in names] + list(sizes.values()), idx)
+    taken = backend.take_columns([rows[u] for u in names] + list(sizes.values()), idx)
     rows = dict(zip(names, taken))
-    rows[_ROW] = row_numbers(xp, int(idx.size))
+    rows[_ROW] = backend.row_numbers(int(idx.size))
     return rows, dict(zip(sizes, taken[len(names):])), True
 
 

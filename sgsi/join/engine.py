@@ -46,8 +46,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .backend import (distinct_index, exclusive_sum, exclusive_total, host_ints, host_reductions, nonzero_index,
-                      prefix_sum, runs, scatter_equal, take_values)
 from .counting import Counting, _shared_groups
 from .plan import REFINE_ROUNDS, QueryPlan, Step, refine_cost
 from .progress import Progress
@@ -146,7 +144,7 @@ class Engine(Counting):
     def stats(self) -> dict:
         """The query's counters (``entries``: the candidate-set entries the steps found)."""
         if self._entries:
-            self._stats["entries"] += sum(host_ints(self.xp, *self._entries))
+            self._stats["entries"] += sum(self.backend.host_ints(*self._entries))
             self._entries.clear()
         return self._stats
 
@@ -319,8 +317,8 @@ class Engine(Counting):
         if longest <= cap and 2 * distinct >= total:
             # Rows share few first-link vertices: cut them in their own order (no gather);
             # rows whose buffers start in [k*cap, (k+1)*cap) form piece k.
-            cum = prefix_sum(xp, deg)
-            bounds = self.backend.to_host(nonzero_index(xp, xp.diff((cum - deg) // cap)) + 1)
+            cum = self.backend.prefix_sum(deg)
+            bounds = self.backend.to_host(self.backend.nonzero_index(xp.diff((cum - deg) // cap)) + 1)
             cuts = [0] + [int(b) for b in bounds] + [n]
             for a, b in zip(cuts[:-1], cuts[1:]):
                 yield {u: c[a:b] for u, c in chunk.items()}, deg[a:b], _How("tuples")
@@ -329,14 +327,14 @@ class Engine(Counting):
         order = self.backend.argsort(col)
         chunk = {u: col[order] for u, col in chunk.items()}
         deg = deg[order]
-        _v, vstart, vend = runs(xp, chunk[e0.other])
+        _v, vstart, vend = self.backend.runs(chunk[e0.other])
         vdeg = deg[vstart]
-        cum = prefix_sum(xp, vdeg)
+        cum = self.backend.prefix_sum(vdeg)
         group = (cum - vdeg) // cap
         big = vdeg > cap
         cut = xp.zeros(vdeg.size, dtype=bool)
         cut[1:] = (group[1:] != group[:-1]) | big[1:] | big[:-1]
-        starts = self.backend.to_host(nonzero_index(xp, cut))
+        starts = self.backend.to_host(self.backend.nonzero_index(cut))
         vs = [0] + [int(s) for s in starts] + [int(vdeg.size)]
         vstart_h, vend_h = self.backend.to_host(vstart), self.backend.to_host(vend)
         big_h = self.backend.to_host(big)
@@ -359,9 +357,9 @@ class Engine(Counting):
             return xp.zeros(v.shape, dtype=xp.int64)
         dense = self._dense_degrees(link)
         if dense is not None:                   # kept on the device: one gather
-            return take_values(xp, dense, v, xp.int64)
+            return backend.take_values(dense, v, xp.int64)
         deg = xp.zeros(v.shape, dtype=xp.int64)
-        lo, hi = host_reductions(xp, ("min", v), ("max", v))
+        lo, hi = backend.host_reductions(("min", v), ("max", v))
         b0 = int(np.searchsorted(p.idx_last, lo, "left"))
         b1 = int(np.searchsorted(p.idx_first, hi, "right"))
         for bi in range(b0, b1):      # index batches overlapping the rows' vertices
@@ -373,10 +371,10 @@ class Engine(Counting):
                 inside = (verts >= a) & (verts <= b)
                 dense[verts[inside] - a] = d[inside]
                 if a == lo and b == hi:
-                    deg = take_values(xp, dense, v - a)
+                    deg = backend.take_values(dense, v - a)
                 else:
-                    sel = nonzero_index(xp, (v >= a) & (v <= b))
-                    deg[sel] = take_values(xp, dense, take_values(xp, v, sel) - a)
+                    sel = backend.nonzero_index((v >= a) & (v <= b))
+                    deg[sel] = backend.take_values(dense, backend.take_values(v, sel) - a)
                 continue
             pos = xp.searchsorted(verts, v)
             pos = xp.minimum(pos, verts.size - 1)
@@ -403,9 +401,9 @@ class Engine(Counting):
             return
         # One vertex: its candidates in windows of the cap, one pass over its segments. While
         # a window's sets are out, only the current segment and the tuples stay alive here.
-        xp, backend, store = self.xp, self.backend, self.store
+        backend, store = self.backend, self.store
         cbits = self.plan.candidates[step.vertex]
-        tuples_of = _TuplesOf(xp, backend, piece, step)
+        tuples_of = _TuplesOf(backend, piece, step)
         p0 = store.partition(step.links[0].label_id, step.links[0].direction)
         cap = lim.gba_entries
         parts, filled = [], 0
@@ -439,18 +437,18 @@ class Engine(Counting):
         shortest of its gathered lists and tests them against the others.
         """
         xp, backend = self.xp, self.backend
-        t = _TuplesOf(xp, backend, piece, step, how)
+        t = _TuplesOf(backend, piece, step, how)
         if self._dense_degrees(step.links[0]) is not None:     # every vertex's degree on the device
             d0deg = self._degrees(step.links[0], t.d0)          # a gather
         else:
             d0deg = xp.zeros(int(t.d0.size), dtype=xp.int64)
-            row_d = t.row_tuple if t.tuple_d is None else take_values(xp, t.tuple_d, t.row_tuple)
-            scatter_equal(xp, d0deg, row_d, deg)  # rows carry |N(v'_i, l0)| already
+            row_d = t.row_tuple if t.tuple_d is None else backend.take_values(t.tuple_d, t.row_tuple)
+            backend.scatter_equal(d0deg, row_d, deg)  # rows carry |N(v'_i, l0)| already
         first = self._gather(step.links[0], t.d0, t.tuple_d, d0deg, step)
         lists = [first]
         if len(step.links) > 1:
             # entries if all come from the first link
-            probes, = host_reductions(xp, ("sum", _per_tuple(xp, first.count, first.of_tuple)))
+            probes, = backend.host_reductions(("sum", _per_tuple(backend, first.count, first.of_tuple)))
             lists += [self._other_lists(link, col, step, lim, probes)
                       for link, col in zip(step.links[1:], t.tuples[1:])]
         return self._finish(t.row_tuple, t.tuples, lists, step, lim)
@@ -461,10 +459,9 @@ class Engine(Counting):
         lists are longer than those entries or than the cap."""
         if probes < SHORTEST_LIST_MIN_PROBES:
             return None
-        xp = self.xp
-        verts, of_tuple = distinct_index(xp, col)
+        verts, of_tuple = self.backend.distinct_index(col)
         deg = self._degrees(link, verts)
-        if host_reductions(xp, ("sum", deg))[0] > min(lim.gba_entries, probes):
+        if self.backend.host_reductions(("sum", deg))[0] > min(lim.gba_entries, probes):
             return None
         return self._gather(link, verts, of_tuple, deg, step)
 
@@ -475,7 +472,7 @@ class Engine(Counting):
         xp, backend, store = self.xp, self.backend, self.store
         cbits = self.plan.candidates[step.vertex]
         nd = int(verts.size)
-        F, total = exclusive_total(xp, deg)
+        F, total = backend.exclusive_total(deg)
         gba = xp.empty(total, dtype=xp.int32)
         fill = xp.zeros(nd, dtype=xp.int64)             # candidates written per vertex
         for lo, hi, groups, ci in segments_of(store, backend, store.partition(link.label_id, link.direction), verts):
@@ -485,22 +482,22 @@ class Engine(Counting):
     def _finish(self, row_tuple, tuples, lists, step: Step, lim: Limits):
         """The sets S(t) from the gathered lists (``lists[j]``: link j's, or None where not
         gathered; ``lists[0]`` always is)."""
-        xp, backend = self.xp, self.backend
+        backend = self.backend
         self._charge(lists[0].reserved + int(row_tuple.size))
         L = lists[0]
         if len(step.links) == 1:
             # One link: each tuple's set is its buffer in the GBA, as it stands (not packed:
             # the extension reads the buffers where they are; _packed when a count needs it).
-            tcnt = _per_tuple(xp, L.count, L.of_tuple)
+            tcnt = _per_tuple(backend, L.count, L.of_tuple)
             self._entries.append(tcnt.sum())
             if len(self._entries) >= _ENTRIES_HELD:
                 self.stats                      # one read folds them into the counter
-            return _Sets(row_tuple, None, L.values, tcnt, _per_tuple(xp, L.start, L.of_tuple))
+            return _Sets(row_tuple, None, L.values, tcnt, _per_tuple(backend, L.start, L.of_tuple))
         got = backend.intersect_lists(lists, max(4096, 4 * lim.gba_entries))
         if got is None:
             # Entries from the first link's lists; the other links are tested by streaming.
-            tcnt = _per_tuple(xp, L.count, L.of_tuple)
-            etuple, evals = _entries(xp, backend, L.values, _per_tuple(xp, L.start, L.of_tuple), tcnt)
+            tcnt = _per_tuple(backend, L.count, L.of_tuple)
+            etuple, evals = _entries(backend, L.values, _per_tuple(backend, L.start, L.of_tuple), tcnt)
             self._stats["entries"] += int(evals.size)
             untested = list(range(1, len(step.links)))
         else:
@@ -513,13 +510,13 @@ class Engine(Counting):
         # Links not tested yet (Algorithm 5): keep the entries found in N(t_j, l_j), streamed.
         if untested:
             cbits = self.plan.candidates[step.vertex]
-            alive = _alive(xp, evals, (lambda j=j: self._member(step.links[j], tuples[j], etuple, evals, lim, tcnt,
+            alive = _alive(evals, (lambda j=j: self._member(step.links[j], tuples[j], etuple, evals, lim, tcnt,
                                                                   cbits) for j in untested))
             if alive is not None:
-                keep = nonzero_index(xp, alive)
-                etuple, evals = take_values(xp, etuple, keep), take_values(xp, evals, keep)
+                keep = backend.nonzero_index(alive)
+                etuple, evals = backend.take_values(etuple, keep), backend.take_values(evals, keep)
         scount = backend.bincount(etuple, int(tuples[0].size))
-        return _Sets(row_tuple, etuple, evals, scount, exclusive_sum(xp, scount))
+        return _Sets(row_tuple, etuple, evals, scount, backend.exclusive_sum(scount))
 
     def _charge(self, work):
         """Count one step's ``work`` (buffer entries plus rows); past the limit, before any
@@ -565,7 +562,7 @@ class Engine(Counting):
         if counts:                      # nothing written: no buffers, no offsets
             F = gba = None
         else:
-            F = light.offsets if light.offsets is not None else exclusive_sum(xp, deg)
+            F = light.offsets if light.offsets is not None else backend.exclusive_sum(deg)
             gba = xp.empty(light.total, dtype=xp.int32)
         fill = light.zeros if light.zeros is not None else xp.zeros(n, dtype=xp.int64)
         e0 = step.links[0]
@@ -576,7 +573,7 @@ class Engine(Counting):
                                             light.lo, light.hi):
             backend.row_lists(groups, ci, col, cbits, conflicts, F, fill, gba)
         if counts:
-            total, = host_reductions(xp, ("sum", fill))
+            total, = backend.host_reductions(("sum", fill))
             self._charge(total + n)
             self._stats["entries"] += total
             return _RowSets(None, None, fill, total)
@@ -589,10 +586,10 @@ class Engine(Counting):
         self._charge(int(evals.size) + n)
         self._stats["entries"] += int(evals.size)
         if len(step.links) > 1 and evals.size:
-            alive = _alive(xp, evals, (lambda link=link: self._member(link, piece[link.other], erow, evals, lim, fill,
+            alive = _alive(evals, (lambda link=link: self._member(link, piece[link.other], erow, evals, lim, fill,
                                                                        cbits) for link in step.links[1:]))
-            keep = nonzero_index(xp, alive)
-            erow, evals = take_values(xp, erow, keep), take_values(xp, evals, keep)
+            keep = backend.nonzero_index(alive)
+            erow, evals = backend.take_values(erow, keep), backend.take_values(evals, keep)
             fill = backend.bincount(erow, n)
         return _RowSets(erow, evals, fill, int(evals.size), taken)
 
@@ -604,22 +601,22 @@ class Engine(Counting):
         xp, backend = self.xp, self.backend
         if isinstance(s, _RowSets):                       # a light piece: its entries are the output
             if s.total:
-                out = dict(s.taken) if s.taken is not None else _taken(xp, piece, s.erow, keep)
+                out = dict(s.taken) if s.taken is not None else _taken(backend, piece, s.erow, keep)
                 out[step.vertex] = s.evals
                 yield out
             return
-        per_row = take_values(xp, s.scount, s.row_tuple)  # outputs of each row, at most
+        per_row = backend.take_values(s.scount, s.row_tuple)  # outputs of each row, at most
         n = int(per_row.size)
-        total, heaviest = host_reductions(xp, ("sum", per_row), ("max", per_row)) if n else (0, 0)
+        total, heaviest = backend.host_reductions(("sum", per_row), ("max", per_row)) if n else (0, 0)
         if total == 0:
             return
-        cum = prefix_sum(xp, per_row)
+        cum = backend.prefix_sum(per_row)
         self._rows_ahead(total)
         cap = lim.chunk_rows
         if total <= cap:
             cuts = [0, n]
         else:
-            bounds = nonzero_index(xp, xp.diff((cum - per_row) // cap)) + 1
+            bounds = backend.nonzero_index(xp.diff((cum - per_row) // cap)) + 1
             cuts = [0] + [int(b) for b in backend.to_host(bounds)] + [n]
         for i, (a, b) in enumerate(zip(cuts[:-1], cuts[1:])):
             if place is not None:       # progress: slice i of len(cuts) - 1
@@ -630,7 +627,7 @@ class Engine(Counting):
                                         sizes)
             if erow.size == 0:
                 continue
-            out = _taken(xp, {u: col[a:b] for u, col in piece.items() if keep is None or u in keep}, erow)
+            out = _taken(backend, {u: col[a:b] for u, col in piece.items() if keep is None or u in keep}, erow)
             out[step.vertex] = vals
             yield out
 

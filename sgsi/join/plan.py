@@ -28,7 +28,7 @@ import numpy as np
 from ..partition import signatures
 from ..pattern import Pattern, unknown_label
 from ..storage.format import ANY_LABEL
-from .backend import stack, union_bits
+from .backends.base import union_bits
 from .stream import degree_index
 
 
@@ -216,7 +216,7 @@ def _step(store, inc, meets, vertex, joins, joined, injective):
     """The join step that matches ``vertex`` after the vertices ``joined``: its linking edges
     are those of the pattern vertices ``joins`` to ``joined`` (one vertex; several for a
     block of leaves, whose candidates are then the leaves' shared ones). ``meets``: the
-    :class:`~sgsi.join.backend.Overlaps` of the candidate bitsets."""
+    :class:`~sgsi.join.backends.base.Overlaps` of the candidate bitsets."""
     links = {}
     for (a, b, lab, direction) in inc:
         if b in joins and a in joined:
@@ -451,8 +451,7 @@ def _refine(store, backend, bits, inc, check=True):
 
     Returns the new bitsets and whether any of them shrank (True, unread, where not ``check``).
     """
-    xp = backend.xp
-    stacked = stack(xp, bits)                                    # (pattern vertices, words)
+    stacked = backend.stack(bits)                                   # (pattern vertices, words)
     keep = stacked.copy()
     jobs = []
     for (lab, direction), pairs in _by_partition(inc).items():

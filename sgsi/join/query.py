@@ -20,7 +20,7 @@ import pyarrow as pa
 from .. import budget as budget_mod
 from ..errors import BudgetError, Cancelled, MemoryShortage, PatternError, SgsiError
 from ..pattern import load_pattern
-from .backend import get_backend
+from .backends import get_backend
 from .engine import Engine
 from .plan import REFINE_ROUNDS, make_plan
 from .progress import Progress, reporter

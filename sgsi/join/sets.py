@@ -5,9 +5,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..partition import pcsr
-from .backend import (distinct_index, exclusive_sum, nonzero_index, pair_key, prefix_sum, run_starts, runs,
-                      take_columns, take_values)
 
 #: Key of the row-number column :meth:`Engine._count_leaves` adds to a chunk (not a pattern vertex).
 _ROW = -1
@@ -17,21 +14,21 @@ class _TuplesOf:
     ``how``: the piece's :class:`_How`, whose range and order of the first-link vertices spare a
     step of one link its own look at them."""
 
-    def __init__(self, xp, backend, piece, step, how=None):
+    def __init__(self, backend, piece, step, how=None):
         cols = [piece[k.other] for k in step.links]
         if len(cols) == 1 and how is not None and how.lo is not None:
             if how.ascending:
-                self.row_tuple, self.tuples = _tuples_of_sorted(xp, cols, None, cols[0])
+                self.row_tuple, self.tuples = _tuples_of_sorted(backend, cols, None, cols[0])
             else:
-                uniq, self.row_tuple = distinct_index(xp, cols[0], (how.lo, how.hi))
+                uniq, self.row_tuple = backend.distinct_index(cols[0], (how.lo, how.hi))
                 self.tuples = [uniq]
         else:
-            self.row_tuple, self.tuples = _distinct_tuples(xp, backend, cols)
+            self.row_tuple, self.tuples = _distinct_tuples(backend, cols)
         if len(self.tuples) == 1:             # one link: the tuples are the distinct vertices
             self.d0 = self.tuples[0]
             self.tuple_d = None                 # tuple t's vertex is d0[t]
             return
-        self.d0, dstart, dend = runs(xp, self.tuples[0])          # sorted
+        self.d0, dstart, dend = backend.runs(self.tuples[0])          # sorted
         self.tuple_d = backend.repeat_index(dend - dstart)         # tuple -> distinct t0
 
 
@@ -65,7 +62,7 @@ class _Sets:
                    if a is not None)
 
 
-def _alive(xp, evals, tests):
+def _alive(evals, tests):
     """The AND of the bool arrays the callables ``tests`` give, over the entries ``evals``, each
     called only while some entry is left; None where there are no entries (nothing called)."""
     if not evals.size:
@@ -79,23 +76,23 @@ def _alive(xp, evals, tests):
     return alive
 
 
-def _per_tuple(xp, a, of_tuple):
+def _per_tuple(backend, a, of_tuple):
     """``a[of_tuple]``: per tuple, the value of its vertex (``of_tuple`` None: tuple t is vertex t)."""
-    return a if of_tuple is None else take_values(xp, a, of_tuple)
+    return a if of_tuple is None else backend.take_values(a, of_tuple)
 
 
-def _entries(xp, backend, values, start, count):
+def _entries(backend, values, start, count):
     """(tuple of each entry, entries) of the buffers ``values[start[t] : start[t] + count[t]]``
     packed end to end, tuples in order."""
-    return backend.repeat_index(count), take_values(xp, values, pcsr.ragged_indices(start, count, xp))
+    return backend.repeat_index(count), backend.take_values(values, backend.ragged_indices(start, count))
 
 
-def _packed(xp, backend, s):
+def _packed(backend, s):
     """``s`` with its sets packed end to end and the tuple of each entry known."""
     if s.etuple is not None:
         return s
-    etuple, evals = _entries(xp, backend, s.evals, s.sstart, s.scount)
-    return _Sets(s.row_tuple, etuple, evals, s.scount, exclusive_sum(xp, s.scount))
+    etuple, evals = _entries(backend, s.evals, s.sstart, s.scount)
+    return _Sets(s.row_tuple, etuple, evals, s.scount, backend.exclusive_sum(s.scount))
 
 
 @dataclass
@@ -141,10 +138,10 @@ def _columns_read(steps, plan=None):
     return {k.other for st in steps for k in st.links} | {c for st in steps for c in st.conflicts}
 
 
-def _taken(xp, chunk, idx, keep=None):
+def _taken(backend, chunk, idx, keep=None):
     """The columns of ``chunk`` (those of the vertices ``keep``; None: all) taken at ``idx``."""
     names = [u for u in chunk if keep is None or u in keep]
-    return dict(zip(names, take_columns(xp, [chunk[u] for u in names], idx)))
+    return dict(zip(names, backend.take_columns([chunk[u] for u in names], idx)))
 
 
 def _n_rows(chunk):
@@ -155,7 +152,7 @@ def _nbytes(chunk):
     return sum(int(col.nbytes) for col in chunk.values())
 
 
-def _distinct_tuples(xp, backend, cols):
+def _distinct_tuples(backend, cols):
     """Distinct rows of the columns ``cols``, sorted (first column major).
 
     Returns (tuple id of each row, list of the tuples' columns). Rows that
@@ -166,6 +163,7 @@ def _distinct_tuples(xp, backend, cols):
     their combined rank, with no sort; else they are sorted (by a radix sort
     of the ranks where each column has at most 65,536 distinct values).
     """
+    xp = backend.xp
     n = int(cols[0].size)
     if n == 0:
         return xp.zeros(0, xp.int64), [c[:0] for c in cols]
@@ -173,15 +171,15 @@ def _distinct_tuples(xp, backend, cols):
     if len(cols) == 1:
         key = cols[0]
         if n < 2 or bool((key[1:] >= key[:-1]).all()):
-            return _tuples_of_sorted(xp, cols, None, key)
+            return _tuples_of_sorted(backend, cols, None, key)
     elif len(cols) == 2:
-        key, ascending = pair_key(xp, cols[0], cols[1])
+        key, ascending = backend.pair_key(cols[0], cols[1])
         if ascending:
-            return _tuples_of_sorted(xp, cols, None, key)
+            return _tuples_of_sorted(backend, cols, None, key)
     if len(cols) == 1:
-        uniq, rank = distinct_index(xp, cols[0])
+        uniq, rank = backend.distinct_index(cols[0])
         return rank, [uniq]
-    ranked = [distinct_index(xp, c) for c in cols]
+    ranked = [backend.distinct_index(c) for c in cols]
     space = 1
     for uniq, _rank in ranked:
         space *= int(uniq.size)
@@ -189,10 +187,10 @@ def _distinct_tuples(xp, backend, cols):
         combined = ranked[0][1]
         for uniq, rank in ranked[1:]:
             combined = combined * int(uniq.size) + rank
-        ukey, row_tuple = distinct_index(xp, combined)
+        ukey, row_tuple = backend.distinct_index(combined)
         tuples = []
         for uniq, _rank in ranked[::-1]:
-            tuples.append(take_values(xp, uniq, ukey % int(uniq.size)))
+            tuples.append(backend.take_values(uniq, ukey % int(uniq.size)))
             ukey = ukey // int(uniq.size)
         return row_tuple, tuples[::-1]
     if all(int(uniq.size) <= 1 << 16 for uniq, _rank in ranked):
@@ -200,33 +198,34 @@ def _distinct_tuples(xp, backend, cols):
         # sort of 16-bit ranks per column (linear on NumPy and CuPy).
         order = None
         for _uniq, rank in ranked[::-1]:
-            r = rank.astype(xp.uint16) if order is None else take_values(xp, rank, order).astype(xp.uint16)
+            r = rank.astype(xp.uint16) if order is None else backend.take_values(rank, order).astype(xp.uint16)
             by = backend.argsort(r)
-            order = by if order is None else take_values(xp, order, by)
+            order = by if order is None else backend.take_values(order, by)
     elif key is not None:
         order = backend.argsort(key)
     else:
         order = backend.lexsort(cols[::-1])
-    srt = take_columns(xp, cols, order)
-    return _tuples_of_sorted(xp, srt, order, None if key is None else take_values(xp, key, order))
+    srt = backend.take_columns(cols, order)
+    return _tuples_of_sorted(backend, srt, order, None if key is None else backend.take_values(key, order))
 
 
-def _tuples_of_sorted(xp, srt, order, skey):
+def _tuples_of_sorted(backend, srt, order, skey):
     """:func:`_distinct_tuples` of rows ``srt`` sorted by ``order`` (None: as they are);
     ``skey``: their sorted int64 key, or None to compare column by column."""
+    xp = backend.xp
     n = int(srt[0].size)
     if skey is not None:
-        new = run_starts(xp, skey)
+        new = backend.run_starts(skey)
     else:
         new = xp.empty(n, dtype=bool)
         new[0] = True
         new[1:] = False
         for c in srt:
             new[1:] |= c[1:] != c[:-1]
-    tid_sorted = prefix_sum(xp, new) - 1
+    tid_sorted = backend.prefix_sum(new) - 1
     if order is None:
         row_tuple = tid_sorted
     else:
         row_tuple = xp.empty(n, dtype=xp.int64)
         row_tuple[order] = tid_sorted
-    return row_tuple, take_columns(xp, srt, nonzero_index(xp, new))
+    return row_tuple, backend.take_columns(srt, backend.nonzero_index(new))

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..partition import pcsr
-
 
 def neighbour_lists(store, backend, p, vertices):
     """Stream N(v, l) for sorted distinct ``vertices`` over partition ``p``.
@@ -22,11 +20,10 @@ def neighbour_lists(store, backend, p, vertices):
     of the vertex each neighbour belongs to. A vertex's list may continue in
     the next segment.
     """
-    xp = backend.xp
     for lo, hi, groups, ci in segments_of(store, backend, p, vertices):
         st, en = backend.pcsr_lookup(groups, vertices[lo:hi])
         cnt = en - st
-        nb = ci[pcsr.ragged_indices(st, cnt, xp)]
+        nb = ci[backend.ragged_indices(st, cnt)]
         yield lo, hi, nb, backend.repeat_index(cnt)
 
 

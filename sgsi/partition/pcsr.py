@@ -20,8 +20,8 @@ ceil((c - Θ + 1)/(Θ - 1)) ≤ c - 1 extra groups, and the empty groups number
 exactly Σ(c - 1) over non-empty groups.
 
 Lookup (:func:`lookup`) hashes v, reads one group, probes it and follows
-GID: O(1) expected transactions. The CUDA kernel in
-:mod:`sgsi.join.kernels` does the same with one warp per group.
+GID: O(1) expected transactions. The GPU's ``pcsr_lookup`` kernel does
+the same with one warp per group.
 """
 
 from __future__ import annotations
@@ -198,39 +198,16 @@ def _gather_lists(dst, list_start, list_len, offsets):
     return ci
 
 
-#: Per array module other than NumPy, the ``scan(counts, starts)`` that gives :func:`ragged_indices`
-#: there (see :func:`use_device_scan`).
-_DEVICE_SCANS = {}
-
-
-def use_device_scan(xp, scan):
-    """Make :func:`ragged_indices` of ``xp`` arrays return ``scan(xp.asarray(counts), starts)``.
-
-    The GPU backend registers its kernel (:func:`sgsi.join.gpu.row_scan`)
-    for CuPy when it is imported: this package imports nothing from the
-    join, which sits above it.
-    """
-    _DEVICE_SCANS[xp] = scan
-
-
-def ragged_indices(starts, counts, xp=np):
-    """Concatenation of ``arange(s, s + c)`` for each (s, c), vectorized.
-
-    NumPy: int32 where every index fits (half the memory traffic of int64),
-    else int64. Another array module: the scan registered for it with
-    :func:`use_device_scan` (CuPy: int64, from one kernel and one scan).
+def ragged_indices(starts, counts):
+    """Concatenation of ``arange(s, s + c)`` for each (s, c), vectorized: int32 where every index
+    fits (half the memory traffic of int64), else int64. (The backends' ``ragged_indices``: this
+    on the CPU, a kernel and a scan on the GPU.)
 
     Examples
     --------
     >>> ragged_indices(np.array([100, 70]), np.array([3, 2])).tolist()
     [100, 101, 102, 70, 71]
     """
-    if xp is not np:
-        scan = _DEVICE_SCANS.get(xp)
-        if scan is None:
-            raise RuntimeError(f"no scan for {getattr(xp, '__name__', xp)} arrays: import its backend "
-                               f"(sgsi.join.gpu for CuPy) first")
-        return scan(xp.asarray(counts), starts)
     counts = np.asarray(counts, dtype=np.int64)
     total = int(counts.sum())
     if total == 0:

@@ -15,7 +15,7 @@ import reliability_helpers as rh
 import sgsi
 from sgsi.errors import BudgetError, Cancelled
 from sgsi.graph import memory_floor
-from sgsi.join.backend import CpuBackend
+from sgsi.join.backends.cpu import CpuBackend
 
 CYCLE = "(a)-->(b)-->(c)-->(d)-->(a)"
 #: Seconds a cancel may take to stop a query (a liveness bound on a slow CI machine).

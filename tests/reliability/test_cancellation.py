@@ -124,7 +124,7 @@ def test_cancel_is_checked_at_each_unit_of_work(social, unit, monkeypatch):
     for ``extend`` none is, so that the output is extended by slices."""
     import inspect
 
-    from sgsi.join.backend import CpuBackend
+    from sgsi.join.backends.cpu import CpuBackend
     if unit == "extend":
         monkeypatch.setattr(CpuBackend, "light_entries", 0)
 
@@ -261,7 +261,7 @@ def test_ctrl_c_during_build_leaves_nothing(tmp_path):
 def test_cancel_and_close_free_device_memory_gpu(dense):
     """On the GPU backend: cancel= and closing a reader stop the engine; the device memory
     the query used goes back to the pool (what stays is the Graph's segment cache)."""
-    from sgsi.join.backend import gpu_available
+    from sgsi.join.backends import gpu_available
     if not gpu_available():
         pytest.skip("no CUDA GPU")
     import cupy as cp

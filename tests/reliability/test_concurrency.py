@@ -275,7 +275,7 @@ def test_force_rebuild_while_threads_query(social, reference, tmp_path):
 
 @pytest.mark.gpu
 def test_threads_share_one_graph_gpu(social, reference):
-    from sgsi.join.backend import gpu_available
+    from sgsi.join.backends import gpu_available
     if not gpu_available():
         pytest.skip("no CUDA GPU")
     with sgsi.open(social["store"]) as g:

@@ -19,7 +19,7 @@ import pytest
 import reliability_helpers as rh
 import sgsi
 from sgsi import budget as budget_mod
-from sgsi.join.backend import get_backend
+from sgsi.join.backends import get_backend
 from sgsi.join.engine import Engine
 from sgsi.join.plan import make_plan
 from sgsi.pattern import parse_pattern
@@ -123,7 +123,7 @@ def test_hub_windows_with_later_links(tmp_path, device):
     a = 0 and (b, c) = (i, i + 1), n - 1 matches.
     """
     if device == "gpu":
-        from sgsi.join.backend import gpu_available
+        from sgsi.join.backends import gpu_available
         if not gpu_available():
             pytest.skip("no CUDA GPU")
     n = 3000

@@ -9,7 +9,7 @@ no sort of the entries. The bitset is bounded by ``cap`` bytes; wider value
 ranges are tested in blocks of linking vertices, and a single row too wide
 for the cap falls back to a binary search of (vertex, neighbour) keys.
 
-This is the CPU backend's way (``CpuBackend.member``) and the reference of the GPU's,
+This is the CPU backend's way (``CpuBackend.member``; NumPy arrays) and the reference of the GPU's,
 which binary-searches each entry in its vertex's list, segment by segment
 (``GpuBackend.member``, the ``member_entries`` kernel).
 
@@ -22,12 +22,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..partition import pcsr
-from .backend import distinct_index, nonzero_index, prefix_sum, runs, sums_over_runs
-from .stream import neighbour_lists
+from ..stream import neighbour_lists
 
 
-def member(xp, backend, store, link, vcol, erow, evals, cap, ecount=None, cbits=None):
+def member(backend, store, link, vcol, erow, evals, cap, ecount=None, cbits=None):
     """For each entry i: is ``evals[i]`` in N(vcol[erow[i]], l)? (a bool array)
 
     ``vcol`` holds the linking vertex of each tuple; ``erow`` the tuple of
@@ -40,133 +38,133 @@ def member(xp, backend, store, link, vcol, erow, evals, cap, ecount=None, cbits=
     """
     n = int(evals.size)
     if n == 0:
-        return xp.zeros(0, dtype=bool)
+        return np.zeros(0, dtype=bool)
     p = store.partition(link.label_id, link.direction)
-    uniq, k_t = distinct_index(xp, vcol)
+    uniq, k_t = backend.distinct_index(vcol)
     xmin, xmax = int(evals.min()), int(evals.max())
     ranks = None
     if cbits is not None and xmax - xmin < 4 * n:
-        incand = backend.test_bits(cbits, xp.arange(xmin, xmax + 1, dtype=xp.int64))
-        ranks = (xmin, incand, xp.cumsum(incand, dtype=xp.int32) - 1)
-        evals = xp.take(ranks[2], evals - xmin)
+        incand = backend.test_bits(cbits, np.arange(xmin, xmax + 1, dtype=np.int64))
+        ranks = (xmin, incand, np.cumsum(incand, dtype=np.int32) - 1)
+        evals = np.take(ranks[2], evals - xmin)
         xmin, xmax = 0, int(ranks[2][-1])
     b0 = xmin >> 3
     width = (xmax >> 3) - b0 + 1                 # bytes per bitset row
     if width > cap:
-        return _member_search(xp, backend, store, p, uniq, k_t, erow, evals, ranks)
+        return _member_search(backend, store, p, uniq, k_t, erow, evals, ranks)
     per_block = max(1, cap // width)             # linking vertices per block
     nd = int(uniq.size)
     if nd <= per_block:
-        bits = _bitset(xp, backend, store, p, uniq, xmin, xmax, b0, width, ranks)
-        return in_rows(xp, bits, k_t * width - b0, erow, evals, ecount)
+        bits = _bitset(backend, store, p, uniq, xmin, xmax, b0, width, ranks)
+        return in_rows(bits, k_t * width - b0, erow, evals, ecount)
     # Blocks of linking vertices: regroup the entries by block (a sort of tuples), test each.
-    found = xp.empty(n, dtype=bool)
+    found = np.empty(n, dtype=bool)
     block_t = k_t // per_block
     ot = backend.argsort(block_t)
-    tstart = xp.searchsorted(erow, xp.arange(int(vcol.size) + 1))
-    cnt = xp.diff(tstart)[ot]
-    perm = pcsr.ragged_indices(tstart[:-1][ot], cnt, xp)            # entries, block-major
-    ecum = xp.zeros(cnt.size + 1, dtype=xp.int64)
-    ecum[1:] = prefix_sum(xp, cnt)
+    tstart = np.searchsorted(erow, np.arange(int(vcol.size) + 1))
+    cnt = np.diff(tstart)[ot]
+    perm = backend.ragged_indices(tstart[:-1][ot], cnt)            # entries, block-major
+    ecum = np.zeros(cnt.size + 1, dtype=np.int64)
+    ecum[1:] = backend.prefix_sum(cnt)
     nblocks = (nd + per_block - 1) // per_block
-    ecut = backend.to_host(ecum[xp.searchsorted(block_t[ot], xp.arange(nblocks + 1))])
+    ecut = backend.to_host(ecum[np.searchsorted(block_t[ot], np.arange(nblocks + 1))])
     for b in range(nblocks):                     # a loop over blocks of the bitset
         e0, e1 = int(ecut[b]), int(ecut[b + 1])
         if e1 == e0:
             continue
         r0, r1 = b * per_block, min(nd, (b + 1) * per_block)
         sel = perm[e0:e1]
-        ev = xp.take(evals, sel)
+        ev = np.take(evals, sel)
         lo, hi = int(ev.min()), int(ev.max())
         bb0 = lo >> 3
         w = (hi >> 3) - bb0 + 1
-        bits = _bitset(xp, backend, store, p, uniq[r0:r1], lo, hi, bb0, w, ranks)
-        found[sel] = _test(xp, bits, xp.take((k_t - r0) * w - bb0, xp.take(erow, sel)), ev)
+        bits = _bitset(backend, store, p, uniq[r0:r1], lo, hi, bb0, w, ranks)
+        found[sel] = _test(bits, np.take((k_t - r0) * w - bb0, np.take(erow, sel)), ev)
     return found
 
 
-def _test(xp, bits, idx, evals):
+def _test(bits, idx, evals):
     """Bit ``evals & 7`` of byte ``idx + (evals >> 3)`` of ``bits``, as bool (``idx`` is consumed)."""
     idx += evals >> 3
-    byte = xp.take(bits, idx)
-    byte >>= evals.astype(xp.uint8) & xp.uint8(7)      # the low 3 bits survive the cast
-    byte &= xp.uint8(1)
+    byte = np.take(bits, idx)
+    byte >>= evals.astype(np.uint8) & np.uint8(7)      # the low 3 bits survive the cast
+    byte &= np.uint8(1)
     return byte.view(bool)
 
 
-def _ranked(xp, ranks, nb, owner):
+def _ranked(ranks, nb, owner):
     """Neighbours ``nb`` (of ``owner``) that are members of the ranked set, as their ranks."""
     base, incand, rank = ranks
-    inside = nonzero_index(xp, (nb >= base) & (nb < base + incand.size))
-    off, owner = xp.take(nb, inside) - base, xp.take(owner, inside)
-    keep = nonzero_index(xp, xp.take(incand, off))
-    return xp.take(rank, xp.take(off, keep)), xp.take(owner, keep)
+    inside = np.flatnonzero((nb >= base) & (nb < base + incand.size))
+    off, owner = np.take(nb, inside) - base, np.take(owner, inside)
+    keep = np.flatnonzero(np.take(incand, off))
+    return np.take(rank, np.take(off, keep)), np.take(owner, keep)
 
 
-def _bitset(xp, backend, store, p, uniq, xmin, xmax, b0, width, ranks=None):
+def _bitset(backend, store, p, uniq, xmin, xmax, b0, width, ranks=None):
     """uint8 rows of ``width`` bytes, one per vertex of ``uniq``: bit x - 8*b0 set iff x in N(v, l)
     (x the rank of the neighbour among the members of ``ranks``, where given)."""
-    bits = xp.zeros(int(uniq.size) * width, dtype=xp.uint8)
+    bits = np.zeros(int(uniq.size) * width, dtype=np.uint8)
     for lo, _hi, nb, owner in neighbour_lists(store, backend, p, uniq):
         if ranks is not None:           # ranks grow with ids: each owner's list stays sorted
-            nb, owner = _ranked(xp, ranks, nb, owner)
+            nb, owner = _ranked(ranks, nb, owner)
         ok = (nb >= xmin) & (nb <= xmax)
         nb = nb[ok]
         if nb.size == 0:
             continue
-        _set_bits(xp, bits, owner[ok] + lo, nb, width, b0)     # |=: a list may continue in the next segment
+        _set_bits(backend, bits, owner[ok] + lo, nb, width, b0)     # |=: a list may continue in the next segment
     return bits
 
 
-def _set_bits(xp, bits, row, nb, width, b0):
+def _set_bits(backend, bits, row, nb, width, b0):
     """bits |= bit ``nb - 8*b0`` of row ``row``, for (row, nb) pairs sorted and distinct."""
     # Byte positions come sorted and the bits of one byte distinct, so their sum is their OR.
     byte = row * width + ((nb >> 3) - b0)
-    ub, _start, end = runs(xp, byte)
-    bits[ub] |= sums_over_runs(xp, xp.left_shift(xp.int32(1), nb & 7), end, xp.int32).astype(xp.uint8)
+    ub, _start, end = backend.runs(byte)
+    bits[ub] |= _sums_over_runs(np.left_shift(np.int32(1), nb & 7), end, np.int32).astype(np.uint8)
 
 
-def lists_bitset(xp, backend, count, values, nbits):
+def lists_bitset(backend, count, values, nbits):
     """Bitset rows of ``(nbits + 7) // 8`` bytes, one per list: row i has the bits of
     ``values`` of list i set. The lists lie back to back in ``values`` (``count[i]``
     of list i, each sorted, distinct). Returns (bits, row width in bytes)."""
     width = (nbits + 7) >> 3
-    bits = xp.zeros(int(count.size) * width, dtype=xp.uint8)
+    bits = np.zeros(int(count.size) * width, dtype=np.uint8)
     if values.size:
-        _set_bits(xp, bits, backend.repeat_index(count), values, width, 0)
+        _set_bits(backend, bits, backend.repeat_index(count), values, width, 0)
     return bits, width
 
 
-def in_rows(xp, bits, rowbase, erow, evals, ecount=None):
+def in_rows(bits, rowbase, erow, evals, ecount=None):
     """Entry i: is bit ``evals[i]`` set in the bitset row that starts at byte
     ``rowbase[erow[i]]``? (``ecount``: entries per row, when ``erow`` is sorted)"""
     if int(bits.size) < 2 ** 31:
-        rowbase = rowbase.astype(xp.int32)
-    if ecount is not None and xp is np:
-        return _test(xp, bits, np.repeat(rowbase, ecount), evals)
-    return _test(xp, bits, xp.take(rowbase, erow), evals)
+        rowbase = rowbase.astype(np.int32)
+    if ecount is not None:
+        return _test(bits, np.repeat(rowbase, ecount), evals)
+    return _test(bits, np.take(rowbase, erow), evals)
 
 
-def _member_search(xp, backend, store, p, uniq, k_t, erow, evals, ranks=None):
+def _member_search(backend, store, p, uniq, k_t, erow, evals, ranks=None):
     """Value ranges too wide for a bitset row: binary search of sorted (vertex, neighbour)
     keys, one segment at a time (a vertex's list may continue in the next segment)."""
-    found = xp.zeros(evals.size, dtype=bool)
-    kq = xp.take(k_t, erow)
-    keys = (kq.astype(xp.int64) << 32) | evals.astype(xp.int64)
+    found = np.zeros(evals.size, dtype=bool)
+    kq = np.take(k_t, erow)
+    keys = (kq.astype(np.int64) << 32) | evals.astype(np.int64)
     for lo, hi, nb, owner in neighbour_lists(store, backend, p, uniq):
         if ranks is not None:
-            nb, owner = _ranked(xp, ranks, nb, owner)
+            nb, owner = _ranked(ranks, nb, owner)
         if nb.size == 0:
             continue
-        skeys = ((owner + lo).astype(xp.int64) << 32) | nb.astype(xp.int64)      # sorted
-        sel = nonzero_index(xp, (kq >= lo) & (kq < hi))
+        skeys = ((owner + lo).astype(np.int64) << 32) | nb.astype(np.int64)      # sorted
+        sel = np.flatnonzero((kq >= lo) & (kq < hi))
         q = keys[sel]
-        pos = xp.minimum(xp.searchsorted(skeys, q), skeys.size - 1)
+        pos = np.minimum(np.searchsorted(skeys, q), skeys.size - 1)
         found[sel] |= skeys[pos] == q
     return found
 
 
-def intersect_ranked(xp, backend, lists, bitcap):
+def intersect_ranked(backend, lists, bitcap):
     """The sets S(t) of a step's tuples from the gathered lists of its links, by bitsets.
 
     ``lists[j]`` is link j's gathered lists (``Engine._gather``), or None where
@@ -184,41 +182,49 @@ def intersect_ranked(xp, backend, lists, bitcap):
     """
     if all(L is None for L in lists[1:]):
         return None
-    packed = [None if L is None else xp.take(L.values, pcsr.ragged_indices(L.start, L.count, xp))
+    packed = [None if L is None else np.take(L.values, backend.ragged_indices(L.start, L.count))
               for L in lists]
-    allvals = xp.concatenate([v for v in packed if v is not None])
+    allvals = np.concatenate([v for v in packed if v is not None])
     if allvals.size == 0:
         return None
-    ids, rank = distinct_index(xp, allvals)
+    ids, rank = backend.distinct_index(allvals)
     nbits = int(ids.size)
     width = (nbits + 7) >> 3
     fits = [L is not None and int(L.count.size) * width <= bitcap for L in lists]
     if not fits[0] or not any(fits[1:]):
         return None
-    rank = rank.astype(xp.int32)
+    rank = rank.astype(np.int32)
     have, at = [], 0           # per ranked list: (count per tuple, start per tuple, bits, row base)
     for L, v, ok in zip(lists, packed, fits):
         n = 0 if v is None else int(v.size)
         if ok:
-            start = prefix_sum(xp, L.count) - L.count + at          # in ``rank``
-            bits, w = lists_bitset(xp, backend, L.count, rank[at:at + n], nbits)
+            start = backend.prefix_sum(L.count) - L.count + at          # in ``rank``
+            bits, w = lists_bitset(backend, L.count, rank[at:at + n], nbits)
             have.append((L.count[L.of_tuple], start[L.of_tuple], bits, L.of_tuple * w))
         at += n
     tcnt, start = have[0][0], have[0][1]
-    which = xp.zeros(tcnt.shape, xp.int8)
+    which = np.zeros(tcnt.shape, np.int8)
     for k, (count, st, _bits, _base) in enumerate(have[1:], 1):
         shorter = count < tcnt
-        tcnt = xp.where(shorter, count, tcnt)
-        start = xp.where(shorter, st, start)
+        tcnt = np.where(shorter, count, tcnt)
+        start = np.where(shorter, st, start)
         which[shorter] = k
     etuple = backend.repeat_index(tcnt)
-    evals = xp.take(rank, pcsr.ragged_indices(start, tcnt, xp))
+    evals = np.take(rank, backend.ragged_indices(start, tcnt))
     probes = int(evals.size)
-    alive = xp.ones(evals.size, dtype=bool)
+    alive = np.ones(evals.size, dtype=bool)
     for k, (_count, _st, bits, rowbase) in enumerate(have):
         if bool((which != k).any()):            # the bit of a tuple's own probe list is set
-            alive &= in_rows(xp, bits, rowbase, etuple, evals, tcnt)
-    keep = nonzero_index(xp, alive)
-    etuple, evals = xp.take(etuple, keep), xp.take(ids, xp.take(evals, keep))
+            alive &= in_rows(bits, rowbase, etuple, evals, tcnt)
+    keep = np.flatnonzero(alive)
+    etuple, evals = np.take(etuple, keep), np.take(ids, np.take(evals, keep))
     untested = [j for j, ok in enumerate(fits) if not ok]
     return etuple, evals, probes, untested
+
+
+def _sums_over_runs(values, end, dtype):
+    """Sums of ``values`` (along the last axis) over the runs that end (exclusive) at ``end``."""
+    cs = np.cumsum(values, axis=-1, dtype=dtype)
+    tot = np.take(cs, end - 1, axis=-1)
+    tot[..., 1:] -= np.take(cs, end[:-1] - 1, axis=-1)
+    return tot

@@ -1,9 +1,8 @@
-"""The backend seam: every array step of the engine runs on one of these.
-
-:class:`CpuBackend` runs on NumPy. :class:`GpuBackend` (in
-:mod:`sgsi.join.gpu`) runs on CuPy and replaces some steps with CUDA
-kernels; CuPy is imported only when a GPU backend is asked for, so CPU
-users never need it.
+"""The CPU backend: :class:`CpuBackend`, the backend seam (:class:`~sgsi.join.backends.base.Backend`)
+on NumPy, vectorized (no Python loop over rows, edges or vertices). Segments are read in place
+from the memory-mapped store; arrays derived from the store alone are kept between queries
+within a share of the memory budget. Each method is the reference of the GPU backend's kernels
+for the same step.
 """
 
 from __future__ import annotations
@@ -13,11 +12,12 @@ import gc
 
 import numpy as np
 
-from ..budget import resolve_budget
-from ..errors import SgsiError
-from ..partition import pcsr, signatures
-from .memory import LruCache, trim_heap, tune_allocator
-from .stream import dense_degrees_of, segments_of
+from ...budget import resolve_budget
+from ...partition import pcsr, signatures
+from ..memory import LruCache, trim_heap, tune_allocator
+from ..stream import dense_degrees_of, segments_of
+from .base import Overlaps, sets_then_summary, union_bits
+from .membership import intersect_ranked, member
 
 
 #: The share of the memory budget (one part in this many) the CPU backend keeps derived arrays in.
@@ -147,6 +147,100 @@ class CpuBackend:
     def synchronize(self):
         pass
 
+    # -- array operations -------------------------------------------------------------
+    def ragged_indices(self, starts, counts):
+        """Concatenation of ``arange(s, s + c)`` for each (s, c) (:func:`sgsi.partition.pcsr.ragged_indices`)."""
+        return pcsr.ragged_indices(starts, counts)
+
+    def run_starts(self, sorted_values):
+        """Whether each value of a 1-D array starts a run of equal values (the first one does)."""
+        return run_starts(sorted_values)
+
+    def runs(self, sorted_values):
+        """Distinct values of a sorted array, and where each one's run starts and ends (exclusive)."""
+        n = sorted_values.size
+        if n == 0:
+            e = np.zeros(0, np.int64)
+            return sorted_values, e, e
+        start = np.flatnonzero(run_starts(sorted_values))
+        end = np.empty_like(start)
+        end[:-1] = start[1:]
+        end[-1] = n
+        return sorted_values[start], start, end
+
+    def prefix_sum(self, a):
+        """``cumsum`` of a 1-D array."""
+        return np.cumsum(a)
+
+    def exclusive_sum(self, a):
+        """``cumsum(a) - a``: each value's sum before it."""
+        return np.cumsum(a) - a
+
+    def exclusive_total(self, a):
+        """(:meth:`exclusive_sum` as int64, the sum of ``a`` as a Python int) of a 1-D int array."""
+        cs = np.cumsum(a, dtype=np.int64)
+        return cs - a, int(cs[-1]) if cs.size else 0
+
+    def nonzero_index(self, a):
+        """``flatnonzero``."""
+        return np.flatnonzero(a)
+
+    def scatter_equal(self, out, idx, values):
+        """``out[idx] = values`` where equal indices carry equal values (rows of one vertex and
+        their degree)."""
+        out[idx] = values
+
+    def take_values(self, a, idx, dtype=None):
+        """``take(a, idx)`` of a 1-D array (``dtype``: then ``.astype(dtype)``)."""
+        got = np.take(a, idx)
+        return got if dtype is None else got.astype(dtype, copy=False)
+
+    def stack(self, arrays):
+        """``stack`` of 1-D arrays of one dtype and size."""
+        return np.stack(arrays)
+
+    def take_columns(self, arrays, idx):
+        """``[take(a, idx) for a in arrays]`` (1-D arrays)."""
+        return [np.take(a, idx) for a in arrays]
+
+    def host_ints(self, *scalars):
+        """Python ints of scalars computed where the backend computes, read in one transfer."""
+        return [int(s) for s in scalars]
+
+    def row_numbers(self, n):
+        """0, 1, ..., n - 1 as int64."""
+        return np.arange(n, dtype=np.int64)
+
+    def host_reductions(self, *pairs):
+        """Python ints of ("sum" | "max" | "min", int array) ``pairs``, read in one transfer; the
+        max and min of an empty array are 0."""
+        return [int(a.sum()) if op == "sum" else (int(getattr(a, op)()) if a.size else 0) for op, a in pairs]
+
+    def pair_key(self, c0, c1):
+        """(the int64 keys ``c0 << 32 | c1`` of two int columns, each cast to int64 first; whether
+        they ascend)."""
+        key = (c0.astype(np.int64) << 32) | c1.astype(np.int64)
+        return key, key.size < 2 or bool((key[1:] >= key[:-1]).all())
+
+    def distinct_index(self, values, span=None):
+        """(sorted distinct values of a non-empty int array, index of each element among them).
+
+        Vertex ids are dense: over a range not much wider than the input, a mark
+        array and a prefix sum give both in linear passes; otherwise sort and search.
+        ``span``: (min, max) of ``values`` where the caller knows them.
+        """
+        lo, hi = span if span is not None else self.host_reductions(("min", values), ("max", values))
+        r = hi - lo + 1
+        if r <= 16 * int(values.size):
+            v = values - lo
+            mark = np.zeros(r, dtype=bool)
+            mark[v] = True
+            rank = np.cumsum(mark, dtype=np.int32 if r < 2 ** 31 else np.int64)
+            rank -= 1
+            return (np.flatnonzero(mark) + lo).astype(values.dtype), np.take(rank, v).astype(np.int64)
+        u, _start, _end = self.runs(np.sort(values))
+        return u, np.searchsorted(u, values)
+
     # -- bitsets -------------------------------------------------------------------
     def pack_bits(self, mask, ands=()):
         """Bool array (length a multiple of 32, or padded) -> uint32 words; with ``ands``, of
@@ -197,7 +291,7 @@ class CpuBackend:
         """hit[i] |= bit k for each bitset ``far[k]`` (at most 32) holding an entry of vertex
         i's list ``ci[st[i]:en[i]]`` (in place; part of :meth:`refine_drop`)."""
         cnt = en - st
-        nb = ci[pcsr.ragged_indices(st, cnt, np)]
+        nb = ci[pcsr.ragged_indices(st, cnt)]
         if nb.size == 0:
             return
         word, bit = nb >> 5, (nb & 31).astype(np.uint32)
@@ -209,29 +303,50 @@ class CpuBackend:
         hit[rows] |= np.bitwise_or.reduceat(m, firsts)
 
     def member(self, store, link, vcol, erow, evals, cap, ecount=None, cbits=None, via=None):
-        """For each entry i: is ``evals[i]`` in N(vcol[erow[i]], l)? (:func:`sgsi.join.membership.
-        member`: the lists of the distinct linking vertices streamed into bitsets of at most
+        """For each entry i: is ``evals[i]`` in N(vcol[erow[i]], l)? (:func:`.membership.member`: the lists of the distinct linking vertices streamed into bitsets of at most
         ``cap`` bytes). ``via``: the backend whose ``segments()`` streams them (a wrapper's)."""
-        from .membership import member
-        return member(np, via or self, store, link, vcol, erow, evals, cap, ecount=ecount, cbits=cbits)
+        return member(via or self, store, link, vcol, erow, evals, cap, ecount=ecount, cbits=cbits)
 
     def own_hits(self, row_tuple, etuple, evals, sstart, scount, cols):
-        """:func:`own_hits` (the GPU's: a thread a row searching its tuple's set)."""
-        return own_hits(np, row_tuple, etuple, evals, sstart, scount, cols)
+        """For each column of ``cols`` (a vertex per row that its row's set may hold): the rows
+        ``sel`` where it may be, whether it is (``hit``), and its vertex there. The sets are
+        packed: tuple t's set is ``evals[sstart[t] : sstart[t] + scount[t]]``, sorted, and
+        ``etuple`` the tuple of each entry; ``row_tuple`` the tuple of each row.
+
+        A row's vertex can be in S(t) only within [min, max] of S(t): that is tested first, and
+        only the rows left are binary-searched (keys tuple << 32 | vertex, sorted). The GPU's
+        reference (there a thread a row searches its tuple's set)."""
+        if not cols or evals.size == 0:
+            return
+        skeys = (etuple.astype(np.int64) << 32) | evals.astype(np.int64)
+        nonempty = scount > 0
+        lo = np.full(scount.size, -1, np.int64)
+        hi = np.full(scount.size, -2, np.int64)
+        lo[nonempty] = evals[sstart[nonempty]]
+        hi[nonempty] = evals[sstart[nonempty] + scount[nonempty] - 1]
+        lr, hr = lo[row_tuple], hi[row_tuple]
+        for col in cols:
+            sel = np.flatnonzero((col >= lr) & (col <= hr))
+            if sel.size == 0:
+                continue
+            x = col[sel]
+            q = (row_tuple[sel].astype(np.int64) << 32) | x.astype(np.int64)
+            pos = np.minimum(np.searchsorted(skeys, q), skeys.size - 1)
+            yield sel, skeys[pos] == q, x
 
     def sizes_less_own(self, row_tuple, etuple, evals, sstart, scount, cols):
         """|S(t_i)| of each row i less the row's vertices of ``cols`` found in it (int64; the
         vertices of a row differ). Tuple t's set is ``evals[sstart[t] : sstart[t] + scount[t]]``,
         sorted; ``etuple`` the tuple of each entry where the sets are packed, None where gaps
         lie between them. The GPU kernel ``sizes_less_own``'s reference: the sets packed, then
-        :func:`own_hits`."""
+        :meth:`own_hits`."""
         counts = scount[row_tuple].astype(np.int64)
         if not cols or evals.size == 0:
             return counts
         if etuple is None:
-            etuple, evals = self.repeat_index(scount), evals[pcsr.ragged_indices(sstart, scount, np)]
-            sstart = exclusive_sum(np, scount)
-        for sel, hit, _x in own_hits(np, row_tuple, etuple, evals, sstart, scount, cols):
+            etuple, evals = self.repeat_index(scount), evals[pcsr.ragged_indices(sstart, scount)]
+            sstart = self.exclusive_sum(scount)
+        for sel, hit, _x in self.own_hits(row_tuple, etuple, evals, sstart, scount, cols):
             counts[sel] -= hit
         return counts
 
@@ -314,7 +429,7 @@ class CpuBackend:
 
         On the CPU a gather does it: each row's entries are one slice of ``evals``.
         """
-        vals = np.take(evals, pcsr.ragged_indices(np.take(sstart, row_tuple), per_row, np))
+        vals = np.take(evals, pcsr.ragged_indices(np.take(sstart, row_tuple), per_row))
         erow = self.repeat_index(per_row)
         if conflict_cols:
             ok = np.ones(vals.size, dtype=bool)
@@ -330,7 +445,7 @@ class CpuBackend:
         The NumPy reference of the GPU's expansion kernels (tests/test_gpu.py); the CPU
         engine extends through :meth:`extend`."""
         rc = fcnt[run]
-        vals = flist[pcsr.ragged_indices(fstart[run], rc, np)]
+        vals = flist[pcsr.ragged_indices(fstart[run], rc)]
         rid = rows[self.repeat_index(rc)]
         ok = np.ones(vals.size, dtype=bool)
         for col in conflict_cols:
@@ -344,7 +459,7 @@ class CpuBackend:
         of Prealloc-Combine; the NumPy reference of the GPU's ``gather_lists`` kernels."""
         st, en = self.pcsr_lookup(groups, verts)
         cnt = en - st
-        nb = ci[pcsr.ragged_indices(st, cnt, np)]
+        nb = ci[pcsr.ragged_indices(st, cnt)]
         keep = self.test_bits(cbits, nb)
         self._append(gba, start, fill, self.repeat_index(cnt)[keep], nb[keep])
 
@@ -377,7 +492,7 @@ class CpuBackend:
         ``span``: (min, max) of ``col``."""
         if col.size == 0:
             return 0
-        uniq, k = distinct_index(np, col, span)
+        uniq, k = self.distinct_index(col, span)
         by_vertex = np.zeros(uniq.size, dtype=np.int64)
         by_vertex[k] = deg
         return int(by_vertex.sum())
@@ -398,7 +513,7 @@ class CpuBackend:
         light piece (``Engine._row_sets``); the NumPy reference of the GPU's ``row_lists`` kernel."""
         st, en = self.pcsr_lookup(groups, v)
         cnt = en - st
-        nb = ci[pcsr.ragged_indices(st, cnt, np)]
+        nb = ci[pcsr.ragged_indices(st, cnt)]
         rid = self.repeat_index(cnt)
         keep = self.test_bits(cbits, nb)
         for col in conflict_cols:
@@ -412,7 +527,7 @@ class CpuBackend:
         """(row of each entry, entries) of the rows' buffers ``gba[F[i] : F[i] + fill[i]]``
         packed end to end, rows in order; with ``take`` (columns of the rows), those columns
         taken at each entry's row in place of the rows."""
-        erow, vals = self.repeat_index(fill), np.take(gba, pcsr.ragged_indices(F, fill, np))
+        erow, vals = self.repeat_index(fill), np.take(gba, pcsr.ragged_indices(F, fill))
         return (erow, vals) if take is None else ([np.take(c, erow) for c in take], vals)
 
     def _append(self, gba, start, fill, owner, vals):
@@ -420,7 +535,9 @@ class CpuBackend:
         from ``gba[start[i] + fill[i]]``; owners come in runs), ``fill`` counting them."""
         if owner.size == 0:
             return
-        gba[start[owner] + fill[owner] + rank_in_runs(np, self, owner)] = vals
+        _v, first, end = self.runs(owner)
+        rank = np.arange(owner.size) - first[self.repeat_index(end - first)]      # within its run
+        gba[start[owner] + fill[owner] + rank] = vals
         fill += np.bincount(owner, minlength=fill.size)
 
     def intersect_lists(self, lists, bitcap):
@@ -428,10 +545,9 @@ class CpuBackend:
         list found in every other gathered list. Returns (entry tuples, entry values, entries
         probed, links left untested), or None when no later link's lists can be used.
 
-        On the CPU by bitsets over ranks (:func:`sgsi.join.membership.intersect_ranked`),
+        On the CPU by bitsets over ranks (:func:`.membership.intersect_ranked`),
         the reference of the GPU's ``intersect_lists`` kernel."""
-        from .membership import intersect_ranked
-        return intersect_ranked(np, self, lists, bitcap)
+        return intersect_ranked(self, lists, bitcap)
 
     def overlaps(self, bits):
         """:class:`Overlaps` of the candidate bitsets ``bits`` (a list that may grow)."""
@@ -518,283 +634,15 @@ def bits_of_ids(ids, n):
     if ids.size:
         w = ids >> 5
         bit = np.left_shift(np.uint32(1), (ids & 31).astype(np.uint32))
-        first = np.flatnonzero(run_starts(np, w))
+        first = np.flatnonzero(run_starts(w))
         words[np.take(w, first)] = np.bitwise_or.reduceat(bit, first)
     return words
 
 
-def sets_then_summary(backend, n, parts, ands, cost_jobs=None):
-    """``backend.candidate_sets`` as two calls: ``candidate_bits``, then ``counts_and_overlaps``
-    of the sets (with the cost where ``cost_jobs()`` gives jobs)."""
-    bits = backend.candidate_bits(n, parts, ands)
-    jobs = cost_jobs() if cost_jobs is not None else None
-    if jobs is None:
-        return (bits, *backend.counts_and_overlaps(bits), None)
-    return (bits, *backend.counts_and_overlaps(bits, jobs))
-
-
-class Overlaps:
-    """``overlaps(u, w)``: whether bitsets ``bits[u]`` and ``bits[w]`` share a set bit (a data
-    vertex both candidate sets hold). ``bits`` is the caller's list and may grow; answers are
-    kept. Here each pair is computed when it is asked about; the GPU's computes every pair of
-    the bitsets it has not seen yet in one launch and one read (:class:`sgsi.join.gpu.GpuOverlaps`).
-
-    ``labels`` (empty until the planner sets it to the pattern vertices' label ids): the vertex
-    label every member of ``bits[u]`` has, or None, for the first bitsets; two sets whose labels
-    differ share no vertex (a data vertex has one label), and their pair is answered without
-    reading them."""
-
-    def __init__(self, xp, bits):
-        self.xp, self.bits, self.known = xp, bits, {}
-        self.labels = []
-
-    def __call__(self, u, w):
-        key = (min(u, w), max(u, w))
-        if key not in self.known:
-            self._learn(key)
-        return self.known[key]
-
-    def _learn(self, key):
-        a, b = key
-        la = self.labels[a] if a < len(self.labels) else None
-        lb = self.labels[b] if b < len(self.labels) else None
-        if la is not None and lb is not None and la != lb:
-            self.known[key] = False
-        else:
-            self.known[key] = bool(self.xp.any(self.bits[a] & self.bits[b]))
-
-
-def run_starts(xp, sorted_values):
-    """Whether each value of a 1-D array starts a run of equal values (the first one does); on
-    the GPU one ``run_starts_*`` launch for int32 and int64 values (:func:`sgsi.join.gpu.run_starts`)."""
-    if xp is not np and sorted_values.ndim == 1 and sorted_values.dtype in (np.int32, np.int64):
-        from .gpu import run_starts as gpu_run_starts
-        return gpu_run_starts(sorted_values)
-    new = xp.empty(sorted_values.size, dtype=bool)
+def run_starts(sorted_values):
+    """Whether each value of a 1-D array starts a run of equal values (the first one does)."""
+    new = np.empty(sorted_values.size, dtype=bool)
     if new.size:
         new[0] = True
-        xp.not_equal(sorted_values[1:], sorted_values[:-1], out=new[1:])
+        np.not_equal(sorted_values[1:], sorted_values[:-1], out=new[1:])
     return new
-
-
-def runs(xp, sorted_values):
-    """Distinct values of a sorted array, and where each one's run starts and ends (exclusive)."""
-    n = sorted_values.size
-    if n == 0:
-        e = xp.zeros(0, xp.int64)
-        return sorted_values, e, e
-    if xp is not np and sorted_values.ndim == 1:
-        from .gpu import runs as gpu_runs
-        return gpu_runs(sorted_values)
-    new = run_starts(xp, sorted_values)
-    start = nonzero_index(xp, new)
-    end = xp.empty_like(start)
-    end[:-1] = start[1:]
-    end[-1] = n
-    return sorted_values[start], start, end
-
-
-def rank_in_runs(xp, backend, ids):
-    """Rank of each element within its run of equal (adjacent) ids."""
-    _v, start, end = runs(xp, ids)
-    return xp.arange(ids.size) - start[backend.repeat_index(end - start)]
-
-
-def sums_over_runs(xp, values, end, dtype):
-    """Sums of ``values`` (along the last axis) over the runs that end (exclusive) at ``end``."""
-    cs = xp.cumsum(values, axis=-1, dtype=dtype)
-    tot = xp.take(cs, end - 1, axis=-1)
-    tot[..., 1:] -= xp.take(cs, end[:-1] - 1, axis=-1)
-    return tot
-
-
-def own_hits(xp, row_tuple, etuple, evals, sstart, scount, cols):
-    """For each column of ``cols`` (a vertex per row that its row's set may hold): the rows
-    ``sel`` where it may be, whether it is (``hit``), and its vertex there. The sets are
-    packed: tuple t's set is ``evals[sstart[t] : sstart[t] + scount[t]]``, sorted, and
-    ``etuple`` the tuple of each entry; ``row_tuple`` the tuple of each row.
-
-    A row's vertex can be in S(t) only within [min, max] of S(t): that is tested first, and
-    only the rows left are binary-searched (keys tuple << 32 | vertex, sorted)."""
-    if not cols or evals.size == 0:
-        return
-    skeys = (etuple.astype(xp.int64) << 32) | evals.astype(xp.int64)
-    nonempty = scount > 0
-    lo = xp.full(scount.size, -1, xp.int64)
-    hi = xp.full(scount.size, -2, xp.int64)
-    lo[nonempty] = evals[sstart[nonempty]]
-    hi[nonempty] = evals[sstart[nonempty] + scount[nonempty] - 1]
-    lr, hr = lo[row_tuple], hi[row_tuple]
-    for col in cols:
-        sel = nonzero_index(xp, (col >= lr) & (col <= hr))
-        if sel.size == 0:
-            continue
-        x = col[sel]
-        q = (row_tuple[sel].astype(xp.int64) << 32) | x.astype(xp.int64)
-        pos = xp.minimum(xp.searchsorted(skeys, q), skeys.size - 1)
-        yield sel, skeys[pos] == q, x
-
-
-def union_bits(bits, users):
-    """The union of the candidate bitsets ``bits[u]`` of the pattern vertices ``users`` (read
-    only: one user's is its own bitset)."""
-    union = bits[users[0]]
-    for u in users[1:]:
-        union = union | bits[u]
-    return union
-
-
-def prefix_sum(xp, a):
-    """``cumsum`` of a 1-D array where the backend computes (on the GPU, one launch for small ones)."""
-    if xp is np:
-        return np.cumsum(a)
-    from .gpu import scan
-    return scan(a)
-
-
-def exclusive_total(xp, a):
-    """(``exclusive_sum``, the sum of ``a`` as a Python int) of a 1-D int array (on the GPU one
-    scan launch, which writes the sum into a result slot, and its read)."""
-    if xp is np:
-        cs = np.cumsum(a, dtype=np.int64)
-        return cs - a, int(cs[-1]) if cs.size else 0
-    from .gpu import scan_total
-    return scan_total(a, exclusive=True)
-
-
-def exclusive_sum(xp, a):
-    """``cumsum(a) - a`` (each value's sum before it) where the backend computes (on the GPU in
-    the scan's own launches)."""
-    if xp is np:
-        return np.cumsum(a) - a
-    from .gpu import scan
-    return scan(a, exclusive=True)
-
-
-def nonzero_index(xp, a):
-    """``flatnonzero`` where the backend computes (on the GPU, one launch for small bool arrays)."""
-    if xp is np:
-        return np.flatnonzero(a)
-    from .gpu import flatnonzero
-    return flatnonzero(a)
-
-
-def scatter_equal(xp, out, idx, values):
-    """``out[idx] = values`` where equal indices carry equal values (rows of one vertex and
-    their degree): on the GPU an element writes only where ``out`` does not hold its value yet."""
-    if xp is np:
-        out[idx] = values
-        return
-    from .gpu import scatter_equal as gpu_scatter_equal
-    gpu_scatter_equal(out, idx, values)
-
-
-def take_values(xp, a, idx, dtype=None):
-    """``xp.take(a, idx)`` of a 1-D array (``dtype``: then ``.astype(dtype)``) where the backend
-    computes (on the GPU one launch)."""
-    if xp is np:
-        got = np.take(a, idx)
-        return got if dtype is None else got.astype(dtype, copy=False)
-    from .gpu import take as gpu_take
-    return gpu_take(a, idx, dtype)
-
-
-def stack(xp, arrays):
-    """``xp.stack`` of 1-D arrays of one dtype and size (on the GPU a launch for every 8)."""
-    if xp is np:
-        return np.stack(arrays)
-    from .gpu import stack_rows
-    return stack_rows(arrays)
-
-
-def take_columns(xp, arrays, idx):
-    """``[xp.take(a, idx) for a in arrays]`` (1-D arrays); on the GPU the arrays of one dtype in
-    one launch (gpu.take_columns)."""
-    if xp is np:
-        return [np.take(a, idx) for a in arrays]
-    from .gpu import take_columns as gpu_take_columns
-    return gpu_take_columns(arrays, idx)
-
-
-def host_ints(xp, *scalars):
-    """Python ints of scalars computed where the backend computes, read in one transfer."""
-    if xp is np:
-        return [int(s) for s in scalars]
-    from .gpu import read_ints
-    return read_ints(scalars)
-
-
-def row_numbers(xp, n):
-    """0, 1, ..., n - 1 as int64, where the backend computes (on the GPU one launch)."""
-    if xp is np:
-        return np.arange(n, dtype=np.int64)
-    from .gpu import arange
-    return arange(n)
-
-
-def host_reductions(xp, *pairs):
-    """Python ints of ("sum" | "max" | "min", int array) ``pairs``, reduced where the backend
-    computes and read in one transfer; the max and min of an empty array are 0."""
-    if xp is np:
-        return [int(a.sum()) if op == "sum" else (int(getattr(a, op)()) if a.size else 0) for op, a in pairs]
-    from .gpu import read_reductions
-    return read_reductions(pairs)
-
-
-def pair_key(xp, c0, c1):
-    """(the int64 keys ``c0 << 32 | c1`` of two int columns, each cast to int64 first; whether
-    they ascend) (on the GPU one launch and one read, for int32 columns)."""
-    if xp is not np and c0.dtype == np.int32 and c1.dtype == np.int32:
-        from .gpu import pair_key as gpu_pair_key
-        return gpu_pair_key(c0, c1)
-    key = (c0.astype(xp.int64) << 32) | c1.astype(xp.int64)
-    return key, key.size < 2 or bool((key[1:] >= key[:-1]).all())
-
-
-def distinct_index(xp, values, span=None):
-    """(sorted distinct values of a non-empty int array, index of each element among them).
-
-    Vertex ids are dense: over a range not much wider than the input, a mark
-    array and a prefix sum give both in linear passes; otherwise sort and search.
-    ``span``: (min, max) of ``values`` where the caller knows them (no host read then).
-    """
-    lo, hi = span if span is not None else host_reductions(xp, ("min", values), ("max", values))
-    r = hi - lo + 1
-    if xp is not np and values.dtype in (np.int32, np.int64):
-        from .gpu import DISTINCT_DENSE_RANGE, distinct_dense
-        if r <= max(16 * int(values.size), DISTINCT_DENSE_RANGE) and r < 1 << 31:
-            return distinct_dense(values, lo, r)        # a bit a value: four launches, one host read
-    if r <= 16 * int(values.size):
-        v = values - lo
-        mark = xp.zeros(r, dtype=bool)
-        mark[v] = True
-        rank = (np.cumsum(mark, dtype=np.int32 if r < 2 ** 31 else np.int64) if xp is np
-                else prefix_sum(xp, mark))
-        rank -= 1
-        return (nonzero_index(xp, mark) + lo).astype(values.dtype), xp.take(rank, v).astype(xp.int64)
-    u, _start, _end = runs(xp, xp.sort(values))
-    return u, xp.searchsorted(u, values)
-
-
-def gpu_available() -> bool:
-    """True where CuPy imports and sees a CUDA device."""
-    try:
-        import cupy
-        return cupy.cuda.runtime.getDeviceCount() > 0
-    except Exception:  # noqa: BLE001 - any failure means no usable GPU
-        return False
-
-
-def get_backend(device: str = "auto", memory_budget: int | None = None):
-    """The backend for ``device``: ``cpu``, ``gpu`` or ``auto`` (GPU where present)."""
-    if device not in ("cpu", "gpu", "auto"):
-        raise SgsiError(f"unknown device {device!r}: use cpu, gpu or auto")
-    if device == "auto":
-        device = "gpu" if gpu_available() else "cpu"
-    if device == "cpu":
-        return CpuBackend(memory_budget)
-    if not gpu_available():
-        raise SgsiError("device 'gpu' asked for, but no CUDA GPU with CuPy is available "
-                        "(install sgsi[gpu], or use --device cpu)")
-    from .gpu import GpuBackend
-    return GpuBackend(memory_budget)

@@ -34,8 +34,8 @@ from collections import Counter
 
 import cupy as cp
 
-from ..budget import MIN_BUDGET
-from .memory import LruCache
+from ....budget import MIN_BUDGET
+from ...memory import LruCache
 
 #: Device memory the pool may hold past the running queries' budgets: what a query keeps outside
 #: the join steps' estimates (candidate bitsets, a vertex segment's signature columns, kernel
