@@ -257,7 +257,7 @@ def _cmd_info(args):
     deg = [d["max"] for d in m.get("degree", {}).values()]
     if deg:
         out.append(f"max degree     {max(deg):,}")
-    from .graph import memory_floor
+    from .join.query import memory_floor
     floor = memory_floor(store)
     out.append(f"memory floor   {_size(floor)} ({floor:,} bytes): the least --memory-budget a query runs at")
     out.append("parameters")
@@ -320,7 +320,7 @@ def _cmd_count(args):
 def _cmd_match(args):
     from .errors import InputError, PatternError, SgsiError, os_error_behind
     from .graph import open as open_graph
-    from .graph import reraise_stream_error
+    from .join.query import reraise_stream_error
     from .results import write_parquet
 
     max_rows = args.max_rows

@@ -7,7 +7,7 @@ import threading
 
 import pyarrow as pa
 
-from .join.query import MAX_PATTERN_VERTICES, Backends, Query, memory_floor, reraise_stream_error  # noqa: F401
+from .join.query import Backends, Query
 from .options import query_options
 from .storage.build import build_store
 from .storage.store import Store

@@ -92,7 +92,7 @@ def test_info(store, capsys):
     assert "total" in out and "bytes" in out
     assert "theta" in out                        # parameters
     assert "checksums      all" in out
-    from sgsi.graph import memory_floor
+    from sgsi.join.query import memory_floor
     with sgsi.open(store) as g:
         assert "memory floor   " in out and f"({memory_floor(g.store):,} bytes)" in out
 

@@ -1256,7 +1256,7 @@ def test_hostile_queries_give_the_device_memory_back(tmp_path):
     import threading
     import time
     from sgsi.errors import BudgetError, Cancelled
-    from sgsi.graph import memory_floor
+    from sgsi.join.query import memory_floor
     d = str(tmp_path / "y.sgsi")
     g = sgsi.build(d, graph=os.path.join(BENCH, "yeast", "data.graph"), memory_budget="2MB")
     q = os.path.join(BENCH, "yeast", "queries", "query_dense_8_1.graph")

@@ -21,7 +21,8 @@ import weakref
 import duckdb
 
 from ..errors import InputError, PatternError, SgsiError, os_error_behind
-from ..graph import Graph, reraise_stream_error
+from ..graph import Graph
+from ..join.query import reraise_stream_error
 from ..results import write_parquet_parts
 from ..storage.build import build_store
 from . import scratch

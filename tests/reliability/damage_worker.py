@@ -74,7 +74,7 @@ def main():
                 try:
                     rows = reader.read_all().num_rows
                 except Exception as e:      # noqa: BLE001
-                    sgsi.graph.reraise_stream_error(failure, e)
+                    sgsi.join.query.reraise_stream_error(failure, e)
                     raise
             rec["outcome"] = "same" if (got == ref and rows == ref_rows) else "different"
         except StoreError as e:

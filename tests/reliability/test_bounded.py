@@ -14,7 +14,7 @@ import pytest
 import reliability_helpers as rh
 import sgsi
 from sgsi.errors import BudgetError, Cancelled
-from sgsi.graph import memory_floor
+from sgsi.join.query import memory_floor
 from sgsi.join.backends.cpu import CpuBackend
 
 CYCLE = "(a)-->(b)-->(c)-->(d)-->(a)"

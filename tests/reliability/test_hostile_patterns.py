@@ -151,7 +151,7 @@ def test_huge_patterns_parse_without_recursion():
 
 
 def test_huge_pattern_is_refused_by_a_query(tmp_path):
-    from sgsi.graph import MAX_PATTERN_VERTICES
+    from sgsi.join.query import MAX_PATTERN_VERTICES
     m = MAX_PATTERN_VERTICES
     ring = m + 44                      # a directed cycle: a path of k vertices matches `ring` times
     e = rh.write_edges(tmp_path / "ring.parquet", list(range(ring)), [(i + 1) % ring for i in range(ring)])
