@@ -809,3 +809,277 @@ def test_entry_sums_are_folded_as_they_come(cases, monkeypatch):
     monkeypatch.setattr(engine, "_ENTRIES_HELD", 2)
     assert g.count(pattern, device=CPU, memory_budget="16KB") == want > 0
     assert g.last_stats["entries"] == entries > 0 and chunks > 2
+
+
+
+LEAFY = [
+    # stars: a centre and leaves of distinct labels (disjoint candidates: a product)
+    "(c)-[:E0]->(a:0), (c)-[:E1]->(b:1), (c)<-[:E0]-(d:2)",
+    "(c:1)-[:E0]->(a:0), (c)-[:E1]->(b:2), (c)-[:E2]-(d)",       # d unlabeled: one group with a and b
+    # leaves sharing a label: one group, counted by inclusion-exclusion when injective
+    "(c)-[:E0]->(a:0), (c)-[:E1]->(b:0), (c)<-[:E2]-(d:0)",
+    # trees: leaves on different parents, one with two edges to its parent
+    "(a:0)-[:E0]->(b)-[:E1]->(c:1), (b)-[:E2]->(d:2), (c)-[:E0]->(e:0), (c)<-[:E1]-(e)",
+    "(a:1)-->(b)-[:E1]->(c), (c)-->(d:2), (b)<-[:E0]-(e:0), (c)-[:E2]->(f:1)",
+    # one group over two parents (blocks with links to both), and one leaf equal to no other
+    "(p:1)-[:E0]->(q:2), (p)-[:E0]->(a:0), (p)-[:E1]->(b:0), (q)-[:E0]->(c:0), (q)<-[:E0]-(d)",
+    # six leaves of one label on one centre: a group of five (the most), the sixth joined
+    "(c:1)-->(a1:0), (c)-->(a2:0), (c)-->(a3:0), (c)-->(a4:0), (c)-->(a5:0), (c)-->(a6:0)",
+]
+
+
+@pytest.mark.parametrize("injective", [True, False], ids=["iso", "hom"])
+@pytest.mark.parametrize("budget", [None, "16KB"], ids=["default", "16KB"])
+def test_leaves_counted_as_a_product(cases, budget, injective):
+    """count() takes independent leaves as a product per row; the counts equal the oracle's,
+    and the product path is taken where it applies."""
+    case = cases["int"]
+    g = case.graphs[budget]
+    factored = []
+    for pattern in LEAFY:
+        want = case.count(pattern, injective)
+        assert g.count(pattern, device=CPU, memory_budget=budget, homomorphism=not injective) == want, pattern
+        factored.append(g.last_stats["leaves_factored"])
+    assert factored[:3] == [3, 3, 3]
+    assert min(factored[3:5]) >= 2
+    assert factored[5] == (4 if injective else 5)       # hom: q and its leaves are a subtree too
+    assert factored[6] == (5 if injective else 6)
+
+
+@pytest.mark.parametrize("budget", [None, "16KB"], ids=["default", "16KB"])
+def test_leaf_groups_vs_oracle(cases, budget):
+    """Random trees over two vertex labels have many leaves that may take one vertex: their
+    groups, counted by inclusion-exclusion, give the oracle's counts."""
+    case = cases["int"]
+    g = case.graphs[budget]
+    rng = random.Random(23)
+    grouped = 0
+    for _ in range(25):
+        p = random_pattern(rng, rng.randint(4, 7), VLABELS[:2], ELABELS[:2], extra_edges=0, p_vertex_label=0.6)
+        for injective in (True, False):
+            want = case.count(p, injective)
+            assert g.count(p, device=CPU, memory_budget=budget, homomorphism=not injective) == want, (p, injective)
+            grouped += g.last_stats["leaf_groups"]
+    assert grouped >= 10
+
+
+def _leaves(pattern):
+    """Pattern vertices with one neighbour."""
+    p = parse_pattern(pattern)
+    nbrs = {u: set() for u in range(len(p.vertices))}
+    for e in p.edges:
+        nbrs[e.src].add(e.dst)
+        nbrs[e.dst].add(e.src)
+    return sum(len(n) == 1 for n in nbrs.values())
+
+
+#: b and d each join a and c (joined first: two edges join them) and are not adjacent: both
+#: are counted per row of (a, c).
+DIAMOND = "(a:0)-[:E0]->(b)-[:E1]->(c:1), (a)-[:E0]->(d)-[:E1]->(c), (a)-[:E0]->(c)-[:E1]->(a)"
+
+
+@pytest.mark.parametrize("injective", [True, False], ids=["iso", "hom"])
+@pytest.mark.parametrize("budget", [None, "16KB"], ids=["default", "16KB"])
+def test_last_vertices_counted_as_a_product(cases, budget, injective):
+    """count() also takes the last vertices of the join order that are not leaves (no two
+    adjacent) per row of the rest: patterns with cycles give the oracle's counts, and
+    vertices other than leaves are factored where the pattern allows it."""
+    case = cases["int"]
+    g = case.graphs[budget]
+    assert g.count(DIAMOND, device=CPU, memory_budget=budget, homomorphism=not injective) == case.count(
+        DIAMOND, injective)
+    assert g.last_stats["leaves_factored"] == 2 and _leaves(DIAMOND) == 0
+    rng = random.Random(57)
+    beyond_leaves = 0
+    for _ in range(20):
+        p = random_pattern(rng, rng.randint(4, 7), VLABELS[:2], ELABELS[:2], extra_edges=rng.randint(1, 4),
+                           p_vertex_label=0.5)
+        want = case.count(p, injective)
+        assert g.count(p, device=CPU, memory_budget=budget, homomorphism=not injective) == want, (p, injective)
+        beyond_leaves += g.last_stats["leaves_factored"] > _leaves(p)
+    assert beyond_leaves >= 5
+
+
+#: x and y, joined by two edges, are joined first; r comes last with its leaf l: a subtree.
+ROOTED = "(x:0)-[:E0]->(y:1)-[:E1]->(x), (y)-[:E0]->(r:2)-[:E1]->(l:1)"
+
+
+@pytest.mark.parametrize("injective", [True, False], ids=["iso", "hom"])
+@pytest.mark.parametrize("budget", [None, "16KB"], ids=["default", "16KB"])
+def test_subtrees_counted_per_row(cases, budget, injective):
+    """A last vertex of the order with leaves of its own is counted with them per row of the
+    core (a :class:`~sgsi.join.plan.Subtree`): random trees give the oracle's counts, and
+    subtrees are taken where the pattern allows them."""
+    case = cases["int"]
+    g = case.graphs[budget]
+    want = case.count(ROOTED, injective)
+    assert g.count(ROOTED, device=CPU, memory_budget=budget, homomorphism=not injective) == want
+    assert g.last_stats["subtrees"] == 1
+    from sgsi.join import counting, engine
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(counting, "_INT64_SAFE", 2)          # the subtree's sums as Python integers
+        assert g.count(ROOTED, device=CPU, memory_budget=budget, homomorphism=not injective) == want
+        assert g.last_stats["subtrees_weighted"] == 0          # past int64: the rows are extended
+    rng = random.Random(23)
+    subtrees = with_leaves = 0
+    for _ in range(25):
+        p = random_pattern(rng, rng.randint(4, 7), VLABELS, ELABELS[:2], extra_edges=rng.choice([0, 0, 1]),
+                           p_vertex_label=0.8)
+        want = case.count(p, injective)
+        assert g.count(p, device=CPU, memory_budget=budget, homomorphism=not injective) == want, (p, injective)
+        subtrees += g.last_stats["subtrees"]
+        with pytest.MonkeyPatch.context() as m:      # the same count with the rows extended by the root
+            m.setattr(counting, "WEIGHTED_SUBTREES", False)
+            assert g.count(p, device=CPU, memory_budget=budget, homomorphism=not injective) == want, (p, injective)
+            assert g.last_stats["subtrees_weighted"] == 0
+        for failing in ("first", "all"):
+            # The last subtree's sums and product are bounded in the count's final read (its
+            # reads of 3 or more arrays): where the first bound fails (the product's, where the
+            # subtree multiplies the other leaves' product), the product is taken again in exact
+            # integers; where all fail, the subtree is counted again, each bound read.
+            def reductions(self, *pairs):
+                got = real(self, *pairs)
+                if len(pairs) >= 3 and any(op == "sum" for op, _a in pairs):     # the final read, not a bound
+                    final_reads.append(1)
+                    for i, (op, _a) in enumerate(pairs):
+                        if op == "max" and (failing == "all" or i == 0):
+                            got[i] = counting._INT64_SAFE
+                return got
+            real, final_reads = CpuBackend.host_reductions, []
+            with pytest.MonkeyPatch.context() as m:
+                m.setattr(CpuBackend, "host_reductions", reductions)
+                assert g.count(p, device=CPU, memory_budget=budget, homomorphism=not injective) == want, (p, injective)
+            with_leaves += bool(final_reads)
+    assert subtrees >= 1 and with_leaves >= 1
+
+
+def test_weighted_subtree_subtracts_the_collisions(cases, monkeypatch):
+    """Random trees whose one-leaf subtrees are counted from the root's sets and weights give the
+    oracle's counts, among them subtrees whose leaf may take a core vertex (its collisions
+    subtracted) and whose root may take one or whose leaf may take the root's vertex. Their
+    blocks see at most a chunk's rows at a time (the root's vertices may be more)."""
+    from sgsi.join import counting, engine
+    seen = {"core": 0, "root": 0, "self": 0}
+    real = engine.Engine._weighted_rows
+    monkeypatch.setattr(counting, "WEIGHTED_FANOUT", 0)      # every piece counted from the weights
+    monkeypatch.setattr(counting, "WEIGHTED_MIN_ENTRIES", 0)
+
+    inside = []                  # set while a weighted count runs
+    sliced, too_many = [0], [0]  # its blocks' rows past the limit; pieces past it
+    real_sizes, real_pieces = engine.Engine._block_sizes, engine.Engine._pieces
+
+    def spy(self, piece, sets, tree, lim):
+        inside.append(1)
+        got = real(self, piece, sets, tree, lim)
+        inside.pop()
+        leaf_step = tree.groups[0].blocks[0]
+        seen["core"] += got is not None and any(c != tree.root for c in leaf_step.conflicts)
+        seen["root"] += got is not None and bool(tree.step.conflicts)
+        seen["self"] += got is not None and tree.root in leaf_step.conflicts
+        return got
+
+    def sizes_spy(self, rows, step, lim):
+        sliced[0] += bool(inside) and counting._n_rows(rows) > lim.chunk_rows
+        return real_sizes(self, rows, step, lim)
+
+    def pieces_spy(self, chunk, step, lim):
+        too_many[0] += bool(inside) and counting._n_rows(chunk) > lim.chunk_rows
+        return real_pieces(self, chunk, step, lim)
+    monkeypatch.setattr(engine.Engine, "_weighted_rows", spy)
+    monkeypatch.setattr(engine.Engine, "_block_sizes", sizes_spy)
+    monkeypatch.setattr(engine.Engine, "_pieces", pieces_spy)
+    calls = 0
+    # And a graph with a hub vertex (label 9), on patterns of their own seed: seed 23's went on
+    # to trees of 3.3 million and 17,000 matches that weighed no subtree and took most of the
+    # test's time (in the oracle and the engine). These weigh 21 subtrees in 3 patterns, which
+    # see each of the collisions and slice blocks past a chunk; 21 of the 30 match.
+    for name, n, rng in (("int", 60, random.Random(23)), ("hub", 30, random.Random(121))):
+        case = cases[name]
+        for i in range(n):
+            budget = [None, "16KB"][i % 2]
+            p = random_pattern(rng, rng.randint(4, 7), VLABELS + ([9] if name == "hub" else []), ELABELS[:2],
+                               extra_edges=rng.choice([0, 0, 1]), p_vertex_label=0.8)
+            assert case.graphs[budget].count(p, device=CPU, memory_budget=budget) == case.count(p, True), p
+            calls += case.graphs[budget].last_stats["subtrees_weighted"]
+    assert seen["core"] >= 1 and seen["root"] >= 1 and seen["self"] >= 1, (seen, calls)
+    # The weights and collisions of more rows than a chunk holds are found a chunk at a time.
+    assert sliced[0] >= 1 and too_many[0] == 0, (sliced, too_many)
+
+
+def test_weighted_subtree_extends_a_hubs_windows(cases, monkeypatch):
+    """A subtree whose root's sets come in windows of a hub's list is counted by extending the
+    rows (the collisions, found per row over the whole list, would be taken off once per
+    window): the leaf may take the hub (a core vertex), and the count is the oracle's. Counting
+    the hub's windows from the weights instead gives 22 here, not 47."""
+    from sgsi.join import counting, engine
+    monkeypatch.setattr(counting, "WEIGHTED_FANOUT", 0)
+    monkeypatch.setattr(counting, "WEIGHTED_MIN_ENTRIES", 0)
+    ways = []
+    real = engine.Engine._sets
+
+    def spy(self, piece, deg, step, how, lim, counts=False, take=None):
+        if any(t.step is step for t in self.plan.subtrees):
+            ways.append(how.way)
+        return real(self, piece, deg, step, how, lim, counts, take)
+    monkeypatch.setattr(engine.Engine, "_sets", spy)
+    case = cases["hub"]
+    pattern = "(h:9)-[:E0]->(r), (r)-[:E1]->(l), (q)-[:E1]->(h), (q)-[:E0]->(r)"
+    g = case.graphs["16KB"]
+    assert g.count(pattern, device=CPU, memory_budget="16KB") == case.count(pattern, True) == 47
+    assert g.last_stats["subtrees"] == 1 and g.last_stats["subtrees_weighted"] == 0
+    assert ways == ["hub"]
+
+
+def _random_sets(rng, n_tuples=300, n_rows=2000, n_cols=3, gaps=True):
+    """Sorted distinct sets per tuple laid in a buffer (with gaps between them, or packed),
+    rows pointing at tuples, and per row ``n_cols`` distinct vertices, some in the row's set
+    (first, last or inside it), some not."""
+    import numpy as np
+    sets = [np.unique(rng.integers(0, 500, rng.integers(0, 40))).astype(np.int32) for _ in range(n_tuples)]
+    scount = np.array([s.size for s in sets], np.int64)
+    gap = rng.integers(0, 5, n_tuples) if gaps else np.zeros(n_tuples, np.int64)
+    sstart = np.cumsum(scount + gap) - scount                  # each set after its gap
+    evals = np.full(int((scount + gap).sum()), -9, np.int32)
+    for t, s in enumerate(sets):
+        evals[sstart[t]:sstart[t] + s.size] = s
+    row_tuple = rng.integers(0, n_tuples, n_rows)
+    cols = np.empty((n_cols, n_rows), np.int32)
+    for i, t in enumerate(row_tuple):
+        pool = list(sets[t]) + [int(x) for x in rng.integers(0, 500, 4)]
+        picks = rng.permutation(np.unique(pool))[:n_cols] if len(np.unique(pool)) >= n_cols else \
+            np.arange(1000, 1000 + n_cols)
+        cols[:, i] = picks
+    return sets, row_tuple, evals, sstart, scount, [cols[k] for k in range(n_cols)]
+
+
+@pytest.mark.parametrize("gaps", [True, False], ids=["gaps", "packed"])
+def test_sizes_less_own_vs_sets(gaps):
+    """|S(t_i)| less the row's vertices in it, against Python sets, for sets with gaps between
+    them and packed ones (the tuple of each entry given)."""
+    import numpy as np
+    from sgsi.join.backends.cpu import CpuBackend
+    rng = np.random.default_rng(5 + gaps)
+    sets, row_tuple, evals, sstart, scount, cols = _random_sets(rng, gaps=gaps)
+    etuple = None if gaps else np.repeat(np.arange(scount.size), scount)
+    got = CpuBackend().sizes_less_own(row_tuple, etuple, evals, sstart, scount, cols)
+    want = [len(set(sets[t].tolist()) - {int(c[i]) for c in cols}) for i, t in enumerate(row_tuple)]
+    assert got.dtype == np.int64 and got.tolist() == want
+    assert (got < scount[row_tuple]).sum() > 100               # rows whose vertices were in their sets
+    assert CpuBackend().sizes_less_own(row_tuple, etuple, evals, sstart, scount, []).tolist() == \
+        scount[row_tuple].tolist()
+
+
+def test_leaf_products_past_int64_stay_exact(cases, monkeypatch):
+    """The exact (Python integer) path of the leaf product gives the same count as int64."""
+    from sgsi.join import counting, engine
+
+    case = cases["int"]
+    g = case.graphs[None]
+    pattern = LEAFY[2]
+    want = g.count(pattern, device=CPU, homomorphism=True)
+    assert g.last_stats["leaves_factored"] == 3 and want == case.count(pattern, False)
+    want_iso = g.count(pattern, device=CPU)
+    assert g.last_stats["leaf_groups"] == 1 and want_iso == case.count(pattern, True)
+    monkeypatch.setattr(counting, "_INT64_SAFE", 2)
+    assert g.count(pattern, device=CPU, homomorphism=True) == want
+    assert g.count(pattern, device=CPU) == want_iso          # a group's terms as Python integers
