@@ -54,7 +54,8 @@ def timed(fn, timeout=None):
 
 
 def candidates(args, base, set_name):
-    """Query names to screen: from ``--pick-from`` CSVs of this set (by their times), else a sample."""
+    """Query names to screen: from ``--pick-from`` CSVs of this set (by their times: the likely long
+    ones first, then the likely short ones), else a sample."""
     names = sorted(n for n in os.listdir(os.path.join(base, "queries")) if n.endswith(".graph"))
     for path in args.pick_from or []:
         rows = [r for r in csv.DictReader(open(path)) if r.get("status") == "ok" and r["query"] in names]
@@ -63,16 +64,19 @@ def candidates(args, base, set_name):
         long_ = [r["query"] for r in rows if args.min_seconds <= float(r["seconds"]) <= args.max_seconds]
         short = sorted((r for r in rows if 0.02 <= float(r["seconds"]) < args.min_seconds),
                        key=lambda r: -float(r["seconds"]))
-        return pick(long_, 3 * args.long, args.seed) + [r["query"] for r in short[:3 * args.short]]
-    return pick(names, args.sample, args.seed)
+        return pick(long_, 3 * args.long, args.seed), [r["query"] for r in short[:3 * args.short]]
+    return pick(names, args.sample, args.seed), []
 
 
 def screen(g, base, names, args):
     """(long, short) queries with their one-process (count, seconds)."""
+    likely_long, likely_short = names
     long_, short = [], []
-    for name in names:
+    for name in likely_long + likely_short:
         if len(long_) >= args.long and len(short) >= args.short:
             break
+        if name in likely_long and len(long_) >= args.long and likely_short:
+            continue
         path = os.path.join(base, "queries", name)
         n, s = timed(lambda ev: g.count(path, device=args.device, cancel=ev, progress=False), args.max_seconds)
         C.say(f"screen {name}: {n} in {s:.2f} s")

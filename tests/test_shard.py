@@ -162,19 +162,29 @@ def test_counts_and_rows_vs_oracle(graphs, client, budget):
     assert nonzero >= 4
 
 
-def test_replanned_shards_stay_exact(graphs, client, monkeypatch):
-    """Each task's engine switches to the refined plan at once: the shard's restriction holds there too."""
-    from sgsi.join import engine
-    monkeypatch.setattr(engine, "REPLAN_MIN_WORK", 0)
-    monkeypatch.setattr(engine, "REPLAN_FACTOR", 0)
-    monkeypatch.setattr(engine, "REPLAN_COST_FACTOR", 0)
+def test_shards_restrict_their_refined_plans(graphs, client, monkeypatch):
+    """A task plans on refined sets at once, restricted before the refinement, in the split plan's
+    order; its counts and rows stay the oracle's."""
+    from sgsi.join import query
+    seen = []
+    make_plan = query.make_plan
+
+    def recording(*args, shard=None, **kwargs):
+        if shard is not None:
+            seen.append(kwargs.get("refine_rounds", query.REFINE_ROUNDS))
+            plan = make_plan(*args, shard=shard, **kwargs)
+            assert plan.order[:len(plan.order) - plan.factored] == \
+                [u for u in shard.order if u in plan.order[:len(plan.order) - plan.factored]]
+            return plan
+        return make_plan(*args, **kwargs)
+    monkeypatch.setattr(query, "make_plan", recording)      # the workers are threads of this process
     edges, vlabels, stores = graphs
     g = stores["16KB"]
     for p in ["(h:0)-[:E0]->(x)-->(y)-->(h)", "(a)-->(b)-->(c), (a)-->(c)", "(a:1)-->(b)<--(c:2)-->(d)"]:
         want = oracle_matches(edges, vlabels, p)
         assert g.count(p, device=CPU, memory_budget="16KB", client=client) == len(want), p
-        assert g.last_stats["replanned"] > 0
         assert rows(g.match(p, device=CPU, memory_budget="16KB", client=client))[0] == project(want, p), p
+    assert seen and set(seen) == {query.REFINE_ROUNDS}
 
 
 HPRD_QUERIES = ["query_dense_16_1.graph", "query_dense_16_2.graph", "query_dense_16_63.graph",

@@ -256,10 +256,16 @@ class Query:
             backend = _Watched(backend, self.check)
         pat, store, injective = self.pattern, self.store, self.injective
         shard = self.shard
+        if shard is not None:
+            # A shard of a query its driver split on refined sets: refined at once (a restricted
+            # first plan would switch late, its work limit scaled to its smaller sets).
+            plan = self._guard(backend.run, lambda: make_plan(store, pat, backend, injective=injective,
+                                                              factor_leaves=count, shard=shard))
+            return Engine(store, plan, backend, budget, progress=self.progress)
         plan = self._guard(backend.run, lambda: make_plan(store, pat, backend, injective=injective, refine_rounds=0,
-                                                          factor_leaves=count, shard=shard))
+                                                          factor_leaves=count))
         refined = lambda: make_plan(store, pat, backend, injective=injective, refine_rounds=REFINE_ROUNDS,  # noqa: E731
-                                    factor_leaves=count, filtered=plan.candidates, shard=shard)  # not filtered again
+                                    factor_leaves=count, filtered=plan.candidates)      # not filtered again
         return Engine(store, plan, backend, budget, replan=refined, progress=self.progress)
 
     def _halved(self, backend, budget, shortage):

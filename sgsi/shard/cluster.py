@@ -28,10 +28,15 @@ def need_dask():
     return distributed
 
 
-def gpu_wanted(device) -> bool:
-    """Whether a local cluster for ``device`` is one of GPUs (``auto``: where this host has one)."""
+def check_device(device):
+    """An SgsiError for a device other than cpu, gpu and auto."""
     if device not in ("cpu", "gpu", "auto"):
         raise SgsiError(f"unknown device {device!r}: use cpu, gpu or auto")
+
+
+def gpu_wanted(device) -> bool:
+    """Whether a local cluster for ``device`` is one of GPUs (``auto``: where this host has one)."""
+    check_device(device)
     if device == "cpu":
         return False
     from ..join.backend import gpu_available      # CuPy and a driver: none on a CPU host
@@ -70,18 +75,21 @@ def connect(workers=None, scheduler=None, client=None, device="auto"):
 
 
 def _local_cluster(workers, gpu):
-    # No dashboard; the scheduler's HTTP server (health checks) on a free port, not 8787.
+    import dask
+    # No dashboard; the scheduler's HTTP server (health checks) on a free port, not 8787; no
+    # statistical profiler in the workers (it samples the task's stack every 10 ms, GIL held).
     quiet = {"dashboard_address": None, "scheduler_kwargs": {"dashboard_address": ":0"},
              "silence_logs": logging.CRITICAL, "memory_limit": 0}
-    if gpu:
-        try:
-            from dask_cuda import LocalCUDACluster
-        except ImportError:
-            raise SgsiError("--workers on the GPU needs dask-cuda (one worker per GPU): "
-                            "pip install 'sgsi[dask-gpu]', or use --device cpu") from None
-        return LocalCUDACluster(n_workers=workers, threads_per_worker=1, **quiet)
-    from distributed import LocalCluster
-    return LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, **quiet)
+    with dask.config.set({"distributed.worker.profile.enabled": False}):
+        if gpu:
+            try:
+                from dask_cuda import LocalCUDACluster
+            except ImportError:
+                raise SgsiError("--workers on the GPU needs dask-cuda (one worker per GPU): "
+                                "pip install 'sgsi[dask-gpu]', or use --device cpu") from None
+            return LocalCUDACluster(n_workers=workers, threads_per_worker=1, **quiet)
+        from distributed import LocalCluster
+        return LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, **quiet)
 
 
 def slots(client) -> int:

@@ -1,13 +1,11 @@
 """The driver of a sharded query: split it, submit a task a shard, sum the counts or read the parts.
 
-The query is planned here (on the CPU: the filtered candidate sets, no
-refinement) and split by its first vertex's candidates into
-:data:`TASKS_PER_WORKER` tasks a worker, the most costly submitted first
-with the highest priority, so that Dask's work stealing evens out the heavy
-ones. A cancel, an error in a task, or a match reader closed early tells
-every worker to stop the query's tasks (``Client.run``, a message that
-does not wait in the task queue), drops the tasks not started, closes the
-cluster started here and removes the parts.
+The query is planned here (on the CPU, with refined candidate sets) and cut
+into about :data:`TASKS_PER_WORKER` tasks a worker (:func:`sgsi.join.shard.split`),
+the most costly submitted first with the highest priority, so that Dask's
+work stealing evens out the heavy ones. A cancel, an error in a task, or a
+match reader closed early stops the query's tasks (:meth:`_Run.stop`),
+closes the cluster started here and removes the scratch directory.
 """
 
 from __future__ import annotations
@@ -25,7 +23,7 @@ from ..errors import SgsiError
 from ..join.progress import Progress, reporter
 from ..join.query import Query, cancel_check
 from . import parts, tasks
-from .cluster import connect, gpu_wanted, slots
+from .cluster import check_device, connect, gpu_wanted, slots
 
 #: Tasks a worker gets (Dask steals the queued ones from busy workers).
 TASKS_PER_WORKER = 8
@@ -35,7 +33,7 @@ POLL = 0.02
 
 def count(graph, pattern, *, device, memory_budget, injective, cancel, progress, workers, scheduler, client):
     """The number of matches, summed over the shards' tasks (see :meth:`sgsi.Graph.count`)."""
-    gpu_wanted(device)                          # a bad device: an error before any work
+    check_device(device)                        # before any work (the workers may have the GPUs)
     check = cancel_check(cancel)
     planner = Query(graph.store, graph._backends, pattern, "cpu", memory_budget, injective, progress=False)
     shards = planner.shards(TASKS_PER_WORKER * workers, count=True) if workers else None
@@ -56,7 +54,7 @@ def count(graph, pattern, *, device, memory_budget, injective, cancel, progress,
 def match(graph, pattern, *, device, memory_budget, injective, limit, cancel, progress, workers, scheduler, client):
     """(a RecordBatchReader of the shards' rows, a list receiving the error that ended it): as
     :meth:`sgsi.join.query.Query.stream`, read from the tasks' parts as they finish."""
-    gpu_wanted(device)
+    check_device(device)
     check = cancel_check(cancel)
     planner = Query(graph.store, graph._backends, pattern, "cpu", memory_budget, injective, progress=False)
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
@@ -95,6 +93,10 @@ def _batches(run, limit, failure, check, progress, end, publish):
         for shard, (n, task_stats) in run.completed(check, progress):
             _merge(stats, task_stats)
             target = parts.path(run.directory, shard.index)
+            if n and not os.path.exists(target):
+                raise SgsiError(f"task {shard.index} wrote its rows where this process does not see them: with "
+                                f"workers on other hosts, set SGSI_SHARD_DIR to a directory that they and this "
+                                f"process all see")
             for batch in parts.read(target) if n else ():
                 if check is not None:
                     check()
