@@ -77,6 +77,12 @@ def _add_query_options(p, homomorphism=True):
         p.add_argument("--homomorphism", action="store_true",
                        help="allow two pattern vertices to match the same data vertex "
                             "(default: injective matching, i.e. subgraph isomorphism)")
+    p.add_argument("--workers", type=_positive, metavar="N",
+                   help="shard the query over a local Dask cluster of N workers (processes on the CPU, one a "
+                        "GPU on the GPU); pays off for queries of a second or more (pip install 'sgsi[dask]')")
+    p.add_argument("--scheduler", metavar="ADDRESS",
+                   help="shard the query over the Dask cluster at ADDRESS (tcp://host:8786), whose workers "
+                        "see the store at the same path")
 
 
 def _parser():
@@ -151,6 +157,7 @@ examples:
   sgsi count social.sgsi '(a:Person)-[:KNOWS]->(b:Person)-[:KNOWS]->(a)'
   sgsi count yeast.sgsi queries/query_dense_16_1.graph --device cpu
   sgsi count social.sgsi '(a)--(b)--(c)--(a)' --memory-budget 64MB
+  sgsi count social.sgsi '(a)--(b)--(c)--(d)--(a)' --workers 4     # on 4 processes (Dask)
 """)
     p.add_argument("store", metavar="STORE", help="a graph store directory")
     p.add_argument("pattern", metavar="PATTERN", help="a pattern, or a query file")
@@ -189,6 +196,13 @@ examples:
     p.add_argument("--keep", action="store_true", help="keep the generated files and print where they are")
     p.set_defaults(func=_cmd_demo)
     return parser
+
+
+def _positive(text):
+    n = _non_negative(text)
+    if n == 0:
+        raise argparse.ArgumentTypeError("must be at least 1")
+    return n
 
 
 def _non_negative(text):
@@ -310,7 +324,8 @@ def _cmd_count(args):
     with open_graph(args.store) as g:
         t0 = time.perf_counter()
         n = g.count(args.pattern, device=args.device, memory_budget=args.memory_budget,
-                    homomorphism=args.homomorphism, progress=_progress())
+                    homomorphism=args.homomorphism, progress=_progress(), workers=args.workers,
+                    scheduler=args.scheduler)
         dt = time.perf_counter() - t0
         _say(f"sgsi: {_stats_line(g.last_stats)}, {dt:.3f} s")
     print(n)
@@ -340,7 +355,8 @@ def _cmd_match(args):
     with open_graph(args.store) as g:
         t0 = time.perf_counter()
         reader, failure = g._match(args.pattern, device=args.device, memory_budget=args.memory_budget,
-                                   injective=not args.homomorphism, limit=max_rows, progress=_progress())
+                                   injective=not args.homomorphism, limit=max_rows, progress=_progress(),
+                                   workers=args.workers, scheduler=args.scheduler)
         if len(reader.schema) == 0:
             raise PatternError("the pattern names no vertex, so there are no columns to write: name one, "
                                "e.g. (a), or use sgsi count")
@@ -378,7 +394,7 @@ def _stats_line(stats):
     if not stats:
         return "done"
     parts = [f"device {stats.get('device', '?')}"]
-    for key in ("chunks", "steps", "segments"):
+    for key in ("tasks", "chunks", "steps", "segments"):
         if key in stats:
             parts.append(f"{key} {stats[key]:,}")
     if "segment_bytes" in stats:

@@ -8,7 +8,7 @@ import threading
 import pyarrow as pa
 
 from .join.query import Backends, Query
-from .options import query_options
+from .options import query_options, scale_options
 from .storage.build import build_store
 from .storage.store import Store
 
@@ -129,18 +129,30 @@ class Graph:
     # -- queries --------------------------------------------------------------------
 
     def count(self, pattern, device="auto", memory_budget=None, *, homomorphism=False, cancel=None, progress=True,
-              **deprecated) -> int:
+              workers=None, scheduler=None, client=None, **deprecated) -> int:
         """Number of embeddings of ``pattern`` (every automorphic copy counted).
 
         ``homomorphism=True`` counts homomorphisms (two pattern vertices may
         match one data vertex) instead of isomorphisms. ``injective=False``
         is its deprecated spelling (a :class:`DeprecationWarning`).
+
+        ``workers=N`` shards the query over a local Dask cluster started for
+        it (N single-threaded processes on the CPU, one worker per GPU with
+        dask-cuda on the GPU); ``scheduler="tcp://host:8786"`` or
+        ``client=`` (a ``dask.distributed.Client``) over a running one whose
+        workers see this store's path. Needs ``pip install 'sgsi[dask]'``.
         """
         injective = not query_options("count", homomorphism, None, deprecated)[0]
+        workers, scheduler = scale_options(workers, scheduler, client)
+        if workers is not None or scheduler is not None or client is not None:
+            from .shard import driver
+            return driver.count(self, pattern, device=device, memory_budget=memory_budget, injective=injective,
+                                cancel=cancel, progress=progress, workers=workers, scheduler=scheduler, client=client)
         return self._query(pattern, device, memory_budget, injective, cancel, progress).count()
 
     def match(self, pattern, device="auto", memory_budget=None, *, homomorphism=False, max_rows=None,
-              cancel=None, progress=True, **deprecated) -> pa.RecordBatchReader:
+              cancel=None, progress=True, workers=None, scheduler=None, client=None,
+              **deprecated) -> pa.RecordBatchReader:
         """Embeddings as a stream of record batches: one column per named vertex, original ids.
 
         The engine runs as the batches are read. Closing the reader early
@@ -155,14 +167,26 @@ class Graph:
         under the query) reaches the reader as :class:`pyarrow.ArrowInvalid`
         whose message holds sgsi's: pyarrow's stream interface, which makes
         ``close()`` stop the engine, carries no exception type.
+
+        ``workers``, ``scheduler`` and ``client`` shard the query as in
+        :meth:`count`: each task writes its rows as a Parquet part of one
+        scratch directory, read back here as the tasks finish (rows in no
+        fixed order); closing the reader stops the tasks and removes the parts.
         """
         homomorphism, max_rows = query_options("match", homomorphism, max_rows, deprecated)
-        return self._match(pattern, device, memory_budget, not homomorphism, max_rows, cancel, progress)[0]
+        return self._match(pattern, device, memory_budget, not homomorphism, max_rows, cancel, progress, workers,
+                           scheduler, client)[0]
 
     def _match(self, pattern, device="auto", memory_budget=None, injective=True, limit=None, cancel=None,
-               progress=True):
+               progress=True, workers=None, scheduler=None, client=None):
         """:meth:`match`, and a list that receives the exception that ended the stream, if any
         (the command line and SQL re-raise it with its type: :func:`reraise_stream_error`)."""
+        workers, scheduler = scale_options(workers, scheduler, client)
+        if workers is not None or scheduler is not None or client is not None:
+            from .shard import driver
+            return driver.match(self, pattern, device=device, memory_budget=memory_budget, injective=injective,
+                                limit=limit, cancel=cancel, progress=progress, workers=workers, scheduler=scheduler,
+                                client=client)
         return self._query(pattern, device, memory_budget, injective, cancel, progress).stream(limit)
 
     def _query(self, pattern, device, memory_budget, injective, cancel, progress):

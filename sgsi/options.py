@@ -8,6 +8,8 @@ Every option has one name, spelled the way each interface spells names::
     device="cpu"             device := 'cpu'            --device cpu
     memory_budget="2GB"      memory_budget := '2GB'     --memory-budget 2GB
     force=True               force := true              --force
+    workers=4                workers := 4               --workers 4
+    scheduler="tcp://h:8786" scheduler := 'tcp://h:8786' --scheduler tcp://h:8786
 
 ``homomorphism`` is what Cypher and graph databases call non-injective
 matching. The row limit is ``max_rows`` (DuckDB's ``.maxrows``, JDBC's
@@ -36,7 +38,7 @@ FLAGS = frozenset({"force", "lean", "undirected", "homomorphism", "verify"})
 
 #: Options that take a value; ``--memory-budget`` is ``memory_budget`` in Python and SQL.
 VALUED = frozenset({"device", "memory-budget", "max-rows", "graph", "edges", "vertices", "src", "dst", "label",
-                    "id", "vertex-label", "theta"})
+                    "id", "vertex-label", "theta", "workers", "scheduler"})
 
 INTERFACES = ("python", "sql", "cli")
 
@@ -120,3 +122,21 @@ def query_options(method, homomorphism, max_rows, deprecated, stacklevel=3):
     if max_rows is not None and (isinstance(max_rows, bool) or not isinstance(max_rows, int) or max_rows < 0):
         raise SgsiError(f"max_rows must be a non-negative integer, got {max_rows!r}")
     return bool(homomorphism), max_rows
+
+
+def scale_options(workers, scheduler, client=None):
+    """``(workers, scheduler)`` of a sharded query, checked: ``workers`` a positive integer (a local
+    cluster of that many), ``scheduler`` a Dask scheduler's address; at most one of them and
+    Python's ``client`` (a ``dask.distributed.Client``). All None: the query runs in this process."""
+    from .errors import SgsiError
+
+    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
+        raise SgsiError(f"--workers must be a positive integer, got {workers!r}")
+    if scheduler is not None and (not isinstance(scheduler, str) or not scheduler.strip()):
+        raise SgsiError(f"--scheduler must be a Dask scheduler's address such as tcp://host:8786, got {scheduler!r}")
+    if sum(x is not None for x in (workers, scheduler, client)) > 1:
+        given = [n for n, x in (("--workers", workers), ("--scheduler", scheduler), ("client", client))
+                 if x is not None]
+        raise SgsiError(f"give only one of {', '.join(given)}: --workers starts a local cluster, --scheduler "
+                        f"and client use a running one")
+    return workers, scheduler

@@ -70,21 +70,35 @@ class _RowGroupWriter:
         self.writer.close()
 
 
-def write_parquet(reader: pa.RecordBatchReader, path, *, compression="snappy") -> int:
+def write_parquet(reader: pa.RecordBatchReader, path, *, compression="snappy", fsync=False) -> int:
     """Write every batch of ``reader`` into one Parquet file at ``path``.
 
     The file is written under a temporary name in the same directory and
     renamed into place when complete, so ``path`` never holds a partial
-    file. Returns the number of rows written.
+    file; ``fsync``: it is on disk before the rename, and the rename after.
+    Returns the number of rows written.
     """
-    with replacing_file(os.fspath(path)) as tmp:
+    path = os.fspath(path)
+    with replacing_file(path) as tmp:
         out = _RowGroupWriter(tmp, reader.schema, compression)
         try:
             for batch in reader:
                 out.write(batch)
         finally:
             out.close()
+        if fsync:
+            _fsync(tmp)
+    if fsync:
+        _fsync(os.path.dirname(os.path.abspath(path)))
     return out.rows
+
+
+def _fsync(path):
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def write_parquet_parts(reader: pa.RecordBatchReader, directory, *, rows_per_file=1 << 22,

@@ -14,7 +14,8 @@
 -- so that its cached results are kept apart from other connections'; the
 -- transaction id lets sgsi tell statements apart, so one statement runs the
 -- engine once however often DuckDB binds the macro, and old results are
--- removed. ${device}, ${memory_budget} and ${homomorphism} are the defaults
+-- removed. workers := N and scheduler := 'tcp://host:8786' shard the query
+-- over Dask (README). ${device}, ${memory_budget} and ${homomorphism} are the defaults
 -- given to sgsi.register(con, ...). The placeholders are filled in by
 -- sgsi/db/registration.py.
 
@@ -25,22 +26,27 @@ CREATE OR REPLACE TEMP MACRO match(graph, pattern,
                                    device := ${device},
                                    memory_budget := ${memory_budget},
                                    homomorphism := ${homomorphism},
-                                   max_rows := NULL) AS TABLE
+                                   max_rows := NULL,
+                                   workers := NULL,
+                                   scheduler := NULL) AS TABLE
     SELECT * FROM read_parquet(
         sgsi_match_files(${token}, txid_current(),
                          CAST(graph AS VARCHAR), CAST(pattern AS VARCHAR), CAST(device AS VARCHAR),
                          CAST(memory_budget AS VARCHAR), CAST(homomorphism AS BOOLEAN),
-                         CAST(max_rows AS BIGINT)),
+                         CAST(max_rows AS BIGINT), CAST(workers AS BIGINT), CAST(scheduler AS VARCHAR)),
         hive_partitioning := false);
 
 -- SELECT match_count('G.sgsi', '(a)-[:KNOWS]->(b)-[:KNOWS]->(a)');
 CREATE OR REPLACE TEMP MACRO match_count(graph, pattern,
                                          device := ${device},
                                          memory_budget := ${memory_budget},
-                                         homomorphism := ${homomorphism}) AS
+                                         homomorphism := ${homomorphism},
+                                         workers := NULL,
+                                         scheduler := NULL) AS
     sgsi_count(${token}, txid_current(),
                CAST(graph AS VARCHAR), CAST(pattern AS VARCHAR), CAST(device AS VARCHAR),
-               CAST(memory_budget AS VARCHAR), CAST(homomorphism AS BOOLEAN));
+               CAST(memory_budget AS VARCHAR), CAST(homomorphism AS BOOLEAN),
+               CAST(workers AS BIGINT), CAST(scheduler AS VARCHAR));
 
 -- SELECT sgsi_build('G.sgsi', edges := 'edges/*.parquet', vertices := 'v.parquet');
 -- SELECT sgsi_build('G.sgsi', edges_query := 'SELECT a AS src, b AS dst, rel AS label FROM knows');

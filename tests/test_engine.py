@@ -915,7 +915,7 @@ def test_subtrees_counted_per_row(cases, budget, injective):
     want = case.count(ROOTED, injective)
     assert g.count(ROOTED, device=CPU, memory_budget=budget, homomorphism=not injective) == want
     assert g.last_stats["subtrees"] == 1
-    from sgsi.join import counting, engine
+    from sgsi.join import counting
     with pytest.MonkeyPatch.context() as m:
         m.setattr(counting, "_INT64_SAFE", 2)          # the subtree's sums as Python integers
         assert g.count(ROOTED, device=CPU, memory_budget=budget, homomorphism=not injective) == want
@@ -1071,7 +1071,7 @@ def test_sizes_less_own_vs_sets(gaps):
 
 def test_leaf_products_past_int64_stay_exact(cases, monkeypatch):
     """The exact (Python integer) path of the leaf product gives the same count as int64."""
-    from sgsi.join import counting, engine
+    from sgsi.join import counting
 
     case = cases["int"]
     g = case.graphs[None]

@@ -204,14 +204,15 @@ def test_errors_are_clear_and_leave_the_connection_usable(con, reg, social, sql,
 @pytest.mark.parametrize("sql, message", [
     ("SELECT match_count(STORE, '(a)-->(b)', homomorphsm := true)",
      "Binder Error: match_count() has no option 'homomorphsm' (did you mean homomorphism?); its options are "
-     "device, memory_budget, homomorphism (name := value, after graph, pattern)"),
+     "device, memory_budget, homomorphism, workers, scheduler (name := value, after graph, pattern)"),
     ("SELECT * FROM match(STORE, '(a)-->(b)', injective := false)", "no option 'injective' (did you mean homomorphism?)"),
     ('SELECT * FROM match(STORE, \'(a)-->(b)\', "limit" := 3)', "no option 'limit' (did you mean max_rows?)"),
     ("SELECT * FROM match(STORE, '(a)-->(b)', limit := 3)", "LIMIT is a reserved word in SQL, so match() calls its "
      "row limit max_rows: write max_rows := N"),
     ("SELECT sgsi_build('x.sgsi', edge => 'e.parquet')", "sgsi_build() has no option 'edge' (did you mean edges?)"),
-    ("SELECT x FROM range(2) t(x) WHERE x < (SELECT match_count(STORE, '(a)', 'cpu', NULL, false, 1))",
-     "match_count() takes at most 5 arguments (graph, pattern, device, memory_budget, homomorphism), got 6"),
+    ("SELECT x FROM range(2) t(x) WHERE x < (SELECT match_count(STORE, '(a)', 'cpu', NULL, false, NULL, NULL, 1))",
+     "match_count() takes at most 7 arguments (graph, pattern, device, memory_budget, homomorphism, workers, "
+     "scheduler), got 8"),
     ("SELECT match_count(STORE)", "match_count() needs graph and pattern first, got 1 argument"),
 ])
 @pytest.mark.parametrize("method", ["execute", "sql"])

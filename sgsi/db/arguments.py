@@ -21,7 +21,8 @@ MACROS = ("match", "match_count", "sgsi_build")
 
 #: Names users try for an option the macros spell otherwise.
 _SYNONYMS = {"limit": "max_rows", "injective": "homomorphism", "homomorphic": "homomorphism",
-             "budget": "memory_budget", "memory": "memory_budget", "replace": "force", "overwrite": "force"}
+             "budget": "memory_budget", "memory": "memory_budget", "replace": "force", "overwrite": "force",
+             "n_workers": "workers", "processes": "workers", "client": "scheduler", "address": "scheduler"}
 
 _BINDER = re.compile(r'Macro "?(\w+)"?\(\) does not support the supplied arguments')
 _PARSER = re.compile(r'syntax error at or near "(\w+)"', re.IGNORECASE)

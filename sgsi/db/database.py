@@ -23,6 +23,7 @@ import duckdb
 from ..errors import InputError, PatternError, SgsiError, os_error_behind
 from ..graph import Graph
 from ..join.query import reraise_stream_error
+from ..options import scale_options
 from ..results import write_parquet_parts
 from ..storage.build import build_store
 from . import scratch
@@ -34,9 +35,10 @@ STATES: "weakref.WeakValueDictionary[str, Database]" = weakref.WeakValueDictiona
 
 #: The Python functions a database gets: name -> (parameter types, return type).
 UDF_TYPES = {
-    "sgsi_match_files": (["VARCHAR", "UBIGINT", "VARCHAR", "VARCHAR", "VARCHAR", "VARCHAR", "BOOLEAN", "BIGINT"],
-                         "VARCHAR[]"),
-    "sgsi_count": (["VARCHAR", "UBIGINT", "VARCHAR", "VARCHAR", "VARCHAR", "VARCHAR", "BOOLEAN"], "BIGINT"),
+    "sgsi_match_files": (["VARCHAR", "UBIGINT", "VARCHAR", "VARCHAR", "VARCHAR", "VARCHAR", "BOOLEAN", "BIGINT",
+                          "BIGINT", "VARCHAR"], "VARCHAR[]"),
+    "sgsi_count": (["VARCHAR", "UBIGINT", "VARCHAR", "VARCHAR", "VARCHAR", "VARCHAR", "BOOLEAN", "BIGINT", "VARCHAR"],
+                   "BIGINT"),
     "sgsi_build_store": (["VARCHAR"] * 12 + ["BOOLEAN", "BOOLEAN", "VARCHAR", "BOOLEAN"], "VARCHAR"),
     "sgsi_state_id": ([], "VARCHAR"),
 }
@@ -152,29 +154,33 @@ class Database:
     # -- the SQL functions -------------------------------------------------------------
 
     @_in_sql
-    def match_files(self, token, txid, graph, pattern, device, memory_budget, homomorphism, max_rows):
+    def match_files(self, token, txid, graph, pattern, device, memory_budget, homomorphism, max_rows, workers,
+                    scheduler):
         """``sgsi_match_files``: Parquet files holding the result of one query."""
         c = self.connection(token)
         with c.lock:
             c.advance(txid)
-            key = cache_key(graph, pattern, device, memory_budget, homomorphism, max_rows)
+            scale_options(workers, scheduler)
+            key = cache_key(graph, pattern, device, memory_budget, homomorphism, max_rows) + (workers, scheduler)
             entry = c.files.get(key)
             if entry is None or not all(os.path.exists(f) for f in entry.value):
                 with c.run() as cancel:
                     entry = Entry(*self._run_match(token, graph, pattern, device, memory_budget, homomorphism,
-                                                   max_rows, cancel), c.generation)
+                                                   max_rows, cancel, workers, scheduler), c.generation)
                 c.files[key] = entry
             entry.generation = c.generation
             return entry.value
 
-    def _run_match(self, token, graph, pattern, device, memory_budget, homomorphism, max_rows, cancel=None):
+    def _run_match(self, token, graph, pattern, device, memory_budget, homomorphism, max_rows, cancel=None,
+                   workers=None, scheduler=None):
         _require(graph, "graph")
         _require(pattern, "pattern")
         if max_rows is not None and max_rows < 0:
             raise SgsiError(f"max_rows must not be negative, got {max_rows}")
         with self.stores.use(graph) as g:
             reader, failure = g._match(pattern, device=device or "auto", memory_budget=memory_budget,
-                                       injective=not homomorphism, limit=max_rows, cancel=cancel)
+                                       injective=not homomorphism, limit=max_rows, cancel=cancel, workers=workers,
+                                       scheduler=scheduler)
             try:
                 if len(reader.schema) == 0:
                     raise PatternError("the pattern names no vertex, so match() would return no columns: "
@@ -197,12 +203,13 @@ class Database:
         return [os.path.join(d, f"part-{i:05d}.parquet") for i in range(n_files)], d
 
     @_in_sql
-    def count(self, token, txid, graph, pattern, device, memory_budget, homomorphism):
+    def count(self, token, txid, graph, pattern, device, memory_budget, homomorphism, workers, scheduler):
         """``sgsi_count``: the number of matches."""
         c = self.connection(token)
         with c.lock:
             c.advance(txid)
-            key = cache_key(graph, pattern, device, memory_budget, homomorphism, None)
+            scale_options(workers, scheduler)
+            key = cache_key(graph, pattern, device, memory_budget, homomorphism, None) + (workers, scheduler)
             entry = c.counts.get(key)
             if entry is None:
                 _require(graph, "graph")
@@ -210,7 +217,7 @@ class Database:
                 with self.stores.use(graph) as g, c.run() as cancel:
                     self._bump("count_runs")
                     n = g.count(pattern, device=device or "auto", memory_budget=memory_budget,
-                                homomorphism=bool(homomorphism), cancel=cancel)
+                                homomorphism=bool(homomorphism), cancel=cancel, workers=workers, scheduler=scheduler)
                     c.last_stats = g.thread_last_stats()
                 if n >= 2**63:
                     raise SgsiError(f"{n} matches do not fit in a BIGINT")

@@ -127,7 +127,7 @@ REFINE_ROUNDS = 2
 
 
 def make_plan(store, pattern: Pattern, backend, injective=True, refine_rounds=REFINE_ROUNDS,
-              factor_leaves=False, filtered=None) -> QueryPlan:
+              factor_leaves=False, filtered=None, shard=None) -> QueryPlan:
     """Resolve, filter and order ``pattern`` on ``store``.
 
     ``factor_leaves`` (count only): the vertices that :func:`_factored_vertices`
@@ -136,7 +136,8 @@ def make_plan(store, pattern: Pattern, backend, injective=True, refine_rounds=RE
     instead of enumerating them. ``filtered``: the candidate bitsets of a plan of
     the same pattern, store and ``injective`` made with no refinement (the
     signature filter's and degree tests' sets): refinement starts from them
-    instead of filtering again.
+    instead of filtering again. ``shard``: a :class:`~sgsi.join.shard.Shard`, whose vertices keep
+    only their candidates in its ranges (before refinement), in its order.
     """
     vlabel = []
     empty = False
@@ -162,11 +163,13 @@ def make_plan(store, pattern: Pattern, backend, injective=True, refine_rounds=RE
     # A backend that keeps every partition's degrees on the device finds refine_cost with the
     # counts, in their read (the engine asks for it once the join outgrows the candidate sets).
     early_cost = refine_rounds == 0 and backend.early_refine_cost
-    if filtered is None and refine_rounds == 0:
+    if filtered is None and refine_rounds == 0 and shard is None:
         # The filter and what the order asks of its sets (sizes, overlaps) in one call.
         bits, counts, meets, cost = _filtered_sets(store, backend, vlabel, inc, injective, early_cost)
     else:
         bits = list(filtered) if filtered is not None else _candidates(store, backend, vlabel, inc, injective)
+        if shard is not None:
+            bits = shard.apply(backend.xp, bits)
         for r in range(refine_rounds):
             # Whether a round changed the sets decides only whether another follows.
             bits, changed = _refine(store, backend, bits, inc, check=r + 1 < refine_rounds)
@@ -181,7 +184,7 @@ def make_plan(store, pattern: Pattern, backend, injective=True, refine_rounds=RE
     # Sets of different vertex labels share no vertex: the CPU's overlaps answer those pairs
     # without reading the sets (the GPU's find every pair in one launch anyway).
     meets.labels = list(vlabel)
-    order = _order(store, pattern, inc, counts)
+    order = list(shard.order) if shard is not None and shard.order else _order(store, pattern, inc, counts)
     groups, trees = _factored_vertices(pattern, meets, injective, order) if factor_leaves else ([], [])
     tail = [u for g in groups for u in g] + [u for root, kids in trees for u in [root] + [w for g in kids for w in g]]
     order = [u for u in order if u not in tail] + tail

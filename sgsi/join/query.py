@@ -24,6 +24,7 @@ from .backends import get_backend
 from .engine import Engine
 from .plan import REFINE_ROUNDS, make_plan
 from .progress import Progress, reporter
+from .shard import split
 
 #: The most vertices a pattern may have. The engine runs one join step per
 #: pattern vertex, nested (depth first), and plans in time quadratic in the
@@ -81,11 +82,12 @@ class Query:
     """One count or match of ``pattern`` over ``store``; see the module's docstring.
 
     ``publish(stats)`` receives the query's stats when it ends well (and for a stream, when it
-    ends at all)."""
+    ends at all). ``shard``: a :class:`~sgsi.join.shard.Shard`, the part of the query to run."""
 
     def __init__(self, store, backends, pattern, device="auto", memory_budget=None, injective=True,
-                 cancel=None, publish=None, progress=True):
+                 cancel=None, publish=None, progress=True, shard=None):
         self.store, self.backends = store, backends
+        self.shard = shard              # a Shard: this query is one task of a sharded one
         self.pattern = load(pattern)
         self.check = cancel_check(cancel)
         self.report = reporter(progress)
@@ -211,6 +213,28 @@ class Query:
                 chunks = chunk = engine = None
                 self.backends.give_back(self.device, backend, failed)
 
+    # -- a sharded query's split ---------------------------------------------------------
+
+    def shards(self, tasks, count=False):
+        """About ``tasks`` :class:`~sgsi.join.shard.Shard` of this query, the most costly first
+        (:func:`~sgsi.join.shard.split` of its refined plan), after the budget check; none where
+        a benchmark query's label matches nothing."""
+        backend = self.backends.take(self.device)
+        failed = True
+        try:
+            self._begin(backend)
+            plan = self._guard(backend.run, lambda: make_plan(self.store, self.pattern, backend,
+                                                              injective=self.injective,
+                                                              refine_rounds=REFINE_ROUNDS, factor_leaves=count))
+            out = [] if plan.empty else split(self.store, plan, backend, tasks)
+            failed = False
+            return out
+        except BaseException as e:
+            drop_frames(e)
+            raise
+        finally:
+            self.backends.give_back(self.device, backend, failed)
+
     # -- the parts --------------------------------------------------------------------
 
     def _begin(self, backend):
@@ -231,6 +255,13 @@ class Query:
             self.check()
             backend = _Watched(backend, self.check)
         pat, store, injective = self.pattern, self.store, self.injective
+        shard = self.shard
+        if shard is not None:
+            # A shard of a query its driver split on refined sets: refined at once (a restricted
+            # first plan would switch late, its work limit scaled to its smaller sets).
+            plan = self._guard(backend.run, lambda: make_plan(store, pat, backend, injective=injective,
+                                                              factor_leaves=count, shard=shard))
+            return Engine(store, plan, backend, budget, progress=self.progress)
         plan = self._guard(backend.run, lambda: make_plan(store, pat, backend, injective=injective, refine_rounds=0,
                                                           factor_leaves=count))
         refined = lambda: make_plan(store, pat, backend, injective=injective, refine_rounds=REFINE_ROUNDS,  # noqa: E731

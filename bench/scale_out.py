@@ -1,0 +1,195 @@
+"""Scale-out benchmark: one query sharded over 1, 2, ... Dask workers (CPU processes, or GPUs).
+
+For each benchmark set, queries are screened in one process (a sample, or those a hard.py CSV
+timed between ``--min-seconds`` and ``--max-seconds``); the long ones (over ``--min-seconds``,
+default 1 s) and a few short ones (the overhead's side) are then counted on a cluster of each
+size in ``--workers``, started once per size and warmed up (its start-up, 2-4 s, is not in the
+times: a running cluster's queries see none). The counts must agree with one process and with
+the set's expected counts. Written: ``--out`` (markdown) and a CSV beside it.
+
+    python bench/scale_out.py --set yeast --set hprd-hard --workers 1 2 \\
+        --pick-from bench/results/hard_yeast_cpu.csv --long 8 --short 3          # CPU, this machine
+    python bench/scale_out.py --device gpu --workers 1 2 4 --set yeast --long 8 \\
+        --pick-from bench/results/hard_yeast_gpu.csv --out bench/results/scale_out_gpu.md   # dask-cuda
+
+Data sets: ``$SGSI_BENCHMARKS/<set>``, else /work/shared/benchmarks/<set>, else tests/data/benchmarks/<set>.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import math
+import os
+import sys
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import _common as C  # noqa: E402
+
+C.ensure_importable()
+import sgsi  # noqa: E402
+from hard import data_dir, group_of, pick  # noqa: E402
+from sgsi.errors import Cancelled  # noqa: E402
+from sgsi.shard.cluster import connect  # noqa: E402
+
+FIELDS = ["set", "query", "group", "kind", "count", "expected", "one_process_s", "tasks"]
+
+
+def timed(fn, timeout=None):
+    """(result or None on timeout, seconds) of ``fn(cancel)``."""
+    ev = threading.Event()
+    timer = threading.Timer(timeout, ev.set) if timeout else None
+    if timer:
+        timer.start()
+    t0 = time.perf_counter()
+    try:
+        return fn(ev), time.perf_counter() - t0
+    except Cancelled:
+        return None, time.perf_counter() - t0
+    finally:
+        if timer:
+            timer.cancel()
+
+
+def candidates(args, base, set_name):
+    """Query names to screen: from ``--pick-from`` CSVs of this set (by their times: the likely long
+    ones first, then the likely short ones), else a sample."""
+    names = sorted(n for n in os.listdir(os.path.join(base, "queries")) if n.endswith(".graph"))
+    for path in args.pick_from or []:
+        rows = [r for r in csv.DictReader(open(path)) if r.get("status") == "ok" and r["query"] in names]
+        if f"_{set_name}_" not in os.path.basename(path) or not rows:
+            continue
+        long_ = [r["query"] for r in rows if args.min_seconds <= float(r["seconds"]) <= args.max_seconds]
+        short = sorted((r for r in rows if 0.02 <= float(r["seconds"]) < args.min_seconds),
+                       key=lambda r: -float(r["seconds"]))
+        return pick(long_, 3 * args.long, args.seed), [r["query"] for r in short[:3 * args.short]]
+    return pick(names, args.sample, args.seed), []
+
+
+def screen(g, base, names, args):
+    """(long, short) queries with their one-process (count, seconds)."""
+    likely_long, likely_short = names
+    long_, short = [], []
+    for name in likely_long + likely_short:
+        if len(long_) >= args.long and len(short) >= args.short:
+            break
+        if name in likely_long and len(long_) >= args.long and likely_short:
+            continue
+        path = os.path.join(base, "queries", name)
+        n, s = timed(lambda ev: g.count(path, device=args.device, cancel=ev, progress=False), args.max_seconds)
+        C.say(f"screen {name}: {n} in {s:.2f} s")
+        if n is None:
+            continue
+        if s >= args.min_seconds and len(long_) < args.long:
+            long_.append((name, n, s))
+        elif 0.02 <= s < args.min_seconds and len(short) < args.short:
+            short.append((name, n, s))
+    return long_, short
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--set", action="append", help="yeast, hprd-hard (repeat; default both)")
+    p.add_argument("--data", help="a benchmark folder instead of --set")
+    p.add_argument("--device", default="cpu", choices=["cpu", "gpu"])
+    p.add_argument("--workers", type=int, nargs="+", default=[1, 2], help="cluster sizes (default 1 2)")
+    p.add_argument("--long", type=int, default=8, help="queries over --min-seconds a set (default 8)")
+    p.add_argument("--short", type=int, default=3, help="queries under it a set, for the overhead (default 3)")
+    p.add_argument("--min-seconds", type=float, default=1.0)
+    p.add_argument("--max-seconds", type=float, default=10.0, help="longer ones are left out")
+    p.add_argument("--pick-from", action="append", help="hard.py CSVs whose times pick the queries to screen")
+    p.add_argument("--sample", type=int, default=60, help="queries screened a set without --pick-from")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--repeat", type=int, default=2, help="runs a query and size; the least time is kept")
+    p.add_argument("--memory-budget", default=None)
+    p.add_argument("--out", default=None, help="markdown (default bench/results/scale_out_<device>.md)")
+    args = p.parse_args(argv)
+    args.out = args.out or os.path.join(C.RESULTS_DIR, f"scale_out_{args.device}.md")
+    start = C.machine()
+    rows = []
+    graphs = []
+    for set_name in args.set or ["yeast", "hprd-hard"]:
+        args.set = set_name
+        base = data_dir(args)
+        store = os.path.join(C.DATA_DIR, f"{set_name}.sgsi")
+        os.makedirs(C.DATA_DIR, exist_ok=True)
+        g = sgsi.open(store) if os.path.exists(store) else sgsi.build(store, graph=os.path.join(base, "data.graph"))
+        graphs.append(g)
+        expected = C.expected_counts(base) if os.path.exists(os.path.join(base, "expected.txt")) else {}
+        long_, short = screen(g, base, candidates(args, base, set_name), args)
+        for kind, found in (("long", long_), ("short", short)):
+            for name, n, s in found:
+                rows.append({"set": set_name, "query": name, "group": group_of(name), "kind": kind, "count": n,
+                             "expected": expected.get(name), "one_process_s": round(s, 4),
+                             "path": os.path.join(base, "queries", name), "graph": g})
+    for r in rows:                  # one process again, beside the clusters' runs: the least of --repeat
+        r["one_process_s"] = round(min([r["one_process_s"]] + [
+            timed(lambda ev: r["graph"].count(r["path"], device=args.device, progress=False))[1]
+            for _ in range(args.repeat - 1)]), 4)
+    starts = {}                     # cluster size -> seconds its start took
+    for k in args.workers:
+        t0 = time.perf_counter()
+        with connect(workers=k, device=args.device) as client:
+            started = time.perf_counter() - t0
+            for g in graphs:        # warm-up: the workers import sgsi and open the stores
+                g.count("(a)--(b)", device=args.device, client=client, progress=False)
+            for r in rows:
+                best = math.inf
+                for _ in range(args.repeat):
+                    n, s = timed(lambda ev: r["graph"].count(r["path"], device=args.device, client=client,
+                                                            memory_budget=args.memory_budget, progress=False))
+                    assert n == r["count"], (r["query"], k, n, r["count"])
+                    best = min(best, s)
+                r[f"w{k}_s"] = round(best, 4)
+                r["tasks"] = r["graph"].last_stats.get("tasks")
+                C.say(f"{k} workers {r['query']}: {best:.3f} s (one process {r['one_process_s']:.3f} s)")
+        C.say(f"cluster of {k}: started in {started:.1f} s")
+        starts[k] = started
+    for g in graphs:
+        g.close()
+    fields = FIELDS + [f"w{k}_s" for k in args.workers]
+    C.write_csv(os.path.splitext(args.out)[0] + ".csv", rows, fields)
+    C.write_text(args.out, report(args, rows, starts, C.machine_at_end(start)))
+    print(open(args.out).read())
+    return 1 if any(r["expected"] is not None and r["count"] != r["expected"] for r in rows) else 0
+
+
+def geomean(xs):
+    xs = [x for x in xs if x > 0]
+    return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else float("nan")
+
+
+def report(args, rows, starts, m):
+    ks = args.workers
+    base = f"w{ks[0]}_s"
+    out = [f"# Scale-out: one query sharded over {', '.join(map(str, ks))} Dask workers ({args.device.upper()})", "",
+           "`python bench/scale_out.py " + " ".join(sys.argv[1:]) + "`", "", C.machine_md(m),
+           f"- clusters: `LocalCluster` of single-threaded worker processes (GPU: dask-cuda's LocalCUDACluster), "
+           f"started in {', '.join(f'{starts[k]:.1f} s ({k})' for k in ks if k in starts)} and not in the times; "
+           f"{rows[0]['tasks'] if rows else '?'} tasks a query on the last; best of {args.repeat} runs",
+           f"- budget: {args.memory_budget or 'the default'} per process; every count equal to one process's "
+           f"and to the set's expected count", ""]
+    out.append("| set | query | kind | count | one process (s) | " + " | ".join(f"{k} w (s)" for k in ks)
+               + " | " + " | ".join(f"{k} w / 1 w" for k in ks[1:]) + " |")
+    out.append("|---" * (5 + len(ks) + len(ks) - 1) + "|")
+    for r in rows:
+        speed = [r[base] / r[f"w{k}_s"] for k in ks[1:]]
+        out.append(f"| {r['set']} | {r['query']} | {r['kind']} | {r['count']:,} | {r['one_process_s']:.3f} | "
+                   + " | ".join(f"{r[f'w{k}_s']:.3f}" for k in ks) + " | "
+                   + " | ".join(f"{x:.2f}x" for x in speed) + " |")
+    out.append("")
+    for kind in ("long", "short"):
+        sel = [r for r in rows if r["kind"] == kind]
+        if not sel:
+            out.append(f"- {kind}: no query of this kind was found")
+            continue
+        parts = [f"{k} workers {geomean([r[base] / r[f'w{k}_s'] for r in sel]):.2f}x of 1 worker, "
+                 f"{geomean([r['one_process_s'] / r[f'w{k}_s'] for r in sel]):.2f}x of one process" for k in ks]
+        out.append(f"- {kind} ({len(sel)} queries; geometric means): " + "; ".join(parts))
+    return "\n".join(out) + "\n"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,112 @@
+"""Sharding a query by the candidates of one or two pattern vertices.
+
+A :class:`Shard` keeps, of the candidate set C(u) of each of its pattern
+vertices u, the vertices whose ids lie in a range. The ranges of one vertex
+tile ``[0, n)``, so they partition C(u) whatever C(u) is; the shards of a
+query take every combination of one range per vertex, so they partition
+its matches (a match maps each pattern vertex to one data vertex). The
+shards' counts therefore sum to the query's, and their rows are the query's
+rows, each once, whatever chunking or replanning each shard's engine does:
+every plan of a shard (``make_plan(shard=...)``, the refined one too)
+restricts the sets, and keeps the order of the plan that was split (a
+restricted vertex would otherwise move to the front and change the join,
+at worst tenfold on yeast).
+
+:func:`split` cuts the refined plan by the first vertex of its order with a
+few candidates, and by its widest vertex: the work of a hard query often
+sits under one candidate of the first vertices (on many yeast queries) and
+spreads over those of the widest. Each vertex's ids are cut into ranges of
+about equal estimated cost (a candidate costs ``(1 + its degree over u's
+pattern edges)**2``: a hub gets a range of its own).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from .stream import degree_index
+
+#: Fewest candidates (refined) a second vertex needs to be cut by.
+MIN_CANDIDATES = 4
+
+
+@dataclass(frozen=True)
+class Shard:
+    """C(v) restricted to ids in [lo, hi) for each (v, lo, hi) of ``ranges``; ``index``: the task's number."""
+
+    ranges: tuple
+    index: int = 0
+    cost: float = 0.0
+    order: tuple = ()       # the order of the plan split: every plan of the shard keeps it
+
+    def apply(self, xp, bits):
+        """The candidate bitsets ``bits`` (a list, uint32 words) with this shard's restrictions."""
+        bits = list(bits)
+        for v, lo, hi in self.ranges:
+            bits[v] = restrict(xp, bits[v], lo, hi)
+        return bits
+
+
+def restrict(xp, bits, lo, hi):
+    """``bits`` (bit ``v & 31`` of word ``v >> 5`` is vertex v) without the ids outside [lo, hi)."""
+    start = xp.arange(bits.size, dtype=xp.int64) * 32
+    low = xp.clip(lo - start, 0, 32).astype(xp.uint64)
+    high = xp.clip(hi - start, 0, 32).astype(xp.uint64)
+    one = xp.uint64(1)
+    mask = ((one << high) - one) ^ ((one << low) - one)           # bits [low, high) of each word
+    return bits & mask.astype(xp.uint32)
+
+
+def split(store, plan, backend, tasks: int) -> list[Shard]:
+    """About ``tasks`` shards of ``plan`` (a refined one), the most costly first; ``backend``
+    computes on the host."""
+    levels = _levels(plan)
+    per = max(1, round(tasks ** (1 / len(levels))))
+    cuts = [_ranges(store, plan, backend, u, per) for u in levels]
+    shards = []
+    for combo in _product(cuts):
+        shards.append(Shard(tuple((u, lo, hi) for u, (lo, hi, _c) in zip(levels, combo)), len(shards),
+                            math.prod(c for _lo, _hi, c in combo), tuple(plan.order)))
+    return sorted(shards, key=lambda s: -s.cost)
+
+
+def _levels(plan):
+    """The vertices to cut by: the first of the order with :data:`MIN_CANDIDATES` candidates or more,
+    and the one with the most (a count's factored vertices are left whole: cut, they would be
+    joined instead of counted)."""
+    core = plan.order[:len(plan.order) - plan.factored]
+    first = [u for u in core if plan.candidate_counts[u] >= MIN_CANDIDATES][:1]
+    widest = max(core, key=lambda u: (plan.candidate_counts[u], -core.index(u)))
+    return first + [widest] if first and first[0] != widest else [widest]
+
+
+def _product(cuts):
+    out = [()]
+    for ranges in cuts:
+        out = [p + (r,) for p in out for r in ranges]
+    return out
+
+
+def _ranges(store, plan, backend, u, parts):
+    """At most ``parts`` (lo, hi, share of the cost) tiling [0, n), of about equal cost of C(u)."""
+    n = store.n_vertices
+    ids = backend.to_host(backend.bits_to_ids(plan.candidates[u], n, plan.candidate_counts[u])).astype(np.int64)
+    deg = np.zeros(ids.size, dtype=np.float64)
+    for lab, direction in {(lab, d) for a, _b, lab, d in plan.incident if a == u}:
+        for bid in store.partition(lab, direction).idx_batches:
+            v, d = (backend.to_host(x) for x in degree_index(store, backend, bid))
+            at = np.searchsorted(ids, v)
+            hit = at < ids.size
+            hit[hit] = ids[at[hit]] == v[hit]
+            np.add.at(deg, at[hit], d[hit])
+    cum = np.cumsum((1.0 + deg) ** 2)
+    total = float(cum[-1]) if cum.size else 0.0
+    cuts = np.searchsorted(cum, total * np.arange(1, parts) / parts, side="right")
+    cuts = np.unique(cuts[(cuts > 0) & (cuts < ids.size)])
+    bounds = np.concatenate([[0], ids[cuts], [n]]).astype(np.int64)
+    ends = np.concatenate([cuts, [ids.size]]).astype(np.int64)
+    costs = np.diff(np.concatenate([[0.0], cum[ends - 1]])) / total if total else np.ones(1)
+    return list(zip(bounds[:-1].tolist(), bounds[1:].tolist(), costs.tolist()))

@@ -1,0 +1,216 @@
+"""The driver of a sharded query: split it, submit a task a shard, sum the counts or read the parts.
+
+The query is planned here (on the CPU, with refined candidate sets) and cut
+into about :data:`TASKS_PER_WORKER` tasks a worker (:func:`sgsi.join.shard.split`),
+the most costly submitted first with the highest priority, so that Dask's
+work stealing evens out the heavy ones. A cancel, an error in a task, or a
+match reader closed early stops the query's tasks (:meth:`_Run.stop`),
+closes the cluster started here and removes the scratch directory.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+import uuid
+import weakref
+
+import pyarrow as pa
+
+from .. import budget as budget_mod
+from ..errors import SgsiError
+from ..join.progress import Progress, reporter
+from ..join.query import Query, cancel_check
+from . import parts, tasks
+from .cluster import check_device, connect, gpu_wanted, slots
+
+#: Tasks a worker gets (Dask steals the queued ones from busy workers).
+TASKS_PER_WORKER = 8
+#: Seconds between two looks at the caller's cancel and the tasks.
+POLL = 0.02
+
+
+def count(graph, pattern, *, device, memory_budget, injective, cancel, progress, workers, scheduler, client):
+    """The number of matches, summed over the shards' tasks (see :meth:`sgsi.Graph.count`)."""
+    check_device(device)                        # before any work (the workers may have the GPUs)
+    check = cancel_check(cancel)
+    planner = Query(graph.store, graph._backends, pattern, "cpu", memory_budget, injective, progress=False)
+    shards = planner.shards(TASKS_PER_WORKER * workers, count=True) if workers else None
+    total, stats = 0, {}
+    if shards != []:
+        with connect(workers, scheduler, client, device) as c, _Run(c) as run:
+            if shards is None:
+                shards = planner.shards(TASKS_PER_WORKER * slots(c), count=True)
+            options = _options(device, memory_budget, injective, workers, scheduler, client)
+            run.submit(shards, tasks.count, (os.path.abspath(graph.path), planner.pattern, options))
+            for _shard, (n, task_stats) in run.completed(check, Progress(reporter(progress), "matches")):
+                total += n
+                _merge(stats, task_stats)
+    graph._publish({**stats, "tasks": len(shards)})
+    return total
+
+
+def match(graph, pattern, *, device, memory_budget, injective, limit, cancel, progress, workers, scheduler, client):
+    """(a RecordBatchReader of the shards' rows, a list receiving the error that ended it): as
+    :meth:`sgsi.join.query.Query.stream`, read from the tasks' parts as they finish."""
+    check_device(device)
+    check = cancel_check(cancel)
+    planner = Query(graph.store, graph._backends, pattern, "cpu", memory_budget, injective, progress=False)
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
+        raise SgsiError(f"limit must be a non-negative integer, got {limit!r}")
+    schema = pa.schema([(name, graph.store.vertex_id_type) for name in planner.pattern.output_names])
+    failure = []
+    if limit == 0 or not schema.names:
+        return _reader(schema, iter(())), failure
+    shards = planner.shards(TASKS_PER_WORKER * workers) if workers else None
+    if shards == []:
+        return _reader(schema, iter(())), failure
+    stack = contextlib.ExitStack()
+    try:
+        c = stack.enter_context(connect(workers, scheduler, client, device))
+        if shards is None:
+            shards = planner.shards(TASKS_PER_WORKER * slots(c))
+        run = stack.enter_context(_Run(c))
+        run.submit(shards, tasks.match, (os.path.abspath(graph.path), planner.pattern,
+                                         _options(device, memory_budget, injective, workers, scheduler, client)),
+                   (limit,))
+    except BaseException:
+        stack.close()
+        raise
+    end = _Once(stack.close)
+    batches = _batches(run, limit, failure, check, Progress(reporter(progress), "rows"), end,
+                       lambda stats: graph._publish({**stats, "tasks": len(shards)}))
+    weakref.finalize(batches, end)          # a reader dropped unread ends the query too
+    return _reader(schema, batches), failure
+
+
+def _batches(run, limit, failure, check, progress, end, publish):
+    """The parts' batches as their tasks finish, at most ``limit`` rows; ``end()`` at the end."""
+    left = limit
+    stats = {}
+    try:
+        for shard, (n, task_stats) in run.completed(check, progress):
+            _merge(stats, task_stats)
+            target = parts.path(run.directory, shard.index)
+            if n and not os.path.exists(target):
+                raise SgsiError(f"task {shard.index} wrote its rows where this process does not see them: with "
+                                f"workers on other hosts, set SGSI_SHARD_DIR to a directory that they and this "
+                                f"process all see")
+            for batch in parts.read(target) if n else ():
+                if check is not None:
+                    check()
+                if left is not None and batch.num_rows > left:
+                    batch = batch.slice(0, left)
+                progress.add(batch.num_rows)
+                yield batch
+                if left is not None:
+                    left -= batch.num_rows
+                    if left == 0:
+                        return
+            with contextlib.suppress(OSError):
+                os.remove(target)                   # read: its disk goes back now
+    except Exception as e:
+        failure.append(e)
+        raise
+    finally:
+        try:
+            publish(stats)
+        finally:
+            end()
+
+
+def _reader(schema, batches):
+    reader = pa.RecordBatchReader.from_batches(schema, batches)
+    from_stream = getattr(pa.RecordBatchReader, "from_stream", None)
+    return from_stream(reader) if from_stream is not None else reader    # close() ends the generator at once
+
+
+def _options(device, memory_budget, injective, workers, scheduler, client):
+    """The tasks' Query options. A local CPU cluster's workers share the host's default budget."""
+    if memory_budget is None and workers and scheduler is None and client is None and not gpu_wanted(device):
+        memory_budget = max(budget_mod.MIN_BUDGET, budget_mod.default_budget() // workers)
+    return {"device": device, "memory_budget": memory_budget, "injective": injective}
+
+
+def _merge(stats, more):
+    """Add the task's stats ``more`` into ``stats`` (numbers summed; others: the last one)."""
+    for k, v in more.items():
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            stats[k] = stats.get(k, 0) + v
+        else:
+            stats[k] = v
+
+
+class _Once:
+    """``fn()`` the first time it is called; nothing after."""
+
+    def __init__(self, fn):
+        self.fn = fn
+
+    def __call__(self):
+        fn, self.fn = self.fn, None
+        if fn is not None:
+            fn()
+
+
+class _Run:
+    """The tasks of one sharded query on a Dask client, and its scratch directory (:mod:`.parts`)."""
+
+    def __init__(self, client):
+        self.client = client
+        self.name = f"sgsi-{uuid.uuid4().hex[:12]}"
+        self.futures = {}                   # Future -> its Shard
+        self.directory = parts.new_dir()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        try:
+            self.stop()
+        finally:
+            parts.remove(self.directory)
+        return False
+
+    def submit(self, shards, fn, head, tail=()):
+        """``fn(*head, shard, query name, directory, *tail)`` a shard, the first shards first."""
+        for rank, shard in enumerate(shards):
+            f = self.client.submit(fn, *head, shard, self.name, self.directory, *tail,
+                                   key=f"{self.name}-{shard.index}",
+                                   priority=len(shards) - rank, pure=False)
+            self.futures[f] = shard
+
+    def completed(self, check, progress):
+        """(shard, result) of each task as it finishes; a task's error is raised here, as is
+        Cancelled once ``check`` says stop (looked at every :data:`POLL` s)."""
+        from distributed import as_completed
+
+        finished = as_completed(list(self.futures), loop=self.client.loop)
+        cost = sum(s.cost for s in self.futures.values()) or 1.0
+        done = 0.0
+        while not finished.is_empty():
+            if check is not None:
+                check()
+            ready = finished.next_batch(block=False)
+            if not ready:
+                progress.tick()
+                time.sleep(POLL)
+            for f in ready:
+                value = f.result()              # the task's error, raised
+                shard = self.futures[f]
+                done += shard.cost
+                progress.at(0, done / cost, 0.0)
+                yield shard, value
+
+    def stop(self):
+        """Stop the tasks not finished, at their next check: the marker goes (the tasks that see
+        this directory) and every worker is told (``tasks.cancel``, for those that do not); the
+        tasks not started are dropped. Idempotent."""
+        running = [f for f in self.futures if not f.done()]
+        self.futures = {}
+        parts.stop(self.directory)
+        if running:
+            with contextlib.suppress(Exception):        # a scheduler that is gone runs no tasks
+                self.client.run(tasks.cancel, self.name, wait=False)
+                self.client.cancel(running)

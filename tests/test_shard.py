@@ -1,0 +1,404 @@
+"""Sharded queries on Dask (sgsi/shard/, sgsi/join/shard.py): the same counts and rows as one process.
+
+Most tests share one 2-worker LocalCluster of threads (``processes=False``, started once for the
+module); ``test_real_processes`` starts its own cluster of two processes through ``workers=2``.
+Random graphs are checked against the oracle and the vendored HPRD benchmark against its
+expected counts, at the default budget and at 16KB; then cancel, an early close, errors from
+tasks, a task run twice, the interfaces' options, and sgsi without Dask.
+"""
+
+import glob
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import sgsi
+from oracle import oracle_matches, random_graph, random_pattern, write_graph_files
+from sgsi.errors import BudgetError, Cancelled, PatternError, SgsiError
+from sgsi.join.query import Query
+from sgsi.join.shard import restrict
+from sgsi.pattern import parse_pattern
+from sgsi.shard import tasks
+
+distributed = pytest.importorskip("distributed")
+
+BENCH = Path(__file__).parent / "data" / "benchmarks" / "hprd"
+REPO = Path(__file__).resolve().parent.parent
+CPU = "cpu"
+HEAVY = "(a)--(b)--(c)--(d)--(e)--(f)--(g)"        # seconds on HPRD: for cancels and early closes
+_MATCH = tasks.match
+
+
+@pytest.fixture(scope="module")
+def client():
+    cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None,
+                                       scheduler_kwargs={"dashboard_address": ":0"})
+    c = distributed.Client(cluster, set_as_default=False)
+    yield c
+    c.close()
+    cluster.close()
+
+
+@pytest.fixture(scope="module")
+def graphs(tmp_path_factory):
+    """A random graph (its edges, vertex labels) and its stores at the default budget and 16KB."""
+    d = tmp_path_factory.mktemp("shard")
+    rng = random.Random(4242)
+    edges, vlabels = random_graph(rng, 60, 360, 3, 3)
+    edges += [(0, v, "E0") for v in range(1, 60, 2)]       # a hub: a heavy root of its own
+    e, v = write_graph_files(d, edges, vlabels)
+    out = {b: sgsi.build(str(d / f"g-{b or 'default'}.sgsi"), edges=e, vertices=v, memory_budget=b)
+           for b in (None, "16KB")}
+    yield edges, vlabels, out
+    for g in out.values():
+        g.close()
+
+
+@pytest.fixture(scope="module")
+def hprd(tmp_path_factory):
+    d = tmp_path_factory.mktemp("hprd")
+    out = {b: sgsi.build(str(d / f"hprd-{b or 'default'}.sgsi"), graph=str(BENCH / "data.graph"), memory_budget=b)
+           for b in (None, "16KB")}
+    yield out
+    for g in out.values():
+        g.close()
+
+
+def rows(reader):
+    t = reader.read_all()
+    return Counter(zip(*[c.to_pylist() for c in t.columns])), t.schema
+
+
+def project(matches, pattern):
+    cols = parse_pattern(pattern).output_vertices
+    return Counter(tuple(m[i] for i in cols) for m in matches)
+
+
+def scratch_dirs():
+    """This process's scratch directories of sharded queries (other test processes make theirs)."""
+    return set(glob.glob(os.path.join(tempfile.gettempdir(), f"sgsi-scratch-{os.getpid()}-shard-*")))
+
+
+def wait_idle(client, timeout=5.0):
+    """Seconds until the cluster's workers (threads of this process) run no sgsi task (fails
+    past ``timeout``): a cancelled task's thread runs on until it stops, with the scheduler's
+    record of it gone."""
+
+    t0 = time.monotonic()
+    while tasks._RUNNING or any(client.processing().values()):
+        assert time.monotonic() - t0 < timeout, tasks._RUNNING
+        time.sleep(0.01)
+    return time.monotonic() - t0
+
+
+def _match_twice(*args):
+    """A match task run twice in a row, as Dask runs it again after its worker died."""
+    _MATCH(*args)
+    return _MATCH(*args)
+
+
+# ---------------------------------------------------------------------------
+# The split
+# ---------------------------------------------------------------------------
+
+
+def test_shards_tile_the_ids_and_restrict_exactly(graphs):
+    """Each cut vertex's ranges tile [0, n); the shards take each combination of them once."""
+    _e, _v, stores = graphs
+    g = stores[None]
+    for p in ["(h)-[:E0]->(x)-->(y)", "(a:0)-->(b:1)-->(c:2)-->(a)"]:
+        shards = Query(g.store, g._backends, p, CPU).shards(6)
+        assert [s.cost for s in shards] == sorted((s.cost for s in shards), reverse=True)   # heaviest first
+        levels = [v for v, _lo, _hi in shards[0].ranges]
+        tiles = {v: sorted({(lo, hi) for s in shards for w, lo, hi in s.ranges if w == v}) for v in levels}
+        for v, ranges in tiles.items():
+            assert ranges[0][0] == 0 and ranges[-1][1] == g.store.n_vertices
+            assert all(a[1] == b[0] for a, b in zip(ranges, ranges[1:]))
+        assert len({s.ranges for s in shards}) == len(shards) == np.prod([len(r) for r in tiles.values()]) > 1
+    rng = np.random.default_rng(5)
+    bits = rng.integers(0, 2**32, size=9, dtype=np.uint64).astype(np.uint32)      # 288 vertices
+    want = np.unpackbits(bits.view(np.uint8), bitorder="little")
+    for lo, hi in [(0, 288), (0, 0), (3, 3), (5, 37), (32, 64), (31, 33), (100, 288), (250, 300)]:
+        got = np.unpackbits(restrict(np, bits, lo, hi).view(np.uint8), bitorder="little")
+        keep = np.zeros(288, bool)
+        keep[lo:hi] = True
+        assert np.array_equal(got, want & keep), (lo, hi)
+
+
+# ---------------------------------------------------------------------------
+# Exact: counts and rows
+# ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("budget", [None, "16KB"], ids=["default", "16KB"])
+def test_counts_and_rows_vs_oracle(graphs, client, budget):
+    edges, vlabels, stores = graphs
+    g = stores[budget]
+    rng = random.Random(7 if budget else 8)
+    nonzero = 0
+    for i in range(8):
+        p = random_pattern(rng, rng.randint(2, 4), [0, 1, 2], ["E0", "E1", "E2"])
+        injective = i % 3 != 2
+        matches = oracle_matches(edges, vlabels, p, injective=injective)
+        kw = {"device": CPU, "memory_budget": budget, "homomorphism": not injective}
+        assert g.count(p, client=client, **kw) == len(matches), p
+        assert g.last_stats["tasks"] >= 1
+        if parse_pattern(p).output_names:
+            got, schema = rows(g.match(p, client=client, **kw))
+            assert got == project(matches, p), p
+            assert schema == g.match(p, **kw).schema
+        nonzero += bool(matches)
+    assert nonzero >= 4
+
+
+def test_shards_restrict_their_refined_plans(graphs, client, monkeypatch):
+    """A task plans on refined sets at once, restricted before the refinement, in the split plan's
+    order; its counts and rows stay the oracle's."""
+    from sgsi.join import query
+    seen = []
+    make_plan = query.make_plan
+
+    def recording(*args, shard=None, **kwargs):
+        if shard is not None:
+            seen.append(kwargs.get("refine_rounds", query.REFINE_ROUNDS))
+            plan = make_plan(*args, shard=shard, **kwargs)
+            assert plan.order[:len(plan.order) - plan.factored] == \
+                [u for u in shard.order if u in plan.order[:len(plan.order) - plan.factored]]
+            return plan
+        return make_plan(*args, **kwargs)
+    monkeypatch.setattr(query, "make_plan", recording)      # the workers are threads of this process
+    edges, vlabels, stores = graphs
+    g = stores["16KB"]
+    for p in ["(h:0)-[:E0]->(x)-->(y)-->(h)", "(a)-->(b)-->(c), (a)-->(c)", "(a:1)-->(b)<--(c:2)-->(d)"]:
+        want = oracle_matches(edges, vlabels, p)
+        assert g.count(p, device=CPU, memory_budget="16KB", client=client) == len(want), p
+        assert rows(g.match(p, device=CPU, memory_budget="16KB", client=client))[0] == project(want, p), p
+    assert seen and set(seen) == {query.REFINE_ROUNDS}
+
+
+HPRD_QUERIES = ["query_dense_16_1.graph", "query_dense_16_2.graph", "query_dense_16_63.graph",
+                "query_dense_16_81.graph", "query_dense_16_117.graph", "query_dense_16_153.graph"]
+
+
+@pytest.mark.parametrize("budget", [None, "16KB"], ids=["default", "16KB"])
+def test_hprd_benchmark_queries(hprd, client, budget):
+    expected = {q: int(n) for q, n in (line.split() for line in (BENCH / "expected.txt").read_text().splitlines())}
+    g = hprd[budget]
+    for q in HPRD_QUERIES:
+        path = str(BENCH / "queries" / q)
+        assert g.count(path, device=CPU, memory_budget=budget, client=client) == expected[q], q
+    for q in HPRD_QUERIES[-2:]:
+        got, _ = rows(g.match(str(BENCH / "queries" / q), device=CPU, memory_budget=budget, client=client))
+        assert sum(got.values()) == expected[q] and max(got.values()) == 1, q
+
+
+def test_max_rows_overall(graphs, client):
+    edges, vlabels, stores = graphs
+    g = stores[None]
+    p = "(a)-->(b)-->(c)"
+    every = project(oracle_matches(edges, vlabels, p), p)
+    for n in (0, 1, 7, 1000):
+        got, _ = rows(g.match(p, device=CPU, max_rows=n, client=client))
+        assert sum(got.values()) == n and not got - every
+    got, _ = rows(g.match(p, device=CPU, max_rows=10**9, client=client))
+    assert got == every
+
+
+def test_real_processes(graphs):
+    """workers=2 starts two worker processes (the parts come from other processes), and closes
+    them and leaves nothing behind."""
+    import psutil
+    edges, vlabels, stores = graphs
+    g = stores["16KB"]
+    p = "(h)-[:E0]->(x)-->(y)"
+    before = scratch_dirs()
+    got, _ = rows(g.match(p, device=CPU, memory_budget="16KB", workers=2, progress=False))
+    assert got == project(oracle_matches(edges, vlabels, p), p)
+    assert g.last_stats["tasks"] > 2
+    assert scratch_dirs() == before
+    workers = [c for c in psutil.Process().children(recursive=True)
+               if c.is_running() and c.status() != psutil.STATUS_ZOMBIE and "spawn_main" in " ".join(c.cmdline())]
+    assert not workers
+
+
+# ---------------------------------------------------------------------------
+# Bounded and stoppable
+# ---------------------------------------------------------------------------
+
+
+def test_cancel_stops_every_task(hprd, client):
+    g = hprd[None]
+    before = scratch_dirs()
+    stop = threading.Event()
+    threading.Timer(0.5, stop.set).start()
+    t0 = time.monotonic()
+    with pytest.raises(Cancelled):
+        g.count(HEAVY, device=CPU, client=client, cancel=stop, progress=False)
+    assert time.monotonic() - t0 < 1.5
+    assert wait_idle(client) < 1.5
+    assert scratch_dirs() == before
+    stop = threading.Event()
+    reader, failure = g._match(HEAVY, device=CPU, client=client, cancel=stop, progress=False)
+    threading.Timer(0.3, stop.set).start()
+    with pytest.raises(pa.ArrowInvalid, match="cancelled"):
+        reader.read_all()
+    assert isinstance(failure[0], Cancelled)
+    assert wait_idle(client) < 1.5
+    assert scratch_dirs() == before
+
+
+def test_early_close_stops_the_tasks_and_removes_the_parts(hprd, client):
+    g = hprd[None]
+    before = scratch_dirs()
+    reader = g.match("(a)--(b)--(c), (a)--(c)--(d)", device=CPU, client=client, progress=False)   # 7.4M rows
+    assert reader.read_next_batch().num_rows > 0
+    assert tasks._RUNNING                   # tasks still running
+    assert len(scratch_dirs() - before) == 1
+    reader.close()
+    assert wait_idle(client) < 1.5
+    assert scratch_dirs() == before
+    reader = g.match(HEAVY, device=CPU, client=client, progress=False)
+    del reader                              # never read
+    assert wait_idle(client) < 1.5
+    assert scratch_dirs() == before
+
+
+def test_errors_keep_their_type(graphs, hprd, client, monkeypatch):
+
+    _e, _v, stores = graphs
+    g = stores[None]
+    with pytest.raises(PatternError, match="unknown vertex label Nope"):
+        g.count("(a:Nope)-->(b)", client=client)
+    with pytest.raises(BudgetError, match="below this store's floor"):
+        hprd[None].count("(a)--(b)", memory_budget="16KB", client=client)
+
+    class Failing(Query):                   # one shard's task fails: the caller gets its error
+        def count(self):
+            if self.shard.index == 1:
+                raise BudgetError("the task's own budget error")
+            return super().count()
+    monkeypatch.setattr(tasks, "Query", Failing)
+    with pytest.raises(BudgetError, match="the task's own budget error"):
+        g.count("(a)-->(b)-->(c)", device=CPU, client=client)
+    assert wait_idle(client) < 1.5
+
+
+def test_a_task_run_twice_replaces_its_part(graphs, client, monkeypatch, tmp_path):
+    """A retried task (its worker died) writes the same part again: no row twice."""
+    from sgsi.shard import parts
+    edges, vlabels, stores = graphs
+    g = stores[None]
+    p = "(a)-->(b)-->(c)"
+    shards = Query(g.store, g._backends, p, CPU).shards(4)
+    opts = {"device": CPU, "memory_budget": None, "injective": True}
+    d = str(tmp_path)
+    open(parts.marker(d), "w").close()
+    for s in shards + shards[:2]:           # two shards twice
+        tasks.match(g.path, p, opts, s, "q", d, None)
+    (tmp_path / ".part-00000.parquet.tmp-1-dead").write_bytes(b"a killed worker's temporary")
+    assert sorted(os.listdir(d)) == sorted([".part-00000.parquet.tmp-1-dead", parts.MARKER]
+                                           + [os.path.basename(parts.path(d, s.index)) for s in shards])
+    got = Counter()
+    for s in shards:
+        got.update(rows(pq.read_table(parts.path(d, s.index)).to_reader())[0])
+    assert got == project(oracle_matches(edges, vlabels, p), p)
+
+    monkeypatch.setattr(tasks, "match", _match_twice)      # through Dask: each task runs twice in a row
+    assert rows(g.match(p, device=CPU, client=client))[0] == got
+
+
+# ---------------------------------------------------------------------------
+# Interfaces
+# ---------------------------------------------------------------------------
+
+
+def test_options_are_checked(graphs, client):
+    g = graphs[2][None]
+    for bad in (0, -1, True, "2", 1.5):
+        with pytest.raises(SgsiError, match="workers must be a positive integer"):
+            g.count("(a)-->(b)", workers=bad)
+    with pytest.raises(SgsiError, match="give only one of workers, client"):
+        g.count("(a)-->(b)", workers=2, client=client)
+    with pytest.raises(SgsiError, match="client must be a dask.distributed.Client"):
+        g.count("(a)-->(b)", client="tcp://x:1")
+    with pytest.raises(SgsiError, match="scheduler must be a Dask scheduler's address"):
+        g.match("(a)-->(b)", scheduler="")
+
+
+def test_scheduler_in_sql_and_on_the_command_line(graphs, client, capsys):
+    import duckdb
+
+    from sgsi.cli import main
+    edges, vlabels, stores = graphs
+    g = stores[None]
+    p = "(a:0)-->(b)-->(c)"
+    want = len(oracle_matches(edges, vlabels, p))
+    address = client.scheduler.address
+    con = duckdb.connect()
+    reg = sgsi.register(con, device=CPU)
+    assert con.execute(f"SELECT match_count('{g.path}', '{p}', scheduler := '{address}')").fetchone()[0] == want
+    assert reg.last_stats["tasks"] >= 1
+    assert con.execute(f"SELECT count(*) FROM match('{g.path}', '{p}', scheduler := '{address}', "
+                       f"max_rows := 5)").fetchone()[0] == min(5, want)
+    with pytest.raises(duckdb.Error, match="workers must be a positive integer"):
+        con.execute(f"SELECT match_count('{g.path}', '{p}', workers := 0)")
+    with pytest.raises(duckdb.BinderException, match="no option 'worker' \\(did you mean workers\\?\\)"):
+        con.execute(f"SELECT match_count('{g.path}', '{p}', worker := 2)")
+    with pytest.raises(duckdb.BinderException, match="did you mean scheduler"):
+        con.execute(f"SELECT * FROM match('{g.path}', '{p}', client := 'x')")
+    con.close()
+    assert main(["count", g.path, p, "--device", "cpu", "--scheduler", address]) == 0
+    assert capsys.readouterr().out.strip().splitlines()[-1] == str(want)
+    assert main(["count", g.path, p, "--workers", "2", "--scheduler", address]) == 1
+    assert "give only one of --workers, --scheduler" in capsys.readouterr().err
+
+
+def test_sgsi_without_dask(graphs, tmp_path):
+    """``import sgsi`` and every one-process path import no Dask; without it, workers= says what to install."""
+    g = graphs[2][None]
+    code = f"""
+import sys
+for name in ("dask", "distributed", "dask_cuda"):
+    sys.modules[name] = None            # as if not installed
+import sgsi, sgsi.db, duckdb
+g = sgsi.open({g.path!r})
+n = g.count("(a)-->(b)", device="cpu")
+assert g.match("(a)-->(b)", device="cpu").read_all().num_rows == n
+con = duckdb.connect(); sgsi.register(con)
+assert con.execute("SELECT match_count({g.path!r}, '(a)-->(b)')").fetchone()[0] == n
+try:
+    g.count("(a)-->(b)", workers=2)
+except sgsi.SgsiError as e:
+    print(e)
+"""
+    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + str(REPO / "tests"))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "pip install 'sgsi[dask]'" in out.stdout
+    code = f"import sys, sgsi; sgsi.open({g.path!r}).count('(a)-->(b)', device='cpu'); print('dask' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert out.stdout.strip() == "False", out.stderr
+
+
+@pytest.mark.gpu
+def test_gpu_workers(graphs):
+    """One worker per GPU with dask-cuda (run on the GPU machine)."""
+    pytest.importorskip("cupy")
+    pytest.importorskip("dask_cuda")
+    edges, vlabels, stores = graphs
+    g = stores[None]
+    p = "(h)-[:E0]->(x)-->(y)"
+    want = oracle_matches(edges, vlabels, p)
+    assert g.count(p, device="gpu", workers=1, progress=False) == len(want)
+    assert rows(g.match(p, device="gpu", workers=1, progress=False))[0] == project(want, p)
