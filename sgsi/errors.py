@@ -5,6 +5,8 @@ single line that names the problem (the file, the column, the position in
 the pattern). The command line prints that line and exits with code 1.
 """
 
+from .options import respell
+
 
 class SgsiError(Exception):
     """Base class of every error sgsi reports to a user.
@@ -24,7 +26,6 @@ class SgsiError(Exception):
     interface = "python"
 
     def __str__(self):
-        from .options import respell
         return respell(super().__str__(), self.interface)
 
 

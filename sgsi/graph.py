@@ -8,7 +8,7 @@ import threading
 import pyarrow as pa
 
 from .join.query import Backends, Query
-from .options import query_options, scale_options
+from .query_options import query_options, scale_options
 from .storage.build import build_store
 from .storage.store import Store
 

@@ -23,7 +23,7 @@ import duckdb
 from ..errors import InputError, PatternError, SgsiError, os_error_behind
 from ..graph import Graph
 from ..join.query import reraise_stream_error
-from ..options import scale_options
+from ..query_options import scale_options
 from ..results import write_parquet_parts
 from ..storage.build import build_store
 from . import scratch
@@ -79,7 +79,7 @@ class Database:
         self.connections = {}           # token -> Connection
         self.root = None                # scratch directory, made on first use
         self.stats = {"match_runs": 0, "count_runs": 0, "builds": 0, "store_opens": 0}
-        self.stores = OpenStores(OPEN_STORES, lambda: self._bump("store_opens"))
+        self.stores = OpenStores(OPEN_STORES, Graph, lambda: self._bump("store_opens"))
         self._seq = itertools.count(1)
         self.closed = False
         STATES[self.id] = self

@@ -11,7 +11,6 @@ import threading
 from collections import OrderedDict
 from contextlib import contextmanager
 
-from ..graph import Graph
 from ..storage.format import MANIFEST
 
 #: Stores a database keeps open between queries.
@@ -32,8 +31,9 @@ class OpenStores:
         def __init__(self, version, graph):
             self.version, self.graph, self.users, self.retired = version, graph, 0, False
 
-    def __init__(self, limit, on_open=None):
+    def __init__(self, limit, opener, on_open=None):
         self.limit = limit
+        self.opener = opener            # path -> an open store (a Graph) with close()
         self.on_open = on_open
         self.lock = threading.Lock()
         self.open = OrderedDict()           # absolute path -> _Open
@@ -50,7 +50,7 @@ class OpenStores:
                 self._retire(self.open.pop(path))
                 entry = None
             if entry is None:
-                entry = self._Open(version, Graph(path))      # a bad store raises here, nothing kept
+                entry = self._Open(version, self.opener(path))      # a bad store raises here, nothing kept
                 if self.on_open is not None:
                     self.on_open()
                 if not self.closed:

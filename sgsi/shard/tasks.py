@@ -17,7 +17,8 @@ import time
 from collections import OrderedDict
 
 from ..db.stores import OpenStores
-from ..join.query import Query, reraise_stream_error
+from ..join.query import Backends, Query, reraise_stream_error
+from ..storage.store import Store
 from . import parts
 
 #: Stores a worker keeps open between tasks.
@@ -27,7 +28,21 @@ MARKER_POLL = 0.01
 #: Names of cancelled queries a worker remembers (their tasks still to start stop at once).
 KEPT_CANCELLED = 256
 
-_STORES = OpenStores(KEPT_STORES)
+
+
+class _Opened:
+    """A store a worker keeps open, with the backends its tasks reuse."""
+
+    def __init__(self, path):
+        self.store = Store(path)
+        self.backends = Backends()
+
+    def close(self):
+        self.backends.clear()
+        self.store.close()
+
+
+_STORES = OpenStores(KEPT_STORES, _Opened)
 _LOCK = threading.Lock()
 _RUNNING = {}                   # query name -> the stop Events of its tasks running here
 _CANCELLED = OrderedDict()      # the names of the last cancelled queries
@@ -37,7 +52,7 @@ def count(path, pattern, options, shard, name, directory):
     """The matches of ``shard`` of the query, and the engine's stats."""
     stats = {}
     with _watch(name, directory) as stop, _STORES.use(path) as g:
-        n = Query(g.store, g._backends, pattern, cancel=stop, publish=stats.update, progress=False,
+        n = Query(g.store, g.backends, pattern, cancel=stop, publish=stats.update, progress=False,
                   shard=shard, **options).count()
     return n, stats
 
@@ -46,7 +61,7 @@ def match(path, pattern, options, shard, name, directory, limit):
     """Write the rows of ``shard`` as its part in ``directory``; the rows written, and the stats."""
     stats = {}
     with _watch(name, directory) as stop, _STORES.use(path) as g:
-        reader, failure = Query(g.store, g._backends, pattern, cancel=stop, publish=stats.update, progress=False,
+        reader, failure = Query(g.store, g.backends, pattern, cancel=stop, publish=stats.update, progress=False,
                                 shard=shard, **options).stream(limit)
         try:
             rows = parts.write(reader, parts.path(directory, shard.index))
