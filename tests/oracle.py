@@ -154,9 +154,16 @@ def _edges_back(pattern, order):
 
 
 def _proposals(graph, pattern_vertex, back_edges, mapping, candidate_set):
-    """Data vertices worth trying for ``pattern_vertex`` given ``mapping``."""
+    """Data vertices worth trying for ``pattern_vertex`` given ``mapping``: those of
+    ``candidate_set`` joined to the matched end of every edge back by an edge of its label and
+    direction (:func:`_fitting`), else (an edge joins ``pattern_vertex`` to itself) the
+    neighbours of the first edge's matched end. Only a narrowing: :func:`_fits` still checks
+    every edge of each."""
     if not back_edges:
         return candidate_set
+    fit = _fitting(graph, pattern_vertex, back_edges, mapping, candidate_set)
+    if fit is not None:
+        return fit
     e = back_edges[0]
     if e.src == pattern_vertex:      # pattern edge v -> matched vertex
         anchor = mapping[e.dst]

@@ -41,6 +41,7 @@ class Case:
         self.oracle_edges = edges + ([(d, s, l) for s, d, l in edges] if undirected else [])
         self.graphs = {}
         self._matches, self._counts = {}, {}     # the oracle's answers, kept: every test runs twice
+        self._projected = {}
 
     def oracle(self, pattern, injective=True):
         """The oracle's embeddings of ``pattern`` (found once per pattern and way)."""
@@ -48,6 +49,13 @@ class Case:
         if key not in self._matches:
             self._matches[key] = oracle_matches(self.oracle_edges, self.vlabels, pattern, injective=injective)
         return self._matches[key]
+
+    def projected(self, pattern, injective=True):
+        """:func:`project` of the oracle's embeddings of ``pattern`` (found once per pattern and way)."""
+        key = (pattern, injective)
+        if key not in self._projected:
+            self._projected[key] = project(self.oracle(pattern, injective), pattern)
+        return self._projected[key]
 
     def count(self, pattern, injective=True):
         """The oracle's number of embeddings (counted without listing them, once per pattern and way)."""
@@ -73,13 +81,25 @@ def _build_case(base, name, case, budgets, edge_labels=True):
     return case
 
 
-@pytest.fixture(autouse=True, params=["light", "tuples"])
+JOIN_WAYS = ["light", "tuples"]
+#: Marks a test that runs no join step (no query, or one of a single vertex): it runs once,
+#: not once per join way.
+no_join = pytest.mark.no_join
+
+
+def pytest_generate_tests(metafunc):
+    if "join_way" in metafunc.fixturenames and not metafunc.definition.get_closest_marker("no_join"):
+        metafunc.parametrize("join_way", JOIN_WAYS, indirect=True)
+
+
+@pytest.fixture(autouse=True)
 def join_way(request, monkeypatch):
-    """Every test runs twice: with the CPU's light pieces joined row by row (the small graphs
-    here make most pieces light), and with every piece joined by its distinct tuples."""
-    if request.param == "tuples":
+    """Every test that joins runs twice: with the CPU's light pieces joined row by row (the small
+    graphs here make most pieces light), and with every piece joined by its distinct tuples."""
+    way = getattr(request, "param", None)
+    if way == "tuples":
         monkeypatch.setattr(CpuBackend, "light_entries", 0)
-    return request.param
+    return way
 
 
 @pytest.fixture(scope="module")
@@ -158,7 +178,7 @@ def test_count_and_match_vs_oracle(cases, ids, budget, injective, join_way):
         assert g.count(p, device=CPU, memory_budget=budget, homomorphism=not injective) == len(matches), p
         light += g.last_stats.get("light_steps", 0)
         if parse_pattern(p).output_names:
-            assert match_rows(g, p, budget, injective) == project(matches, p), p
+            assert match_rows(g, p, budget, injective) == case.projected(p, injective), p
         nonzero += bool(matches)
     assert nonzero >= 10        # the patterns are not all trivially empty
     assert (light > 0) == (join_way == "light")     # the way asked for is the way taken
@@ -173,7 +193,7 @@ def test_undirected_store_vs_oracle(cases, budget, injective):
         matches = case.oracle(p, injective)
         assert g.count(p, device=CPU, memory_budget=budget, homomorphism=not injective) == len(matches), p
         if parse_pattern(p).output_names:
-            assert match_rows(g, p, budget, injective) == project(matches, p), p
+            assert match_rows(g, p, budget, injective) == case.projected(p, injective), p
 
 
 HUB_PATTERNS = [
@@ -188,20 +208,25 @@ HUB_PATTERNS = [
 ]
 
 
+@no_join
+def test_hub_lists_span_segments(cases):
+    """At 16KB the hub's list spans many segments (else the hub tests prove nothing)."""
+    g = cases["hub"].graphs["16KB"]
+    p = g.store.partition(g.store.edge_label_id("E0"), "out")
+    hub_segments = [x for x in range(p.seg_ids.size) if p.first_src[x] <= 0 <= p.last_src[x]]
+    assert len(hub_segments) >= 5
+
+
 @pytest.mark.parametrize("injective", [True, False], ids=["iso", "hom"])
 @pytest.mark.parametrize("budget", [None, "16KB"], ids=["default", "16KB"])
-def test_hub_lists_spanning_segments(cases, budget, injective):
+@pytest.mark.parametrize("pattern", HUB_PATTERNS)
+def test_hub_lists_spanning_segments(cases, pattern, budget, injective):
     case = cases["hub"]
     g = case.graphs[budget]
-    if budget:
-        p = g.store.partition(g.store.edge_label_id("E0"), "out")
-        hub_segments = [x for x in range(p.seg_ids.size) if p.first_src[x] <= 0 <= p.last_src[x]]
-        assert len(hub_segments) >= 5
-    for pat in HUB_PATTERNS:
-        matches = case.oracle(pat, injective)
-        assert matches, pat
-        assert g.count(pat, device=CPU, memory_budget=budget, homomorphism=not injective) == len(matches), pat
-        assert match_rows(g, pat, budget, injective) == project(matches, pat), pat
+    matches = case.oracle(pattern, injective)
+    assert matches, pattern
+    assert g.count(pattern, device=CPU, memory_budget=budget, homomorphism=not injective) == len(matches)
+    assert match_rows(g, pattern, budget, injective) == case.projected(pattern, injective)
 
 
 @pytest.mark.parametrize("injective", [True, False], ids=["iso", "hom"])
@@ -216,7 +241,7 @@ def test_single_edge_label_store(cases, budget, injective):
         matches = case.oracle(p, injective)
         assert g.count(p, device=CPU, memory_budget=budget, homomorphism=not injective) == len(matches), p
         if parse_pattern(p).output_names:
-            assert match_rows(g, p, budget, injective) == project(matches, p), p
+            assert match_rows(g, p, budget, injective) == case.projected(p, injective), p
     with pytest.raises(SgsiError, match="unknown edge label E0; the store has no edge labels"):
         g.count("(a)-[:E0]->(b)", device=CPU, memory_budget=budget)          # no label column: no labels
 
@@ -233,7 +258,7 @@ def test_int_edge_labels_quoted_vertex_labels_big_ids(cases, budget, injective):
         matches = case.oracle(p, injective)
         assert g.count(p, device=CPU, memory_budget=budget, homomorphism=not injective) == len(matches), p
         if parse_pattern(p).output_names:
-            assert match_rows(g, p, budget, injective) == project(matches, p), p
+            assert match_rows(g, p, budget, injective) == case.projected(p, injective), p
         nonzero += bool(matches)
     assert nonzero >= 5
     assert g.count("(a:`has space`)-[:30]->(b:Person)", device=CPU, memory_budget=budget) == case.count(
@@ -293,6 +318,7 @@ def test_budgets_agree(cases):
         assert len(set(counts.values())) == 1, (p, counts)
 
 
+@no_join
 def test_store_shapes_differ_by_budget(cases):
     """The budgets really give different layouts (else the budget tests prove nothing)."""
     segs = {b: cases["int"].graphs[b].store.partition(-1, "both").seg_ids.size for b in BUDGETS}
@@ -325,7 +351,7 @@ def test_two_edges_between_one_pair(cases, pattern, budget, injective):
     g = case.graphs[budget]
     matches = case.oracle(pattern, injective)
     assert g.count(pattern, device=CPU, memory_budget=budget, homomorphism=not injective) == len(matches)
-    assert match_rows(g, pattern, budget, injective) == project(matches, pattern)
+    assert match_rows(g, pattern, budget, injective) == case.projected(pattern, injective)
 
 
 @pytest.mark.parametrize("pattern", [
@@ -346,6 +372,7 @@ def test_bug_undirected_store_two_edges_between_one_pair(cases, pattern):
     assert g.count(pattern, device=CPU) == len(matches)
 
 
+@no_join
 @pytest.mark.parametrize("budget", BUDGETS, ids=["default", "64KB", "16KB"])
 def test_single_vertex_patterns(cases, budget):
     for ids in ("int", "str"):
@@ -365,6 +392,7 @@ def test_single_vertex_patterns(cases, budget):
         assert sorted(got, key=str) == sorted(all_v, key=str)
 
 
+@no_join
 @pytest.mark.parametrize("pattern, message", [
     ("(a:99)", "unknown vertex label 99"),
     ("(a:nope)-->(b)", "unknown vertex label nope"),
@@ -383,6 +411,7 @@ def test_unknown_labels_are_pattern_errors(cases, pattern, message):
             g.match(pattern, device=CPU, memory_budget=budget)
 
 
+@no_join
 def test_unknown_labels_of_a_benchmark_query_give_zero(cases):
     """A ``t/v/e`` query keeps the benchmarks' meaning: a label the data lacks matches nothing."""
     g = cases["int"].graphs["16KB"]
@@ -408,7 +437,7 @@ def test_match_output_columns_skip_anonymous(cases):
     p = "(b)<-[:E0]-()-[:E1]->(a:1)"
     t = g.match(p, device=CPU, memory_budget="64KB").read_all()
     assert t.column_names == ["b", "a"]
-    assert match_rows(g, p, "64KB") == project(case.oracle(p), p)
+    assert match_rows(g, p, "64KB") == case.projected(p)
 
 
 # ---------------------------------------------------------------------------
@@ -421,7 +450,7 @@ def test_match_limit(cases, budget):
     case = cases["int"]
     g = case.graphs[budget]
     p = "(a)-[:E0]->(b)--(c)"
-    full = project(case.oracle(p), p)
+    full = case.projected(p)
     total = sum(full.values())
     assert total > 300
     for limit in (0, 1, 7, 100, total - 1, total, total + 5):
@@ -431,6 +460,7 @@ def test_match_limit(cases, budget):
     assert match_rows(g, p, budget, limit=None) == full
 
 
+@no_join
 @pytest.mark.parametrize("max_rows", [-1, 2.5, "10"])
 def test_match_bad_max_rows(cases, max_rows):
     with pytest.raises(SgsiError, match="max_rows must be a non-negative integer"):
@@ -526,21 +556,34 @@ YEAST_SLOW_AT_64KB = {
 }
 
 
+def query_set(q):
+    """The query set of a benchmark query file: ``query_dense_8`` of ``query_dense_8_155.graph``."""
+    return q.rsplit("_", 1)[0]
+
+
+#: The yeast query sets, each a test of its own at 64KB (so that the tests spread over workers).
+YEAST_SETS = sorted(set(map(query_set, YEAST_QUERIES)), key=lambda s: (s.split("_")[1], int(s.split("_")[2])))
+
+
+@no_join
 def test_yeast_selection_is_valid():
     exp = expected("yeast")
     assert len(set(YEAST_QUERIES)) == len(YEAST_QUERIES) == 59
     assert all(exp[q] <= 100_000 for q in YEAST_QUERIES)
     sets = Counter(q.rsplit("_", 1)[0] for q in YEAST_QUERIES)
     assert len(sets) == 9
+    assert len(YEAST_SETS) == 9
+    assert len([q for q in YEAST_QUERIES if q not in YEAST_SLOW_AT_64KB]) == 49
 
 
 def test_yeast_subset_default_budget(bench):
     run_queries(bench("yeast", None), "yeast", YEAST_QUERIES, None)
 
 
-def test_yeast_subset_64KB(bench):
-    queries = [q for q in YEAST_QUERIES if q not in YEAST_SLOW_AT_64KB]
-    assert len(queries) == 49
+@pytest.mark.parametrize("qset", YEAST_SETS)
+def test_yeast_subset_64KB(bench, qset):
+    queries = [q for q in YEAST_QUERIES if q not in YEAST_SLOW_AT_64KB and query_set(q) == qset]
+    assert queries
     run_queries(bench("yeast", "64KB"), "yeast", queries, "64KB")
 
 
@@ -593,6 +636,7 @@ def _neighbours(store, label_id, direction):
     return out
 
 
+@no_join
 @pytest.mark.parametrize("rounds", [0, 2], ids=["filtered", "refined"])
 def test_planner_overlaps_know_the_vertex_labels(tmp_path, rounds, monkeypatch):
     """make_plan gives its candidate sets' overlaps the pattern vertices' labels, on the first plan
@@ -624,6 +668,7 @@ def test_planner_overlaps_know_the_vertex_labels(tmp_path, rounds, monkeypatch):
     assert any(want[a] is not None and want[b] is not None and want[a] != want[b] for _m, (a, b) in asked)
 
 
+@no_join
 def test_refine_cost_is_the_lists_refinement_reads(tmp_path):
     """refine_cost() = Σ over the partitions a pattern uses of the degrees of its users' candidates."""
     import numpy as np
@@ -675,6 +720,7 @@ def test_refine_cost_is_the_lists_refinement_reads(tmp_path):
     g.close()
 
 
+@no_join
 @pytest.mark.parametrize("pattern, m", [
     # Two users of one partition with other ends: x (y and z) and y (w) through a, out.
     ("(x:X)-[:a]->(y:Y), (y)-[:b]->(z), (z)<-[:a]-(x), (y)-[:a]->(w:Z)", 6000),

@@ -17,6 +17,7 @@ import pytest
 
 import sgsi
 from oracle import oracle_count, random_graph, random_pattern, write_graph_files
+from sgsi.cli import main as cli_main
 from sgsi.errors import PatternError
 from sgsi.storage import build, sources
 
@@ -109,13 +110,15 @@ def test_lean_single_label_and_undirected_stores(tmp_path):
             g.count("(a)--(b)")
 
 
-def test_lean_and_theta_from_the_command_line_and_sql(graph, tmp_path):
+def test_lean_and_theta_from_the_command_line_and_sql(graph, tmp_path, capsys):
     d, edges, vlabels, e, v = graph
     out = tmp_path / "cli.sgsi"
     r = subprocess.run([sys.executable, "-m", "sgsi", "build", "--edges", e, "--vertices", v, "--out", str(out),
                         "--lean", "--theta", "2", "-q"], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
-    info = subprocess.run([sys.executable, "-m", "sgsi", "info", str(out)], capture_output=True, text=True).stdout
+    capsys.readouterr()
+    assert cli_main(["info", str(out)]) == 0          # the command line in this process, from here on
+    info = capsys.readouterr().out
     assert "(lean: labelled, directed edges only)" in info
     assert [line.split() for line in info.splitlines() if line.split()[:1] == ["lean"]] == [["lean", "yes"]]
     with sgsi.open(str(out)) as g:
@@ -123,8 +126,9 @@ def test_lean_and_theta_from_the_command_line_and_sql(graph, tmp_path):
         p = "(a)-[:E0]->(b)-[:E1]->(c)"
         want = oracle_count(edges, vlabels, p)
         assert g.count(p) == want
-    r = subprocess.run([sys.executable, "-m", "sgsi", "count", str(out), "(a)-->(b)"], capture_output=True, text=True)
-    assert r.returncode == 1 and "built lean" in r.stderr and "without --lean" in r.stderr
+    assert cli_main(["count", str(out), "(a)-->(b)"]) == 1
+    err = capsys.readouterr().err
+    assert "built lean" in err and "without --lean" in err
 
     con = duckdb.connect()
     reg = sgsi.register(con, device="cpu")

@@ -310,6 +310,29 @@ def test_overflow_chain_one_hot_group(theta):
     assert {where[v] for v in coll} == set(chain)
 
 
+@pytest.mark.parametrize("theta", [2, 3, 4, 16])
+def test_lookup_of_one_vertex_is_the_vectorized_lookup(theta):
+    """A query of one vertex (probed as Python scalars) answers as the same vertex among others
+    (the vectorized probe): present, absent (some on the overflow chain's group), negative and
+    huge ids. 30 of 40 vertices hash to group 0, so that its chain is followed."""
+    rng = np.random.default_rng(50 + theta)
+    n, hot = 40, 30
+    coll = colliding_ids(n, 0, hot + 5)
+    adj = adj_for(coll[:hot] + non_colliding_ids(n, n - hot, {0}, exclude=set(coll)), rng)
+    groups, ci = pcsr.build(*edges_of(adj), theta)
+    assert len(home_groups(groups)[0]) > 1
+    q = sorted(adj) + coll[hot:] + list(range(-3, 60)) + [2**31 - 1, 2**32, 2**40, 2**62, -(2**31), -(2**40)]
+    q += [v + 2**32 for v in coll[:10]]
+    st, en = pcsr.lookup(groups, np.array(q, np.int64))
+    for k, v in enumerate(q):
+        one = [np.array([v], np.int64)] + ([np.array([v], np.int32)] if -2**31 <= v < 2**31 else [])
+        for arr in one:
+            s1, e1 = pcsr.lookup(groups, arr)
+            assert s1.shape == e1.shape == (1,) and s1.dtype == e1.dtype == np.int64
+            assert (s1[0], e1[0]) == (st[k], en[k]), v
+        assert ci[st[k]:en[k]].tolist() == adj.get(v, [])
+
+
 @pytest.mark.parametrize("theta", THETAS)
 def test_overflow_all_in_one_group(theta):
     """The worst case: every vertex hashes to one group (Claim 1 at its limit)."""
@@ -449,6 +472,16 @@ def test_ragged_indices_past_int32():
     got = pcsr.ragged_indices(starts, counts)
     assert got.dtype == np.int64
     assert got.tolist() == ragged_reference(starts.tolist(), counts.tolist())
+
+
+@pytest.mark.parametrize("start, count", [(0, 0), (5, 0), (0, 1), (100, 3), (2**31 - 2, 1), (2**31 - 2, 3),
+                                          (2**40, 2)])
+def test_ragged_indices_of_one_row_as_of_several(start, count):
+    """One row (a single arange) gives the indices and the dtype of the same row among others."""
+    got = pcsr.ragged_indices(np.array([start]), np.array([count]))
+    want = pcsr.ragged_indices(np.array([start, 0]), np.array([count, 0]))
+    assert got.dtype == want.dtype
+    assert got.tolist() == want.tolist() == list(range(start, start + count))
 
 
 @pytest.mark.parametrize("starts, counts", [

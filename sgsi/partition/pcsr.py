@@ -209,6 +209,13 @@ def ragged_indices(starts, counts):
     [100, 101, 102, 70, 71]
     """
     counts = np.asarray(counts, dtype=np.int64)
+    if counts.shape == (1,):
+        # One row (most calls of the CPU join): one arange, not a dozen NumPy calls (~13 µs).
+        c = int(counts[0])
+        if c == 0:
+            return np.zeros(0, np.int64)
+        s = int(np.asarray(starts, dtype=np.int64).reshape(-1)[0])
+        return np.arange(s, s + c, dtype=np.int32 if c < 2 ** 31 and s + c < 2 ** 31 else np.int64)
     total = int(counts.sum())
     if total == 0:
         return np.zeros(0, np.int64)
@@ -231,6 +238,8 @@ def lookup(groups, v, xp=np):
     """
     n_groups, theta, _ = groups.shape
     v = xp.asarray(v)
+    if xp is np and v.size == 1 and n_groups:
+        return _lookup_one(groups, int(v.reshape(-1)[0]), v.shape, n_groups, theta - 1)
     start = xp.zeros(v.shape, xp.int64)
     end = xp.zeros(v.shape, xp.int64)
     if n_groups == 0 or v.size == 0:
@@ -251,3 +260,22 @@ def lookup(groups, v, xp=np):
         go = (~found) & (nxt >= 0)
         pending, g = pending[go], nxt[go].astype(xp.int64)
     return start, end
+
+
+def _lookup_one(groups, v, shape, n_groups, cap):
+    """:func:`lookup` of one vertex ``v`` in NumPy groups, probed as Python scalars: most lookups
+    of the CPU join are of one vertex, where the vectorized probe's two dozen NumPy calls took
+    ~40 µs. The same hash, the same first matching slot, the same overflow chain."""
+    start = end = 0
+    if v >= 0:
+        g = ((v * _HASH_MULT) & 0xFFFFFFFF) % n_groups
+        while g >= 0:
+            pairs = groups[g].tolist()                    # Θ pairs [v, o]; the last [GID, END]
+            for s in range(cap):
+                if pairs[s][0] == v:
+                    start, end = pairs[s][1], pairs[s + 1][1]
+                    g = -1
+                    break
+            else:
+                g = pairs[cap][0]
+    return np.full(shape, start, np.int64), np.full(shape, end, np.int64)

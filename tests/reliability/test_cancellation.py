@@ -206,17 +206,50 @@ def test_interrupt_of_an_idle_connection_is_harmless(social):
 # ---------------------------------------------------------------------------
 
 
-def _start_and_signal(args, sig, delay=2.5):
+#: Seconds a query runs, once started, before it is signalled.
+RUNNING = 0.3
+
+
+def _start_and_signal(args, sig, started):
+    """Start `sgsi ARGS`, wait until ``started(p)`` (past start-up: the query runs, and would for
+    days) and RUNNING seconds more, then send ``sig``; (returncode, stdout, stderr, seconds)."""
     p = rh.spawn_sgsi(*args)
-    time.sleep(delay)            # past start-up: the query is running (it would run for days)
+    deadline = time.monotonic() + STOP_BOUND
+    while not started(p):
+        assert p.poll() is None, p.communicate()
+        assert time.monotonic() < deadline, "the query did not start"
+        time.sleep(0.02)
+    time.sleep(RUNNING)
     assert p.poll() is None, p.communicate()
     p.send_signal(sig)
     return rh.wait_exit(p, STOP_BOUND)
 
 
+def _has_open(directory):
+    """started() for _start_and_signal: the process holds a file under ``directory`` open (its store,
+    opened after the signal handlers are set). Where there is no /proc/PID/fd: after 2.5 s."""
+    directory = os.path.realpath(directory) + os.sep
+    t0 = time.monotonic()
+
+    def started(p):
+        try:
+            fds = os.listdir(f"/proc/{p.pid}/fd")
+        except OSError:
+            return time.monotonic() - t0 > 2.5
+        for fd in fds:
+            try:
+                if os.readlink(f"/proc/{p.pid}/fd/{fd}").startswith(directory):
+                    return True
+            except OSError:
+                continue
+        return False
+    return started
+
+
 def test_ctrl_c_stops_sgsi_count(dense):
     rc, out, err, _ = _start_and_signal(["count", dense["store"], rh.HUGE, "--device", "cpu",
-                                         "--memory-budget", dense["budget"]], signal.SIGINT)
+                                         "--memory-budget", dense["budget"]], signal.SIGINT,
+                                        _has_open(dense["store"]))
     assert rc == 130, err
     assert rh.assert_one_line(err, "sgsi: interrupted")
     assert out == ""
@@ -224,9 +257,11 @@ def test_ctrl_c_stops_sgsi_count(dense):
 
 @pytest.mark.parametrize("sig, code, word", [(signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "terminated")])
 def test_interrupted_match_output_leaves_no_file(dense, tmp_path, sig, code, word):
+    """Signalled while it writes the output (its temporary file is there), `sgsi match` removes it."""
     out = tmp_path / "out.parquet"
     rc, _, err, _ = _start_and_signal(["match", dense["store"], rh.HUGE, "--output", out, "--device", "cpu",
-                                       "--memory-budget", dense["budget"]], sig)
+                                       "--memory-budget", dense["budget"]], sig,
+                                      lambda p: any(tmp_path.iterdir()))
     assert rc == code, err
     rh.assert_one_line(err, f"sgsi: {word}")
     assert list(tmp_path.iterdir()) == []
