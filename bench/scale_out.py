@@ -89,6 +89,22 @@ def screen(g, base, names, args):
     return long_, short
 
 
+_BURN = "import time, numpy as np; a = np.random.rand(2_000_000); t = time.perf_counter()\n" \
+        "for _ in range(40): np.sort(a)\nprint(time.perf_counter() - t)"
+
+
+def capacity(k):
+    """Cores this machine gives now to ``k`` processes at once: ``k`` x one NumPy sort loop's time
+    alone over its time beside ``k - 1`` others (other jobs share the machine)."""
+    import subprocess
+
+    def run(n):
+        procs = [subprocess.Popen([sys.executable, "-c", _BURN], stdout=subprocess.PIPE, text=True) for _ in range(n)]
+        return max(float(p.communicate()[0]) for p in procs)
+    alone = run(1)
+    return k * alone / run(k) if k > 1 else 1.0
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--set", action="append", help="yeast, hprd-hard (repeat; default both)")
@@ -108,6 +124,8 @@ def main(argv=None):
     args = p.parse_args(argv)
     args.out = args.out or os.path.join(C.RESULTS_DIR, f"scale_out_{args.device}.md")
     start = C.machine()
+    cores = {k: capacity(k) for k in args.workers}
+    C.say(f"cores available to k processes: {cores}")
     rows = []
     graphs = []
     for set_name in args.set or ["yeast", "hprd-hard"]:
@@ -151,7 +169,8 @@ def main(argv=None):
         g.close()
     fields = FIELDS + [f"w{k}_s" for k in args.workers]
     C.write_csv(os.path.splitext(args.out)[0] + ".csv", rows, fields)
-    C.write_text(args.out, report(args, rows, starts, C.machine_at_end(start)))
+    cores_after = {k: capacity(k) for k in args.workers}
+    C.write_text(args.out, report(args, rows, starts, C.machine_at_end(start), cores, cores_after))
     print(open(args.out).read())
     return 1 if any(r["expected"] is not None and r["count"] != r["expected"] for r in rows) else 0
 
@@ -161,7 +180,7 @@ def geomean(xs):
     return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else float("nan")
 
 
-def report(args, rows, starts, m):
+def report(args, rows, starts, m, cores, cores_after):
     ks = args.workers
     base = f"w{ks[0]}_s"
     out = [f"# Scale-out: one query sharded over {', '.join(map(str, ks))} Dask workers ({args.device.upper()})", "",
@@ -170,7 +189,9 @@ def report(args, rows, starts, m):
            f"started in {', '.join(f'{starts[k]:.1f} s ({k})' for k in ks if k in starts)} and not in the times; "
            f"{rows[0]['tasks'] if rows else '?'} tasks a query on the last; best of {args.repeat} runs",
            f"- budget: {args.memory_budget or 'the default'} per process; every count equal to one process's "
-           f"and to the set's expected count", ""]
+           f"and to the set's expected count",
+           "- cores the machine gave k processes at once (k x a NumPy loop's time alone / beside k - 1 more), "
+           "before and after: " + ", ".join(f"{k}: {cores[k]:.2f} and {cores_after[k]:.2f}" for k in ks), ""]
     out.append("| set | query | kind | count | one process (s) | " + " | ".join(f"{k} w (s)" for k in ks)
                + " | " + " | ".join(f"{k} w / 1 w" for k in ks[1:]) + " |")
     out.append("|---" * (5 + len(ks) + len(ks) - 1) + "|")

@@ -55,7 +55,7 @@ def restrict(xp, bits, lo, hi):
     start = xp.arange(bits.size, dtype=xp.int64) * 32
     low = xp.clip(lo - start, 0, 32).astype(xp.uint64)
     high = xp.clip(hi - start, 0, 32).astype(xp.uint64)
-    one = xp.uint64(1)
+    one = xp.ones_like(high)
     mask = ((one << high) - one) ^ ((one << low) - one)           # bits [low, high) of each word
     return bits & mask.astype(xp.uint32)
 
