@@ -4,13 +4,18 @@ For each benchmark set, queries are screened in one process (a sample, or those 
 timed between ``--min-seconds`` and ``--max-seconds``); the long ones (over ``--min-seconds``,
 default 1 s) and a few short ones (the overhead's side) are then counted on a cluster of each
 size in ``--workers`` (all started first and warmed up; their start-up, 1-3 s, is not in the
-times: a running cluster's queries see none), in turn with one process, query by query. The counts must agree with one process and with
-the set's expected counts. Written: ``--out`` (markdown) and a CSV beside it.
+times: a running cluster's queries see none), in turn with one process, query by query. The
+counts must agree with one process and with the set's expected counts. Written: ``--out``
+(markdown) and a CSV beside it; the cores the machine gives k processes are measured before and
+after (other jobs may share it).
 
     python bench/scale_out.py --set yeast --set hprd-hard --workers 1 2 \\
         --pick-from bench/results/hard_yeast_cpu.csv --long 8 --short 3          # CPU, this machine
-    python bench/scale_out.py --device gpu --workers 1 2 4 --set yeast --long 8 \\
-        --pick-from bench/results/hard_yeast_gpu.csv --out bench/results/scale_out_gpu.md   # dask-cuda
+    python bench/scale_out.py --workers 1 4 8 16 --set yeast --set hprd-hard --long 8 --short 3 \\
+        --pick-from bench/results/hard_yeast_cpu.csv --out bench/results/scale_out_cpu16.md  # 16 cores
+    python bench/scale_out.py --device gpu --workers 1 2 4 --set yeast --set hprd-hard --long 8 \\
+        --pick-from bench/results/hard_yeast_gpu.csv --pick-from bench/results/hard_hprd-hard_gpu.csv \\
+        --out bench/results/scale_out_gpu.md                            # dask-cuda, one worker a GPU
 
 Data sets: ``$SGSI_BENCHMARKS/<set>``, else /work/shared/benchmarks/<set>, else tests/data/benchmarks/<set>.
 """
