@@ -3,14 +3,19 @@
 For each benchmark set, queries are screened in one process (a sample, or those a hard.py CSV
 timed between ``--min-seconds`` and ``--max-seconds``); the long ones (over ``--min-seconds``,
 default 1 s) and a few short ones (the overhead's side) are then counted on a cluster of each
-size in ``--workers``, started once per size and warmed up (its start-up, 2-4 s, is not in the
-times: a running cluster's queries see none). The counts must agree with one process and with
-the set's expected counts. Written: ``--out`` (markdown) and a CSV beside it.
+size in ``--workers`` (all started first and warmed up; their start-up, 1-3 s, is not in the
+times: a running cluster's queries see none), in turn with one process, query by query. The
+counts must agree with one process and with the set's expected counts. Written: ``--out``
+(markdown) and a CSV beside it; the cores the machine gives k processes are measured before and
+after (other jobs may share it).
 
     python bench/scale_out.py --set yeast --set hprd-hard --workers 1 2 \\
         --pick-from bench/results/hard_yeast_cpu.csv --long 8 --short 3          # CPU, this machine
-    python bench/scale_out.py --device gpu --workers 1 2 4 --set yeast --long 8 \\
-        --pick-from bench/results/hard_yeast_gpu.csv --out bench/results/scale_out_gpu.md   # dask-cuda
+    python bench/scale_out.py --workers 1 4 8 16 --set yeast --set hprd-hard --long 8 --short 3 \\
+        --pick-from bench/results/hard_yeast_cpu.csv --out bench/results/scale_out_cpu16.md  # 16 cores
+    python bench/scale_out.py --device gpu --workers 1 2 4 --set yeast --set hprd-hard --long 8 \\
+        --pick-from bench/results/hard_yeast_gpu.csv --pick-from bench/results/hard_hprd-hard_gpu.csv \\
+        --out bench/results/scale_out_gpu.md                            # dask-cuda, one worker a GPU
 
 Data sets: ``$SGSI_BENCHMARKS/<set>``, else /work/shared/benchmarks/<set>, else tests/data/benchmarks/<set>.
 """
@@ -18,6 +23,7 @@ Data sets: ``$SGSI_BENCHMARKS/<set>``, else /work/shared/benchmarks/<set>, else 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import math
 import os
@@ -142,29 +148,32 @@ def main(argv=None):
                 rows.append({"set": set_name, "query": name, "group": group_of(name), "kind": kind, "count": n,
                              "expected": expected.get(name), "one_process_s": round(s, 4),
                              "path": os.path.join(base, "queries", name), "graph": g})
-    for r in rows:                  # one process again, beside the clusters' runs: the least of --repeat
-        r["one_process_s"] = round(min([r["one_process_s"]] + [
-            timed(lambda ev: r["graph"].count(r["path"], device=args.device, progress=False))[1]
-            for _ in range(args.repeat - 1)]), 4)
     starts = {}                     # cluster size -> seconds its start took
-    for k in args.workers:
-        t0 = time.perf_counter()
-        with connect(workers=k, device=args.device) as client:
-            started = time.perf_counter() - t0
+    with contextlib.ExitStack() as stack:
+        clients = {}
+        for k in args.workers:      # all started first, idle between their runs
+            t0 = time.perf_counter()
+            clients[k] = stack.enter_context(connect(workers=k, device=args.device))
+            starts[k] = time.perf_counter() - t0
             for g in graphs:        # warm-up: the workers import sgsi and open the stores
-                g.count("(a)--(b)", device=args.device, client=client, progress=False)
-            for r in rows:
-                best = math.inf
-                for _ in range(args.repeat):
+                g.count("(a)--(b)", device=args.device, client=clients[k], progress=False)
+        for r in rows:              # one process and each cluster in turn, --repeat rounds: the least time
+            best = {"one": r["one_process_s"], **{k: math.inf for k in args.workers}}
+            for i in range(args.repeat):
+                if i:
+                    best["one"] = min(best["one"], timed(lambda ev: r["graph"].count(
+                        r["path"], device=args.device, memory_budget=args.memory_budget, progress=False))[1])
+                for k, client in clients.items():
                     n, s = timed(lambda ev: r["graph"].count(r["path"], device=args.device, client=client,
                                                             memory_budget=args.memory_budget, progress=False))
                     assert n == r["count"], (r["query"], k, n, r["count"])
-                    best = min(best, s)
-                r[f"w{k}_s"] = round(best, 4)
-                r["tasks"] = r["graph"].last_stats.get("tasks")
-                C.say(f"{k} workers {r['query']}: {best:.3f} s (one process {r['one_process_s']:.3f} s)")
-        C.say(f"cluster of {k}: started in {started:.1f} s")
-        starts[k] = started
+                    best[k] = min(best[k], s)
+                    r["tasks"] = r["graph"].last_stats.get("tasks")
+            r["one_process_s"] = round(best["one"], 4)
+            for k in args.workers:
+                r[f"w{k}_s"] = round(best[k], 4)
+            C.say(f"{r['query']}: one process {best['one']:.3f} s, " +
+                  ", ".join(f"{k} workers {best[k]:.3f} s" for k in args.workers))
     for g in graphs:
         g.close()
     fields = FIELDS + [f"w{k}_s" for k in args.workers]
@@ -187,7 +196,8 @@ def report(args, rows, starts, m, cores, cores_after):
            "`python bench/scale_out.py " + " ".join(sys.argv[1:]) + "`", "", C.machine_md(m),
            f"- clusters: `LocalCluster` of single-threaded worker processes (GPU: dask-cuda's LocalCUDACluster), "
            f"started in {', '.join(f'{starts[k]:.1f} s ({k})' for k in ks if k in starts)} and not in the times; "
-           f"{rows[0]['tasks'] if rows else '?'} tasks a query on the last; best of {args.repeat} runs",
+           f"{rows[0]['tasks'] if rows else '?'} tasks a query on the last; one process and each cluster in "
+           f"turn, query by query, the least of {args.repeat} rounds",
            f"- budget: {args.memory_budget or 'the default'} per process; every count equal to one process's "
            f"and to the set's expected count",
            "- cores the machine gave k processes at once (k x a NumPy loop's time alone / beside k - 1 more), "

