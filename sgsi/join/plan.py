@@ -185,7 +185,8 @@ def make_plan(store, pattern: Pattern, backend, injective=True, refine_rounds=RE
     # without reading the sets (the GPU's find every pair in one launch anyway).
     meets.labels = list(vlabel)
     order = list(shard.order) if shard is not None and shard.order else _order(store, pattern, inc, counts)
-    groups, trees = _factored_vertices(pattern, meets, injective, order) if factor_leaves else ([], [])
+    seeded = {u for u, _c in shard.seed} if shard is not None else set()      # joined by the driver
+    groups, trees = _factored_vertices(pattern, meets, injective, order, seeded) if factor_leaves else ([], [])
     tail = [u for g in groups for u in g] + [u for root, kids in trees for u in [root] + [w for g in kids for w in g]]
     order = [u for u in order if u not in tail] + tail
     core = order[:len(order) - len(tail)]
@@ -285,7 +286,7 @@ def _set_partitions(mask):
         sub = (sub - 1) & rest
 
 
-def _factored_vertices(pattern: Pattern, meets, injective, order):
+def _factored_vertices(pattern: Pattern, meets, injective, order, keep=frozenset()):
     """Pattern vertices whose matches a count takes per row of the rest, without enumerating them.
 
     A vertex u none of whose neighbours is factored has, given a row m of the
@@ -313,7 +314,7 @@ def _factored_vertices(pattern: Pattern, meets, injective, order):
       other factored vertex's.
 
     Returns the groups (lists of vertices) and the subtrees ((root, its leaves' groups)),
-    or none when fewer than two vertices qualify.
+    or none when fewer than two vertices qualify. The vertices ``keep`` stay in the core.
     """
     n = len(pattern.vertices)
     nbrs = [set() for _ in range(n)]
@@ -334,7 +335,7 @@ def _factored_vertices(pattern: Pattern, meets, injective, order):
         return True
 
     for u in range(n):
-        if len(nbrs[u]) == 1 and not nbrs[u] & picked:
+        if len(nbrs[u]) == 1 and not nbrs[u] & picked and u not in keep:
             pick(u)
     leaves = set(picked)
     trees = []                          # (root, its leaves' groups)
@@ -345,6 +346,8 @@ def _factored_vertices(pattern: Pattern, meets, injective, order):
 
     core = [u for u in order if u not in picked]
     for u in reversed(core[1:]):        # the core keeps at least its first vertex
+        if u in keep:
+            break
         kids = nbrs[u] & picked
         if not kids:
             if meets_trees([u]) or not pick(u):
