@@ -73,13 +73,14 @@ def build(out, edges=None, vertices=None, *, graph=None, src="src", dst="dst", l
     return Graph(path)
 
 
-def open(path, verify=False):  # noqa: A001 - the public name of the API
+def open(path, verify=False, version=None):  # noqa: A001 - the public name of the API
     """Open a graph store read-only; see :class:`Graph`.
 
     ``verify=True`` also checks every file against its checksum first (reads
-    the whole store once; ``sgsi info --verify`` does the same).
+    the whole store once; ``sgsi info --verify`` does the same). ``version``:
+    the store version to read (default: the newest); it stays that version.
     """
-    return Graph(path, verify=verify)
+    return Graph(path, verify=verify, version=version)
 
 
 class Graph:
@@ -104,9 +105,9 @@ class Graph:
     ``force`` is not seen by Graphs opened before.
     """
 
-    def __init__(self, path, verify=False):
+    def __init__(self, path, verify=False, version=None):
         self.path = os.fspath(path)
-        self.store = Store(self.path)
+        self.store = Store(self.path, version=version)
         if verify:
             self.store.verify()
         self._backends = Backends()
@@ -115,6 +116,47 @@ class Graph:
 
     def __repr__(self):
         return f"Graph({self.path!r}: {self.store.n_vertices:,} vertices, {self.store.n_edges:,} edges)"
+
+    @property
+    def version(self) -> int:
+        """The store version this Graph reads."""
+        return self.store.version
+
+    def update(self, insert=None, delete=None, vertices=None, *, src="src", dst="dst", label=None, id="id",
+               vertex_label=None, progress=None) -> dict:
+        """Apply one batch of edge insertions and deletions as a new store version, and read it.
+
+        ``insert`` and ``delete`` are Parquet edge files (globs or lists) with
+        the build's columns (``src``, ``dst``, ``label``: the same options);
+        ``vertices`` optional vertex files giving labels of new vertices.
+        Deletions apply before insertions. Inserting an edge that is there,
+        or deleting one that is not, is counted, not an error. New vertices
+        get the dense ids after the last; new edge labels are allowed. The
+        delta is written atomically (:mod:`sgsi.storage.delta`).
+
+        Returns a dict: ``version``, ``inserted`` and ``deleted`` (net edges),
+        ``already_present``, ``absent``, ``new_vertices``, ``new_edge_labels``,
+        ``vertices``, ``edges``, ``seconds``. This Graph then reads the new
+        version; other Graphs keep theirs.
+        """
+        from .storage.delta import update_store
+        summary = update_store(self.path, insert, delete, vertices, src=src, dst=dst, label=label, id=id,
+                               vertex_label=vertex_label, progress=progress)
+        self._reopen()
+        return summary
+
+    def compact(self, progress=None) -> dict:
+        """Merge the store's deltas into new base files (atomically; open readers go on), and read
+        them. Returns a dict: ``version``, ``compacted``, ``vertices``, ``edges``, ``seconds``."""
+        from .storage.compact import compact_store
+        summary = compact_store(self.path, progress=progress)
+        self._reopen()
+        return summary
+
+    def _reopen(self):
+        """Read the newest version (the old store is left to queries still running on it)."""
+        self.store = Store(self.path)
+        self._backends.clear()
 
     def close(self):
         self._backends.clear()
