@@ -356,7 +356,8 @@ class _Update:
         i_s, i_d, i_l = clean(*edges["ins"])
         d_s, d_d, d_l = clean(*edges["del"])
         d_present = self._present(d_s, d_d, d_l)
-        i_present = self._present(i_s, i_d, i_l) & ~edge_isin(i_s, i_d, i_l, d_s, d_d, d_l)
+        i_there = self._present(i_s, i_d, i_l)                       # before the batch
+        i_present = i_there & ~edge_isin(i_s, i_d, i_l, *(x[d_present] for x in (d_s, d_d, d_l)))
         del_net = tuple(x[d_present] for x in (d_s, d_d, d_l))
         ins_net = tuple(x[~i_present] for x in (i_s, i_d, i_l))
         back = edge_isin(*del_net, *ins_net)          # deleted, then inserted again: no change
@@ -386,7 +387,7 @@ class _Update:
             "version": version,
             "inserted": int(len(ins_net[0])),
             "deleted": int(len(del_net[0])),
-            "already_present": int(i_present.sum()) + int(rows["ins"] - len(i_s)),
+            "already_present": int(i_there.sum()) + int(rows["ins"] - len(i_s)),
             "absent": int((~d_present).sum()) + int(rows["del"] - len(d_s)),
             "new_vertices": int(n_new),
             "new_edge_labels": len(new_elabels),

@@ -83,13 +83,7 @@ class VersionView:
 
     def pairs(self, key, s, d, l):
         """The (src, nb) pairs that edges (s, d, l) put into partition ``key``."""
-        lab, direction = key.split(":")
-        if lab != "any":
-            keep = l == int(lab)
-            s, d = s[keep], d[keep]
-        if self.store.undirected or direction == "both":
-            return np.concatenate([s, d]), np.concatenate([d, s])
-        return (s, d) if direction == "out" else (d, s)
+        return partition_pairs(key, self.store.undirected, s, d, l)
 
     def _supported(self, key, keys):
         """Whether an edge of this version still puts each pair (``pair_keys``) into ``key``."""
@@ -228,3 +222,39 @@ class VersionView:
         start = int(seg) * step
         rows = min(step, self.n_vertices - start)
         return start, rows, max(0, min(step, self.n_base - start))
+
+
+def partition_pairs(key, undirected, s, d, l):
+    """The (src, nb) pairs that edges (s, d, l) put into partition ``key`` of a store."""
+    lab, direction = key.split(":")
+    if lab != "any":
+        keep = l == int(lab)
+        s, d = s[keep], d[keep]
+    if undirected or direction == "both":
+        return np.concatenate([s, d]), np.concatenate([d, s])
+    return (s, d) if direction == "out" else (d, s)
+
+
+def changed_pairs(store, since, label_id, direction):
+    """:meth:`~sgsi.storage.store.Store.changed_pairs`: the pairs the net edge change between the
+    two versions may touch, looked up in both versions' partitions (only those lists are read)."""
+    since = int(since)
+    other = store.at_version(since)
+    lo, hi = sorted((store.version, since))
+    newer = store if store.version >= since else other
+    added, removed = net_events([(store._deltas[v].inserted, store._deltas[v].deleted)
+                                 for v in range(lo + 1, hi + 1)])
+    key = newer.partition(label_id, direction).key
+    cand = np.unique(np.concatenate([pair_keys(*partition_pairs(key, store.undirected, *e))
+                                     for e in (added, removed)]))
+    v, w = split_keys(cand)
+
+    def present(st):
+        try:
+            p = st.partition(label_id, direction)
+        except StoreError:                  # a label the older version does not have yet
+            return np.zeros(cand.size, bool)
+        return has_pairs(st, p, v, w)
+    now, then = present(store), present(other)
+    a, r = cand[now & ~then], cand[then & ~now]
+    return (*split_keys(a), *split_keys(r))
