@@ -212,34 +212,38 @@ class _Update:
         """Dense ids at this version of original ids (-1: not in the store)."""
         st = self.st
         t = self._id_type(arr, where)
-        table = st._vertex_id_table()
-        if isinstance(table, pa.ChunkedArray):
-            table = table.combine_chunks()
         out = np.full(len(arr), -1, np.int64)
-        if not len(arr) or not len(table):
+        if not len(arr):
             return out
         nb = st._base_n
-        if not pa.types.is_integer(t):
-            arr = arr.cast(t)
+        new = st._view.new_ids if st._view is not None else pa.array([], t)
         if pa.types.is_integer(t) and st._base_manifest.get("vertex_ids_sorted", True):
-            # The base ids are sorted (dense ids are their ranks): a binary search.
-            base = table.slice(0, nb).to_numpy()
+            # The base ids are sorted (dense ids are their ranks): a binary search in each batch of
+            # the memory-mapped file, which reads a few pages.
             x = arr.cast(pa.int64()).to_numpy()
-            pos = np.minimum(np.searchsorted(base, x), max(nb - 1, 0))
-            hit = (base[pos] == x) if nb else np.zeros(len(x), bool)
-            out[hit] = pos[hit]
-            rest = table.slice(nb)
+            reader, at = st._reader("vertex_ids.arrow"), 0
+            for i in range(reader.num_record_batches):          # a loop over batches of the file
+                with st._reading("vertex_ids.arrow"):
+                    b = reader.get_batch(i).column(0).to_numpy()
+                if b.size:
+                    pos = np.minimum(np.searchsorted(b, x), b.size - 1)
+                    hit = (b[pos] == x) & (out < 0)
+                    out[hit] = pos[hit] + at
+                at += b.size
+            ids, first = new, nb
         else:
-            rest = table
-            nb = 0
-        if len(rest):
-            miss = np.flatnonzero(out < 0)
+            base = st._vertex_id_table()
+            base = base.combine_chunks() if isinstance(base, pa.ChunkedArray) else base
+            ids, first = base, 0                                # every id, new ones included
+            if not pa.types.is_integer(t):
+                arr = arr.cast(t)
+        miss = np.flatnonzero(out < 0)
+        if len(ids) and miss.size:
             sub = arr.take(pa.array(miss))
             if pa.types.is_integer(t):
-                sub = sub.cast(pa.int64())
-                rest = rest.cast(pa.int64())
-            idx = pc.index_in(sub, value_set=rest).fill_null(-1).to_numpy(zero_copy_only=False)
-            out[miss[idx >= 0]] = idx[idx >= 0] + nb
+                sub, ids = sub.cast(pa.int64()), ids.cast(pa.int64())
+            idx = pc.index_in(sub, value_set=ids).fill_null(-1).to_numpy(zero_copy_only=False)
+            out[miss[idx >= 0]] = idx[idx >= 0] + first
         return out
 
     @staticmethod
