@@ -14,6 +14,7 @@ import os
 import random
 import subprocess
 import sys
+import threading
 
 import duckdb
 import numpy as np
@@ -286,6 +287,40 @@ def test_changed_pairs_is_the_set_difference_of_two_versions(tmp_path, undirecte
     early.close()
     with pytest.raises(StoreError, match="no version 9"):
         st.changed_pairs(9, 0, "out")
+    g.close()
+
+
+def test_readers_go_on_during_updates_and_compaction(tmp_path):
+    g, model, rng = _small(tmp_path, seed=13)
+    pattern = "(a)-[:E0]->(b)-->(c)"
+    counts = {1: g.count(pattern, device="cpu", progress=False)}
+    first = sgsi.open(g.path)
+    stop, errors, seen = threading.Event(), [], []
+
+    def read():
+        try:
+            while not stop.is_set():
+                assert first.count(pattern, device="cpu", progress=False) == counts[1]
+                with sgsi.open(g.path) as h:              # whatever version is newest now
+                    seen.append((h.store.version, h.count(pattern, device="cpu", progress=False)))
+        except Exception as e:          # noqa: BLE001 - reported below
+            errors.append(e)
+    t = threading.Thread(target=read)
+    t.start()
+    try:
+        for step in range(3):
+            ins, dele = _random_batch(rng, model, list(model.vlabels), ["E0", "E1"], [300 + step, 400 + step])
+            g.update(insert=_write_edges(tmp_path / f"i{step}.parquet", ins),
+                     delete=_write_edges(tmp_path / f"d{step}.parquet", dele))
+            counts[g.store.version] = g.count(pattern, device="cpu", progress=False)
+        g.compact()
+    finally:
+        stop.set()
+        t.join()
+    assert not errors, errors[0]
+    assert seen and all(counts[v] == c for v, c in seen)
+    assert first.count(pattern, device="cpu", progress=False) == counts[1]
+    first.close()
     g.close()
 
 
