@@ -153,6 +153,18 @@ class Graph:
         self._reopen()
         return summary
 
+    def _check_newest(self):
+        """Sharded queries open the store by path on the workers, at its newest version."""
+        newest = int(self.store.versions[-1]["version"])
+        from .storage.store import _read_manifest
+        versions = _read_manifest(self.path, check_files=False).get("versions")
+        if versions:
+            newest = int(versions[-1]["version"])
+        if self.store.version != newest:
+            from .errors import StoreError
+            raise StoreError(f"sharded queries (workers, scheduler, client) read the newest version of "
+                             f"{self.path}, {newest}; this Graph reads version {self.store.version}")
+
     def _reopen(self):
         """Read the newest version (the old store is left to queries still running on it)."""
         self.store = Store(self.path)
@@ -188,6 +200,7 @@ class Graph:
         workers, scheduler = scale_options(workers, scheduler, client)
         if workers is not None or scheduler is not None or client is not None:
             from .shard import driver
+            self._check_newest()
             return driver.count(self, pattern, device=device, memory_budget=memory_budget, injective=injective,
                                 cancel=cancel, progress=progress, workers=workers, scheduler=scheduler, client=client)
         return self._query(pattern, device, memory_budget, injective, cancel, progress).count()
@@ -226,6 +239,7 @@ class Graph:
         workers, scheduler = scale_options(workers, scheduler, client)
         if workers is not None or scheduler is not None or client is not None:
             from .shard import driver
+            self._check_newest()
             return driver.match(self, pattern, device=device, memory_budget=memory_budget, injective=injective,
                                 limit=limit, cancel=cancel, progress=progress, workers=workers, scheduler=scheduler,
                                 client=client)

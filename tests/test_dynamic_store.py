@@ -26,6 +26,7 @@ import sgsi
 from oracle import oracle_count, random_graph, random_pattern, write_graph_files
 from sgsi.cli import main as cli_main
 from sgsi.errors import InputError, StoreError
+from sgsi.join.backends import gpu_available
 from sgsi.storage import delta as delta_mod
 from sgsi.storage.lists import partition_lists
 from sgsi.storage.store import Store
@@ -425,12 +426,31 @@ def test_cli_and_sql(tmp_path, capsys):
     g.close()
 
 
-def test_gpu_reads_versions(tmp_path):
-    pytest.importorskip("cupy")
-    g, model, rng = _small(tmp_path, seed=31)
-    ins, dele = _random_batch(rng, model, list(model.vlabels), ["E0", "E1"], [900, 901])
-    g.update(insert=_write_edges(tmp_path / "i.parquet", ins), delete=_write_edges(tmp_path / "d.parquet", dele))
-    for i in range(6):
-        p = random_pattern(random.Random(i), 3, [0, 1], ["E0", "E1"])
-        assert g.count(p, device="gpu", progress=False) == g.count(p, device="cpu", progress=False)
+@pytest.mark.gpu
+@pytest.mark.skipif(not gpu_available(), reason="no CUDA GPU with CuPy on this machine")
+@pytest.mark.parametrize("undirected", [False, True], ids=["directed", "undirected"])
+def test_gpu_reads_versions(tmp_path, undirected):
+    """The GPU copies segments held in memory through its pinned buffers and the base ones from the
+    file maps; every version and the compacted store count as on the CPU."""
+    g, model, rng = _small(tmp_path, undirected, seed=31)
+    patterns = [random_pattern(random.Random(i), rng.randint(2, 4), [0, 1], ["E0", "E1"]) for i in range(6)]
+    readers = []
+    for step in range(2):
+        ins, dele = _random_batch(rng, model, list(model.vlabels), ["E0", "E1"], [900 + step, 950 + step],
+                                  "E5" if step else None)
+        g.update(insert=_write_edges(tmp_path / f"i{step}.parquet", ins),
+                 delete=_write_edges(tmp_path / f"d{step}.parquet", dele))
+        readers.append(sgsi.open(g.path, version=g.store.version))
+    assert any(not g.store.reads_direct_segment(s) for s in g.store._virtual)
+    for r in readers:
+        for p in patterns:
+            for budget in (None, "64KB"):
+                assert r.count(p, device="gpu", memory_budget=budget, progress=False) == \
+                    r.count(p, device="cpu", memory_budget=budget, progress=False), (r.store.version, p, budget)
+    want = [readers[-1].count(p, device="cpu", progress=False) for p in patterns]
+    g.compact()
+    assert [g.count(p, device="gpu", progress=False) for p in patterns] == want
+    assert [readers[-1].count(p, device="gpu", progress=False) for p in patterns] == want
+    for r in readers:
+        r.close()
     g.close()
