@@ -304,6 +304,8 @@ def _cmd_info(args):
     if args.verify:
         verify_files(args.store)     # first, so that a damaged file is named by its checksum
     store = Store(args.store)
+    if args.verify:
+        store.verify()               # the deltas' files too
     m = store.manifest
     out = []
     out.append(f"store          {os.path.abspath(args.store)}")

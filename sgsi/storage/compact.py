@@ -35,7 +35,10 @@ def compact_store(path, progress=None):
     """Merge the deltas of the store at ``path`` into new base files; returns a summary dict."""
     path = os.fspath(path)
     t0 = time.perf_counter()
+    Store(path).close()                              # no store there: a StoreError before any lock
     with writer_lock(path):
+        parent = os.path.dirname(os.path.abspath(path))
+        atomic.sweep_stale(parent, os.path.basename(os.path.abspath(path)))
         st = Store(path)
         try:
             if st.version == st.base_version:
