@@ -39,7 +39,7 @@ from ..errors import InputError, StoreError
 from ..partition import signatures
 from . import atomic, sources
 from . import format as fmt
-from .lists import canonical, edge_isin, partition_lists, has_pairs, unique_edges
+from .lists import canonical, edge_isin, has_pairs, pair_keys, partition_lists, unique_edges
 
 DELTAS = "deltas"
 EDGE_FILES = ("inserted.arrow", "deleted.arrow")
@@ -438,49 +438,50 @@ class _Update:
         return labels_of
 
     def _signatures(self, changed, ins, dele, labels_of, n_vlabels):
-        """The signatures (rows of words) of ``changed`` after the update, from their lists now."""
+        """The signatures (rows of words) of ``changed`` after the update: per label and direction,
+        their lists now (only theirs are read), less the deleted edges, plus the inserted ones."""
         st = self.st
         und = st.undirected
         known = changed[changed < self.n]
-        parts = []
-        for lab in range(len(self.elabels) if self.has_labels else 1):     # a loop over labels
-            for direction in ("out",) if und else ("out", "in"):
-                owner, nb = partition_lists(st, st.partition(lab, direction), known)
-                v = known[owner]
-                s, d = (v, nb) if direction == "out" else (nb, v)
-                parts.append((s, d, np.full(len(s), lab, np.int32)))
-        s, d, l = (np.concatenate([p[i] for p in parts] + [np.zeros(0, np.int32)]) for i in range(3))
-        if und:
-            s, d = canonical(s, d)
-        s, d, l = unique_edges(s, d, l)
-        keep = ~edge_isin(s, d, l, *dele)
-        s, d, l = unique_edges(np.concatenate([s[keep], ins[0]]), np.concatenate([d[keep], ins[1]]),
-                               np.concatenate([l[keep], ins[2]]))
-        dirs = (signatures.UNDIRECTED, signatures.UNDIRECTED) if und else (signatures.OUT, signatures.IN)
-        a = np.isin(s, changed)
-        b = np.isin(d, changed) & ((s != d) if und else True)
-        vert = np.concatenate([s[a], d[b]])
-        nbr = np.concatenate([d[a], s[b]])
-        elab = np.concatenate([l[a], l[b]]).astype(np.int64)
-        dcode = np.concatenate([np.zeros(a.sum(), np.int64), np.ones(b.sum(), np.int64)])
-        nl = labels_of(nbr).astype(np.int64)
+        n_old = len(self.elabels) if self.has_labels else 1
+        n_lab = max(n_old, int(ins[2].max()) + 1 if len(ins[2]) else 0)
         groups = signatures.n_groups(st.signature_bits, st.label_bits)
-        width = n_vlabels + 1
-        key = (elab * 2 + dcode) * width + (nl + 1)
-        uk, inv = np.unique(key, return_inverse=True)
-        table = np.array([signatures.pair_group(int(k // width // 2), dirs[int(k // width % 2)],
-                                                int(k % width) - 1, groups) for k in uk.tolist()], np.int64)
-        grp = table[inv] if uk.size else np.zeros(0, np.int64)           # one hash per distinct key
-        row = np.searchsorted(changed, vert)
-        order = np.argsort(row, kind="stable")
-        row, grp = row[order], grp[order]
-        vl = labels_of(changed)
+        dirs = (("out", signatures.UNDIRECTED),) if und else (("out", signatures.OUT), ("in", signatures.IN))
+        parts = []
+        for lab in range(n_lab):                                      # a loop over labels
+            im, dm = ins[2] == lab, dele[2] == lab
+            for direction, code in dirs:
+                if lab < n_old:
+                    owner, nb = partition_lists(st, st.partition(lab, direction), known)
+                    v = known[owner]
+                else:
+                    v = nb = np.zeros(0, np.int32)
+                dv, dn = _orient(dele[0][dm], dele[1][dm], direction, und)
+                if dv.size:
+                    keep = ~np.isin(pair_keys(v, nb), pair_keys(dv, dn))
+                    v, nb = v[keep], nb[keep]
+                iv, inb = _orient(ins[0][im], ins[1][im], direction, und)
+                v, nb = np.concatenate([v, iv]), np.concatenate([nb, inb])
+                if v.size:
+                    table = np.array([signatures.pair_group(lab, code, x - 1, groups)      # per vertex label
+                                      for x in range(n_vlabels + 1)], np.int64)
+                    parts.append((np.searchsorted(changed, v), nb, table))
         words = np.zeros((changed.size, st.n_signature_words), np.uint32)
+        vl = labels_of(changed)
         table_bits = signatures.label_bit_table(n_vlabels, st.label_bits)
-        for a0 in range(0, changed.size, _SIGNATURE_BLOCK):           # blocks of vertices
-            b0 = min(changed.size, a0 + _SIGNATURE_BLOCK)
-            lo, hi = np.searchsorted(row, [a0, b0])
-            counts = np.bincount((row[lo:hi] - a0) * groups + grp[lo:hi], minlength=(b0 - a0) * groups)
+        if not parts:
+            return signatures.words_from_counts(np.zeros((changed.size, groups), np.int64), vl, st.signature_bits,
+                                                st.label_bits, table_bits) if changed.size else words
+        nl = labels_of(np.concatenate([p[1] for p in parts])) + 1     # the neighbours' labels, at once
+        cuts = np.cumsum([0] + [p[1].size for p in parts])
+        key = np.concatenate([p[0] * groups + p[2][nl[a:b]] for p, a, b in zip(parts, cuts[:-1], cuts[1:])])
+        block = max(1, min(changed.size, _SIGNATURE_BLOCK))
+        if block < changed.size:
+            key = np.sort(key)
+        for a0 in range(0, changed.size, block):                      # blocks of vertices
+            b0 = min(changed.size, a0 + block)
+            lo, hi = (0, key.size) if block == changed.size else np.searchsorted(key, [a0 * groups, b0 * groups])
+            counts = np.bincount(key[lo:hi] - a0 * groups, minlength=(b0 - a0) * groups)
             words[a0:b0] = signatures.words_from_counts(counts.reshape(b0 - a0, groups), vl[a0:b0],
                                                         st.signature_bits, st.label_bits, table_bits)
         return words
@@ -533,6 +534,14 @@ class _Update:
         m.setdefault("base_version", st.base_version)
         _step("manifest-write")
         write_manifest_atomic(st.path, m)
+
+
+def _orient(s, d, direction, undirected):
+    """Edges (s, d) as (vertex, neighbour) of the lists of ``direction`` (both ends when undirected)."""
+    if undirected:
+        loop = s == d
+        return np.concatenate([s, d[~loop]]), np.concatenate([d, s[~loop]])
+    return (s, d) if direction == "out" else (d, s)
 
 
 def write_manifest_atomic(path, manifest):
