@@ -401,6 +401,27 @@ def test_update_errors_name_the_file(tmp_path):
     g.close()
 
 
+def test_new_vertices_from_a_vertex_file_and_other_versions_of_one_opening(tmp_path):
+    g, model, rng = _small(tmp_path, seed=17)
+    vf = tmp_path / "nv.parquet"
+    pq.write_table(pa.table({"id": [77, 78, 0], "label": [1, None, model.vlabels[0]]}), vf)
+    r = g.update(vertices=str(vf))
+    assert (r["new_vertices"], r["inserted"], r["version"]) == (2, 0, 2)
+    st = g.store
+    assert st.n_vertices == len(model.vlabels) + 2
+    assert st.vertex_ids(np.array([st.n_vertices - 2, st.n_vertices - 1])).to_pylist() == [77, 78]
+    assert g.count("(:1)", device="cpu", progress=False) == sum(1 for x in model.vlabels.values() if x == 1) + 1
+    fi = _write_edges(tmp_path / "i.parquet", [(77, 78, "E1")])
+    g.update(insert=fi)
+    assert g.count("(a:1)-[:E1]->(b)", device="cpu", progress=False) >= 1
+    v2 = g.store.at_version(2)                    # the same open files, another version
+    assert v2.version == 2 and v2.token != g.store.token and g.store.at_version(3) is g.store
+    assert not any(v2.reads_direct_segment(s) is None for s in v2.partition(1, "out").seg_ids)
+    virtual = [s for s in g.store.partition(1, "out").seg_ids if s >= g.store._n_base_segments]
+    assert virtual and not any(g.store.reads_direct_segment(s) for s in virtual)
+    g.close()
+
+
 def test_cli_and_sql(tmp_path, capsys):
     g, model, rng = _small(tmp_path, seed=21)
     fi = _write_edges(tmp_path / "i.parquet", [(0, 999, "E0"), (0, 999, "E0")])
