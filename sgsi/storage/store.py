@@ -198,6 +198,7 @@ class Store:
         self.max_segment_bytes = int(max((self._seg_edges * 4 + self._seg_groups * self.theta * 8).max(initial=0), 0))
         self._base_n = self.n_vertices
         self._base_manifest = m
+        self._base_max_segment_bytes = self.max_segment_bytes
         self._n_base_segments = len(self._seg_edges)
         self._n_base_index = len(self._idx_rows)
         self._siblings = {}
@@ -229,19 +230,28 @@ class Store:
         self._next_segment, self._next_index = self._n_base_segments, self._n_base_index
         self._base_parts = {}
         self._view = None
+        m = dict(self._base_manifest)
+        try:
+            if version != self.base_version:
+                e = self.version_entry(version)
+                for field in ("vertices", "edges", "edge_labels", "vertex_labels"):
+                    m[field] = e[field]
+            self.manifest = m
+            self.n_vertices, self.n_edges = _count(m["vertices"], "vertices"), _count(m["edges"], "edges")
+            present = bool(m["edge_labels"]["present"])
+            self._edge_label_ids = {_label_key(v): i for i, v in enumerate(m["edge_labels"]["values"]) if present}
+            self._vertex_label_ids = {_label_key(v): i for i, v in enumerate(m["vertex_labels"]["values"])}
+            self.edge_label_freq = np.asarray(m["edge_labels"]["frequency"], np.int64)
+            if self.n_vertices < self._base_n:
+                raise ValueError("fewer vertices than the base")
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
+            raise StoreError(f"damaged store {self.path}: {fmt.MANIFEST} has a bad entry for version {version} "
+                             f"({_what(e)})") from None
+        self.max_segment_bytes = self._base_max_segment_bytes
         if version == self.base_version:
             return
-        e = self.version_entry(version)
-        m = dict(self._base_manifest)
-        for field in ("vertices", "edges", "edge_labels", "vertex_labels"):
-            m[field] = e[field]
-        self.manifest = m
-        self.n_vertices, self.n_edges = int(m["vertices"]), int(m["edges"])
-        present = bool(m["edge_labels"]["present"])
-        self._edge_label_ids = {_label_key(v): i for i, v in enumerate(m["edge_labels"]["values"]) if present}
-        self._vertex_label_ids = {_label_key(v): i for i, v in enumerate(m["vertex_labels"]["values"])}
-        self.edge_label_freq = np.asarray(m["edge_labels"]["frequency"], np.int64)
         self._view = VersionView(self, version, [self._deltas[v] for v in range(self.base_version + 1, version + 1)])
+        # Segments of the changes hold at most segment_edges edges, each of at most one group.
         step = int(m["parameters"].get("segment_edges", 0))
         self.max_segment_bytes = max(self.max_segment_bytes, step * (4 + 8 * self.theta))
 
@@ -263,14 +273,6 @@ class Store:
             s.token = (self.path, next(_OPENINGS))
             s._lock = threading.Lock()
             s._siblings, s._segments, s._partitions, s._close_hooks, s._vid = {}, {}, {}, [], None
-            s.manifest = self._base_manifest
-            s.n_vertices, s.n_edges = self._base_n, int(self._base_manifest["edges"])
-            s.max_segment_bytes = int(max((self._seg_edges * 4 + self._seg_groups * self.theta * 8).max(initial=0), 0))
-            bm = self._base_manifest
-            present = bool(bm["edge_labels"]["present"])
-            s._edge_label_ids = {_label_key(v): i for i, v in enumerate(bm["edge_labels"]["values"]) if present}
-            s._vertex_label_ids = {_label_key(v): i for i, v in enumerate(bm["vertex_labels"]["values"])}
-            s.edge_label_freq = np.asarray(bm["edge_labels"]["frequency"], np.int64)
             s._set_version(version)
             self._siblings[version] = s
         return s
