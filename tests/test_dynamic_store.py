@@ -398,6 +398,12 @@ def test_update_errors_name_the_file(tmp_path):
     with pytest.raises(StoreError, match="no version 7"):
         Store(g.path, version=7)
     assert g.store.version == 1
+    g.update(insert=_write_edges(tmp_path / "ok.parquet", [(0, 1, "E1")]))
+    fp = os.path.join(g.path, "deltas", "2", "inserted.arrow")
+    with open(fp, "r+b") as f:
+        f.truncate(10)
+    with pytest.raises(StoreError, match="deltas/2/inserted.arrow has 10 bytes"):
+        Store(g.path)
     g.close()
 
 

@@ -52,8 +52,21 @@ class VersionView:
         last = len(sv) - 1 - np.unique(sv[::-1], return_index=True)[1]      # each vertex's latest
         self.sig_vertex, self.sig_words = sv[last], sw[last]
         self.added, self.removed = net_events([(d.inserted, d.deleted) for d in deltas])
+        self._check(store)
         self._parts = {}
         self._sig_cache = {}
+
+    def _check(self, st):
+        """Values that index arrays: in range, or a StoreError naming the deltas."""
+        ids = [x for d in self.deltas for e in (d.inserted, d.deleted) for x in e[:2]] + [self.sig_vertex]
+        labels = [x for d in self.deltas for e in (d.inserted, d.deleted) for x in e[2:]]
+        bad = (self.n_vertices != st.n_vertices or self.sig_words.shape[1] != st.n_signature_words
+               or any(x.size and (x.min() < 0 or x.max() >= self.n_vertices) for x in ids)
+               or any(x.size and (x.min() < 0 or x.max() >= self.n_labels) for x in labels)
+               or (self.new_labels.size and self.new_labels.max() >= len(st.manifest["vertex_labels"]["values"])))
+        if bad:
+            raise StoreError(f"damaged store {st.path}: the deltas up to version {self.version} hold values out of "
+                             f"range (run `sgsi info --verify {st.path}`)")
 
     # -- partitions -------------------------------------------------------------------
 
