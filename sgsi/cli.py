@@ -278,7 +278,7 @@ def _cmd_build(args):
 
 
 def _cmd_update(args):
-    from .storage.delta import update_store
+    from .storage.update import update_store
 
     r = update_store(args.store, args.insert, args.delete, args.vertices, src=args.src, dst=args.dst,
                      label=args.label, id=args.id, vertex_label=args.vertex_label)

@@ -123,13 +123,14 @@ class Graph:
         return self.store.version
 
     def update(self, insert=None, delete=None, vertices=None, *, src="src", dst="dst", label=None, id="id",
-               vertex_label=None, progress=None) -> dict:
+               vertex_label=None) -> dict:
         """Apply one batch of edge insertions and deletions as a new store version, and read it.
 
         ``insert`` and ``delete`` are Parquet edge files (globs or lists) with
         the build's columns (``src``, ``dst``, ``label``: the same options);
         ``vertices`` optional vertex files giving labels of new vertices.
-        Deletions apply before insertions. Inserting an edge that is there,
+        The batch applies to the store's newest version (whatever version
+        this Graph reads). Deletions apply before insertions. Inserting an edge that is there,
         or deleting one that is not, is counted, not an error. New vertices
         get the dense ids after the last; new edge labels are allowed. The
         delta is written atomically (:mod:`sgsi.storage.delta`).
@@ -139,9 +140,9 @@ class Graph:
         ``vertices``, ``edges``, ``seconds``. This Graph then reads the new
         version; other Graphs keep theirs.
         """
-        from .storage.delta import update_store
+        from .storage.update import update_store
         summary = update_store(self.path, insert, delete, vertices, src=src, dst=dst, label=label, id=id,
-                               vertex_label=vertex_label, progress=progress)
+                               vertex_label=vertex_label)
         self._reopen()
         return summary
 

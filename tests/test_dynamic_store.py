@@ -268,7 +268,6 @@ def check_changed_pairs(tmp_path, undirected, seed):
     g, model, rng = _small(tmp_path, undirected, seed=seed)
     ids, elabels = list(model.vlabels), ["E0", "E1"]
     states = {1: model.edges.copy()}
-    vlabels = {1: dict(model.vlabels)}
     for step in range(3):
         ins, dele = _random_batch(rng, model, ids, elabels, [500 + step, 600 + step])
         model.apply(ins, dele)
@@ -366,9 +365,9 @@ def test_a_killed_update_leaves_the_old_version(tmp_path):
     g, model, rng = _small(tmp_path, seed=11)
     ins, _ = _random_batch(rng, model, list(model.vlabels), ["E0", "E1"], [800, 801])
     fi = _write_edges(tmp_path / "i.parquet", ins)
-    code = ("import os, sys; from sgsi.storage import delta\n"
+    code = ("import os, sys; from sgsi.storage import delta, update\n"
             "delta.STEP_HOOK = lambda name: os._exit(3) if name == 'manifest-rename' else None\n"
-            f"delta.update_store({g.path!r}, insert={fi!r})\n")
+            f"update.update_store({g.path!r}, insert={fi!r})\n")
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.dirname(os.path.dirname(sgsi.__file__)),
                                                        os.environ.get("PYTHONPATH", "")]))
     assert subprocess.run([sys.executable, "-c", code], env=env).returncode == 3

@@ -271,7 +271,7 @@ class Database:
     @_in_sql
     def update_store(self, token, store, insert, delete, vertices, src, dst, label, id_col, vertex_label):
         """``sgsi_update_store``: one batch of updates; returns the summary as JSON text."""
-        from ..storage.delta import update_store
+        from ..storage.update import update_store
         _require(store, "store")
         summary = update_store(store, _paths(insert, "insert"), _paths(delete, "delete"), _paths(vertices, "vertices"),
                                src=src or "src", dst=dst or "dst", label=label, id=id_col or "id",
