@@ -147,6 +147,40 @@ examples:
     p.add_argument("--verify", action="store_true", help="also check every file against its checksum")
     p.set_defaults(func=_cmd_info)
 
+    # -- update / compact -------------------------------------------------------------
+    p = sub.add_parser(
+        "update", formatter_class=_Formatter, help="insert and delete edges as a new store version",
+        description=_wrap("Apply one batch of edge insertions and deletions to a graph store as a new version, "
+                          "written atomically beside the base files (a delta). Deletions apply before "
+                          "insertions; inserting an edge that is there or deleting one that is not is counted, "
+                          "not an error. Readers opened before keep their version."),
+        epilog="""input columns: as for build (src, dst, optional label; vertex files id, optional label)
+
+examples:
+  sgsi update social.sgsi --insert new.parquet --delete gone.parquet
+  sgsi update social.sgsi --insert 'day2/*.parquet' --vertices people2.parquet
+""")
+    p.add_argument("store", metavar="STORE", help="a graph store directory")
+    p.add_argument("--insert", action="append", metavar="FILE", help="Parquet edge file or glob to insert")
+    p.add_argument("--delete", action="append", metavar="FILE", help="Parquet edge file or glob to delete")
+    p.add_argument("--vertices", action="append", metavar="FILE", help="Parquet vertex file: labels of new vertices")
+    p.add_argument("--src", default="src", help="edge source column (default: %(default)s)")
+    p.add_argument("--dst", default="dst", help="edge destination column (default: %(default)s)")
+    p.add_argument("--label", help="edge label column (default: 'label' when present)")
+    p.add_argument("--id", default="id", help="vertex id column (default: %(default)s)")
+    p.add_argument("--vertex-label", help="vertex label column (default: 'label' when present)")
+    p.set_defaults(func=_cmd_update)
+
+    p = sub.add_parser(
+        "compact", formatter_class=_Formatter, help="merge a store's deltas into new base files",
+        description=_wrap("Rebuild a graph store's base files from its newest version, keeping vertex ids and "
+                          "version numbers, and swap them in atomically; open readers go on with the files they "
+                          "opened. Versions before the compaction can no longer be opened."),
+        epilog="examples:\n  sgsi compact social.sgsi\n")
+    p.add_argument("store", metavar="STORE", help="a graph store directory")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
+    p.set_defaults(func=_cmd_compact)
+
     # -- count ----------------------------------------------------------------------
     p = sub.add_parser(
         "count", formatter_class=_Formatter, help="count the matches of a pattern",
@@ -243,16 +277,42 @@ def _cmd_build(args):
     return 0
 
 
+def _cmd_update(args):
+    from .storage.update import update_store
+
+    r = update_store(args.store, args.insert, args.delete, args.vertices, src=args.src, dst=args.dst,
+                     label=args.label, id=args.id, vertex_label=args.vertex_label)
+    print(f"{args.store}: version {r['version']}: +{r['inserted']:,} -{r['deleted']:,} edges "
+          f"({r['already_present']:,} already present, {r['absent']:,} absent), {r['new_vertices']:,} new vertices; "
+          f"{r['vertices']:,} vertices, {r['edges']:,} edges in {r['seconds']:.2f} s")
+    return 0
+
+
+def _cmd_compact(args):
+    from .storage.build import stderr_progress
+    from .storage.compact import compact_store
+
+    r = compact_store(args.store, progress=None if args.quiet else stderr_progress)
+    what = "compacted" if r["compacted"] else "nothing to compact"
+    print(f"{args.store}: version {r['version']}: {what} in {r['seconds']:.1f} s")
+    return 0
+
+
 def _cmd_info(args):
     from .storage.store import Store, verify_files
 
     if args.verify:
         verify_files(args.store)     # first, so that a damaged file is named by its checksum
     store = Store(args.store)
+    if args.verify:
+        store.verify()               # the deltas' files too
     m = store.manifest
     out = []
     out.append(f"store          {os.path.abspath(args.store)}")
     out.append(f"format         version {m['version']}, created {m.get('created', '?')}")
+    if len(store.versions) > 1:
+        out.append(f"store version  {store.version} (base files: version {store.base_version}, "
+                   f"{store.version - store.base_version} deltas after them)")
     out.append(f"vertices       {m['vertices']:,}")
     direction = "undirected (both directions stored)" if m["undirected"] else "directed"
     out.append(f"edges          {m['edges']:,} {direction}, from {m.get('input_rows', 0):,} input rows")

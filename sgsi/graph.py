@@ -73,13 +73,14 @@ def build(out, edges=None, vertices=None, *, graph=None, src="src", dst="dst", l
     return Graph(path)
 
 
-def open(path, verify=False):  # noqa: A001 - the public name of the API
+def open(path, verify=False, version=None):  # noqa: A001 - the public name of the API
     """Open a graph store read-only; see :class:`Graph`.
 
     ``verify=True`` also checks every file against its checksum first (reads
-    the whole store once; ``sgsi info --verify`` does the same).
+    the whole store once; ``sgsi info --verify`` does the same). ``version``:
+    the store version to read (default: the newest); it stays that version.
     """
-    return Graph(path, verify=verify)
+    return Graph(path, verify=verify, version=version)
 
 
 class Graph:
@@ -104,9 +105,9 @@ class Graph:
     ``force`` is not seen by Graphs opened before.
     """
 
-    def __init__(self, path, verify=False):
+    def __init__(self, path, verify=False, version=None):
         self.path = os.fspath(path)
-        self.store = Store(self.path)
+        self.store = Store(self.path, version=version)
         if verify:
             self.store.verify()
         self._backends = Backends()
@@ -115,6 +116,60 @@ class Graph:
 
     def __repr__(self):
         return f"Graph({self.path!r}: {self.store.n_vertices:,} vertices, {self.store.n_edges:,} edges)"
+
+    @property
+    def version(self) -> int:
+        """The store version this Graph reads."""
+        return self.store.version
+
+    def update(self, insert=None, delete=None, vertices=None, *, src="src", dst="dst", label=None, id="id",
+               vertex_label=None) -> dict:
+        """Apply one batch of edge insertions and deletions as a new store version, and read it.
+
+        ``insert`` and ``delete`` are Parquet edge files (globs or lists) with
+        the build's columns (``src``, ``dst``, ``label``: the same options);
+        ``vertices`` optional vertex files giving labels of new vertices.
+        The batch applies to the store's newest version (whatever version
+        this Graph reads). Deletions apply before insertions. Inserting an edge that is there,
+        or deleting one that is not, is counted, not an error. New vertices
+        get the dense ids after the last; new edge labels are allowed. The
+        delta is written atomically (:mod:`sgsi.storage.delta`).
+
+        Returns a dict: ``version``, ``inserted`` and ``deleted`` (net edges),
+        ``already_present``, ``absent``, ``new_vertices``, ``new_edge_labels``,
+        ``vertices``, ``edges``, ``seconds``. This Graph then reads the new
+        version; other Graphs keep theirs.
+        """
+        from .storage.update import update_store
+        summary = update_store(self.path, insert, delete, vertices, src=src, dst=dst, label=label, id=id,
+                               vertex_label=vertex_label)
+        self._reopen()
+        return summary
+
+    def compact(self, progress=None) -> dict:
+        """Merge the store's deltas into new base files (atomically; open readers go on), and read
+        them. Returns a dict: ``version``, ``compacted``, ``vertices``, ``edges``, ``seconds``."""
+        from .storage.compact import compact_store
+        summary = compact_store(self.path, progress=progress)
+        self._reopen()
+        return summary
+
+    def _check_newest(self):
+        """Sharded queries open the store by path on the workers, at its newest version."""
+        newest = int(self.store.versions[-1]["version"])
+        from .storage.store import _read_manifest
+        versions = _read_manifest(self.path, check_files=False).get("versions")
+        if versions:
+            newest = int(versions[-1]["version"])
+        if self.store.version != newest:
+            from .errors import StoreError
+            raise StoreError(f"sharded queries (workers, scheduler, client) read the newest version of "
+                             f"{self.path}, {newest}; this Graph reads version {self.store.version}")
+
+    def _reopen(self):
+        """Read the newest version (the old store is left to queries still running on it)."""
+        self.store = Store(self.path)
+        self._backends.clear()
 
     def close(self):
         self._backends.clear()
@@ -146,6 +201,7 @@ class Graph:
         workers, scheduler = scale_options(workers, scheduler, client)
         if workers is not None or scheduler is not None or client is not None:
             from .shard import driver
+            self._check_newest()
             return driver.count(self, pattern, device=device, memory_budget=memory_budget, injective=injective,
                                 cancel=cancel, progress=progress, workers=workers, scheduler=scheduler, client=client)
         return self._query(pattern, device, memory_budget, injective, cancel, progress).count()
@@ -184,6 +240,7 @@ class Graph:
         workers, scheduler = scale_options(workers, scheduler, client)
         if workers is not None or scheduler is not None or client is not None:
             from .shard import driver
+            self._check_newest()
             return driver.match(self, pattern, device=device, memory_budget=memory_budget, injective=injective,
                                 limit=limit, cancel=cancel, progress=progress, workers=workers, scheduler=scheduler,
                                 client=client)

@@ -9,6 +9,7 @@
 --                          evaluates it while binding read_parquet().
 --   sgsi_count(...)        the number of matches (no result rows are made).
 --   sgsi_build_store(...)  builds a graph store from Parquet files or queries.
+--   sgsi_update_store(...), sgsi_compact_store(...)  a store's updates and compaction.
 --
 -- The macros are TEMP (this connection only). ${token} names the connection
 -- so that its cached results are kept apart from other connections'; the
@@ -74,3 +75,26 @@ CREATE OR REPLACE TEMP MACRO sgsi_build(store,
                      CAST(src AS VARCHAR), CAST(dst AS VARCHAR), CAST(label AS VARCHAR), CAST(id AS VARCHAR),
                      CAST(vertex_label AS VARCHAR), CAST(undirected AS BOOLEAN), CAST(lean AS BOOLEAN),
                      CAST(memory_budget AS VARCHAR), CAST(force AS BOOLEAN));
+
+-- SELECT sgsi_update('G.sgsi', insert := 'new.parquet', delete := 'gone.parquet');
+-- One batch of edge insertions and deletions as a new store version; the
+-- columns are the build's (src, dst, label; vertex files id, label). Returns
+-- a JSON summary (version, inserted, deleted, already_present, absent, ...).
+CREATE OR REPLACE TEMP MACRO sgsi_update(store,
+                                         insert := NULL,
+                                         delete := NULL,
+                                         vertices := NULL,
+                                         src := 'src',
+                                         dst := 'dst',
+                                         label := NULL,
+                                         id := 'id',
+                                         vertex_label := NULL) AS
+    sgsi_update_store(${token},
+                      CAST(store AS VARCHAR), CAST(to_json(insert) AS VARCHAR), CAST(to_json(delete) AS VARCHAR),
+                      CAST(to_json(vertices) AS VARCHAR), CAST(src AS VARCHAR), CAST(dst AS VARCHAR),
+                      CAST(label AS VARCHAR), CAST(id AS VARCHAR), CAST(vertex_label AS VARCHAR));
+
+-- SELECT sgsi_compact('G.sgsi');
+-- Merge the store's deltas into new base files (atomically); a JSON summary.
+CREATE OR REPLACE TEMP MACRO sgsi_compact(store) AS
+    sgsi_compact_store(${token}, CAST(store AS VARCHAR));

@@ -40,6 +40,8 @@ UDF_TYPES = {
     "sgsi_count": (["VARCHAR", "UBIGINT", "VARCHAR", "VARCHAR", "VARCHAR", "VARCHAR", "BOOLEAN", "BIGINT", "VARCHAR"],
                    "BIGINT"),
     "sgsi_build_store": (["VARCHAR"] * 12 + ["BOOLEAN", "BOOLEAN", "VARCHAR", "BOOLEAN"], "VARCHAR"),
+    "sgsi_update_store": (["VARCHAR"] * 10, "VARCHAR"),
+    "sgsi_compact_store": (["VARCHAR"] * 2, "VARCHAR"),
     "sgsi_state_id": ([], "VARCHAR"),
 }
 
@@ -87,11 +89,12 @@ class Database:
 
     def install(self, con):
         fns = {"sgsi_match_files": self.match_files, "sgsi_count": self.count,
-               "sgsi_build_store": self.build_store, "sgsi_state_id": self.state_id}
+               "sgsi_build_store": self.build_store, "sgsi_update_store": self.update_store,
+               "sgsi_compact_store": self.compact_store, "sgsi_state_id": self.state_id}
         for name, (params, ret) in UDF_TYPES.items():
             fn = fns[name]      # one bound-method object: DuckDB holds it as long as the database lives
             con.create_function(name, fn, params, ret, null_handling="special",
-                                side_effects=(name == "sgsi_build_store"))
+                                side_effects=name in ("sgsi_build_store", "sgsi_update_store", "sgsi_compact_store"))
             if name == "sgsi_state_id":
                 # DuckDB drops its Python functions when the database closes: clean up then.
                 weakref.finalize(fn, self.close)
@@ -263,6 +266,24 @@ class Database:
         self._bump("builds")
         with Graph(path) as g:
             return f"{path}: {g.store.n_vertices:,} vertices, {g.store.n_edges:,} edges"
+
+
+    @_in_sql
+    def update_store(self, token, store, insert, delete, vertices, src, dst, label, id_col, vertex_label):
+        """``sgsi_update_store``: one batch of updates; returns the summary as JSON text."""
+        from ..storage.update import update_store
+        _require(store, "store")
+        summary = update_store(store, _paths(insert, "insert"), _paths(delete, "delete"), _paths(vertices, "vertices"),
+                               src=src or "src", dst=dst or "dst", label=label, id=id_col or "id",
+                               vertex_label=vertex_label)
+        return json.dumps(summary)
+
+    @_in_sql
+    def compact_store(self, token, store):
+        """``sgsi_compact_store``: merge a store's deltas into new base files; returns the summary as JSON."""
+        from ..storage.compact import compact_store
+        _require(store, "store")
+        return json.dumps(compact_store(store))
 
 
 def _require(value, name):

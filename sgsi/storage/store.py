@@ -26,6 +26,7 @@ nothing is read until it is touched.
 
 from __future__ import annotations
 
+import copy
 import itertools
 import json
 import os
@@ -90,6 +91,9 @@ class Store:
     ----------
     path : str
         The store directory written by :func:`sgsi.build`.
+    version : int, optional
+        The store version to present (None: the newest); see
+        :mod:`sgsi.storage.overlay`. A store opened at a version keeps it.
 
     Raises
     ------
@@ -99,8 +103,9 @@ class Store:
         file it should be; the message names the file.
     """
 
-    def __init__(self, path):
+    def __init__(self, path, version=None):
         self.path = os.fspath(path)
+        self._want_version = None if version is None else int(version)
         #: This opening of the store, in the keys of the caches that the process's queries share
         #: (a store rebuilt in place and opened again gets a new one).
         self.token = (self.path, next(_OPENINGS))
@@ -191,6 +196,93 @@ class Store:
         self._checked_index = set()
         self._vid = None
         self.max_segment_bytes = int(max((self._seg_edges * 4 + self._seg_groups * self.theta * 8).max(initial=0), 0))
+        self._base_n = self.n_vertices
+        self._base_manifest = m
+        self._base_max_segment_bytes = self.max_segment_bytes
+        self._n_base_segments = len(self._seg_edges)
+        self._n_base_index = len(self._idx_rows)
+        self._siblings = {}
+        self._open_versions()
+
+    # -- versions -------------------------------------------------------------------
+
+    def _open_versions(self):
+        """Read the manifest's versions and every delta after the base; present the one asked for."""
+        from .delta import read_deltas
+        m = self._base_manifest
+        self.base_version = int(m.get("base_version", 1))
+        self.versions = m.get("versions") or [{"version": 1, "vertices": m["vertices"], "edges": m["edges"]}]
+        newest = int(self.versions[-1]["version"])
+        self._deltas = read_deltas(self.path, self.versions, self.base_version)
+        self._set_version(newest if self._want_version is None else self._want_version)
+
+    def _set_version(self, version):
+        from .overlay import VersionView
+        newest = int(self.versions[-1]["version"])
+        if not self.base_version <= version <= newest:
+            if 1 <= version < self.base_version:
+                raise StoreError(f"store {self.path}: version {version} was compacted into the base; it holds "
+                                 f"versions {self.base_version}..{newest}")
+            raise StoreError(f"store {self.path} has no version {version} (it holds versions "
+                             f"{self.base_version}..{newest})")
+        self.version = version
+        self._virtual, self._vindex = {}, {}
+        self._next_segment, self._next_index = self._n_base_segments, self._n_base_index
+        self._base_parts = {}
+        self._view = None
+        m = dict(self._base_manifest)
+        try:
+            if version != self.base_version:
+                e = self.version_entry(version)
+                for field in ("vertices", "edges", "edge_labels", "vertex_labels"):
+                    m[field] = e[field]
+            self.manifest = m
+            self.n_vertices, self.n_edges = _count(m["vertices"], "vertices"), _count(m["edges"], "edges")
+            present = bool(m["edge_labels"]["present"])
+            self._edge_label_ids = {_label_key(v): i for i, v in enumerate(m["edge_labels"]["values"]) if present}
+            self._vertex_label_ids = {_label_key(v): i for i, v in enumerate(m["vertex_labels"]["values"])}
+            self.edge_label_freq = np.asarray(m["edge_labels"]["frequency"], np.int64)
+            if self.n_vertices < self._base_n:
+                raise ValueError("fewer vertices than the base")
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
+            raise StoreError(f"damaged store {self.path}: {fmt.MANIFEST} has a bad entry for version {version} "
+                             f"({_what(e)})") from None
+        self.max_segment_bytes = self._base_max_segment_bytes
+        if version == self.base_version:
+            return
+        self._view = VersionView(self, version, [self._deltas[v] for v in range(self.base_version + 1, version + 1)])
+        # Segments of the changes hold at most segment_edges edges, each of at most one group.
+        step = int(m["parameters"].get("segment_edges", 0))
+        self.max_segment_bytes = max(self.max_segment_bytes, step * (4 + 8 * self.theta))
+
+    def version_entry(self, version) -> dict:
+        """The manifest's entry of one version (counts, label dictionaries, its delta's files)."""
+        for e in self.versions:
+            if int(e["version"]) == int(version):
+                return e
+        raise StoreError(f"store {self.path} has no version {version}")
+
+    def at_version(self, version):
+        """This opening of the store at another version it holds (sharing its base files)."""
+        version = int(version)
+        if version == self.version:
+            return self
+        s = self._siblings.get(version)
+        if s is None:
+            s = copy.copy(self)
+            s.token = (self.path, next(_OPENINGS))
+            s._lock = threading.Lock()
+            s._siblings, s._segments, s._partitions, s._close_hooks, s._vid = {}, {}, {}, [], None
+            s._set_version(version)
+            self._siblings[version] = s
+        return s
+
+    def changed_pairs(self, since, label_id, direction):
+        """(added_src, added_dst, removed_src, removed_dst), int32: the pairs of partition
+        (``label_id``, ``direction``) present at this version and not at version ``since``, and
+        the reverse. ``since`` must be a version this store holds (not one compacted away)."""
+        from .overlay import changed_pairs
+        return changed_pairs(self, since, label_id, direction)
 
     # -- checks ---------------------------------------------------------------------
 
@@ -282,8 +374,10 @@ class Store:
             return rb.column(col).to_numpy(zero_copy_only=False)
 
     def verify(self):
-        """Check every file's size and checksum; raises StoreError naming the first bad file."""
-        verify_files(self.path, self.manifest)
+        """Check every file's size and checksum (the deltas' too); raises StoreError naming the first bad file."""
+        from .delta import verify_deltas
+        verify_files(self.path, self._base_manifest)
+        verify_deltas(self.path, self.versions, self.base_version)
 
     def find_damage(self):
         """The StoreError :meth:`verify` would raise, or None for a sound store."""
@@ -315,6 +409,8 @@ class Store:
     # -- partitions and segments -----------------------------------------------------
 
     def partition(self, label_id: int, direction: str) -> Partition:
+        if self._view is not None:
+            return self._view.partition(label_id, direction)
         key = fmt.partition_key(label_id, direction)
         p = self._partitions.get(key)
         if p is None:
@@ -326,8 +422,20 @@ class Store:
                                              ("undirected", direction == "both" and not self.undirected)) if missing]
                 raise PatternError(f"the pattern has {' '.join(what)} edges, and store {self.path} was built lean "
                                    f"(labelled, directed partitions only): rebuild it without --lean to match them")
-            target = info.get("alias", key)
-            info = self.manifest["partitions"][target]
+            p = self._base_partition(key)
+            self._partitions[key] = p
+        return p
+
+    def _base_partition(self, key):
+        """The partition of the base files under ``key`` (aliases resolved), or None."""
+        parts = self._base_manifest["partitions"]
+        info = parts.get(key)
+        if info is None:
+            return None
+        target = info.get("alias", key)
+        p = self._base_parts.get(target)
+        if p is None:
+            info = parts[target]
             s0, ns = info["segments"]
             i0, ni = info["vindex"]
             seg_ids = np.arange(s0, s0 + ns)
@@ -335,15 +443,84 @@ class Store:
             p = Partition(target, int(info["edges"]), int(info["vertices"]), int(info["max_degree"]), seg_ids,
                           self._seg_first[seg_ids], self._seg_last[seg_ids], self._seg_edges[seg_ids],
                           idx, self._idx_first[idx], self._idx_last[idx])
-            self._partitions[key] = p
+            self._base_parts[target] = p
         return p
 
+    def _empty_partition(self, key):
+        z = np.zeros(0, np.int64)
+        return Partition(key, 0, 0, 0, z, z, z, z, z, z, z)
+
+    def _add_segment(self, key, first, last, groups, ci):
+        """A segment held in memory; returns its number."""
+        with self._lock:
+            sid = self._next_segment
+            self._next_segment += 1
+            self._virtual[sid] = (groups, ci, None, None, int(groups.shape[0]), int(ci.size))
+        return sid
+
+    def _add_masked(self, seg, vertices):
+        """Base segment ``seg`` without the lists of ``vertices``, under a new number."""
+        with self._lock:
+            sid = self._next_segment
+            self._next_segment += 1
+            self._virtual[sid] = (None, None, int(seg), vertices, int(self._seg_groups[seg]), int(self._seg_edges[seg]))
+        return sid
+
+    def _add_index(self, key, v, d):
+        """A degree index batch held in memory; returns (its number, first vertex, last vertex)."""
+        with self._lock:
+            bid = self._next_index
+            self._next_index += 1
+            self._vindex[bid] = (v, d)
+        return bid, int(v[0]), int(v[-1])
+
+    def _virtual_segment(self, seg_id):
+        try:
+            groups, ci, base, verts, ng, ne = self._virtual[seg_id]
+        except KeyError:
+            raise StoreError(f"store {self.path} has no segment {seg_id}") from None
+        if groups is None:
+            groups, ci = self._base_segment(base)
+            groups = groups.copy()
+            ids = groups[:, :-1, 0]
+            ids[np.isin(ids, verts)] = -1
+            with self._lock:
+                self._virtual[seg_id] = (groups, ci, base, verts, ng, ne)
+        return groups, ci
+
+    def reads_direct_segment(self, seg_id: int) -> bool:
+        """Whether segment ``seg_id`` can be read with pread(2) or from the file maps (not one
+        held in memory: the changes of a version after the base)."""
+        return self.reads_direct and int(seg_id) < self._n_base_segments
+
+    def vertex_label_ids(self, dense) -> np.ndarray:
+        """Label ids (int32, -1: none) of dense vertex ids, read by vertex segment."""
+        dense = np.asarray(dense, np.int64)
+        out = np.full(dense.size, -1, np.int32)
+        if not dense.size:
+            return out
+        step = self.sig_segment_vertices
+        seg = dense // step
+        order = np.argsort(seg, kind="stable")
+        cuts = np.flatnonzero(np.r_[True, seg[order][1:] != seg[order][:-1]])
+        for a, b in zip(cuts.tolist(), np.r_[cuts[1:], order.size].tolist()):    # a loop over segments
+            rows = order[a:b]
+            k = int(seg[rows[0]])
+            out[rows] = self.vertex_labels(k)[dense[rows] - k * step]
+        return out
+
     def segment(self, seg_id: int):
-        """(groups, ci) of a segment: views over the memory-mapped files.
+        """(groups, ci) of a segment: views over the memory-mapped files, or arrays in memory
+        for the segments of a version's changes.
 
         Checked when first read: batch lengths, and that every PCSR offset
         lies inside the segment's column index (they size allocations).
         """
+        if seg_id >= self._n_base_segments:
+            return self._virtual_segment(int(seg_id))
+        return self._base_segment(seg_id)
+
+    def _base_segment(self, seg_id: int):
         hit = self._segments.get(seg_id)
         if hit is not None:
             return hit
@@ -363,7 +540,7 @@ class Store:
         values size allocations and index arrays, so a damaged file must
         fail here, with a StoreError naming it.
         """
-        if not groups.size or seg_id in self._checked_segments:
+        if not groups.size or seg_id in self._checked_segments or seg_id >= self._n_base_segments:
             return
         n_groups, n_edges = int(self._seg_groups[seg_id]), int(self._seg_edges[seg_id])
         off = groups[:, :, 1]
@@ -377,6 +554,9 @@ class Store:
 
     def _segment_rows(self, seg_id: int):
         """(int32 values of the groups, of the ci) of a segment, from its entry in segments.arrow."""
+        if seg_id >= self._n_base_segments:
+            v = self._virtual[int(seg_id)]
+            return v[4] * self.theta * 2, v[5]
         return int(self._seg_groups[seg_id]) * self.theta * 2, int(self._seg_edges[seg_id])
 
     def segment_sizes(self, seg_id: int):
@@ -392,6 +572,8 @@ class Store:
         """Where a segment's bytes lie in its files: ``[(file name, offset, bytes)]`` for its
         groups then its ci (empty parts left out). The values are not checked here (see
         :meth:`check_segment`)."""
+        if seg_id >= self._n_base_segments:
+            raise StoreError(f"store {self.path}: segment {seg_id} is held in memory (see reads_direct_segment)")
         spans = []
         for name, rows in zip(_READ_DIRECT, self._segment_rows(seg_id)):
             if not rows:
@@ -429,6 +611,8 @@ class Store:
 
     def segment_shape(self, seg_id: int):
         """Shape of a segment's groups array: (groups, theta, 2)."""
+        if seg_id >= self._n_base_segments:
+            return (self._virtual[int(seg_id)][4], self.theta, 2)
         return (int(self._seg_groups[seg_id]), self.theta, 2)
 
     def read_segment(self, seg_id: int, out: np.ndarray):
@@ -440,6 +624,12 @@ class Store:
         values are not checked here (see :meth:`check_segment`). Returns
         (groups bytes, ci bytes, groups shape).
         """
+        if seg_id >= self._n_base_segments:
+            groups, ci = self.segment(seg_id)
+            g = groups.reshape(-1).view(np.uint8)
+            out[:g.size] = g
+            out[g.size:g.size + ci.nbytes] = ci.view(np.uint8)
+            return g.size, ci.nbytes, groups.shape
         pieces, at = [], 0
         for name, offset, nbytes in self.segment_spans(seg_id):
             fd = self._maps[name][0].fileno()
@@ -468,13 +658,21 @@ class Store:
         the partition's maximum degree (degrees size allocations).
         """
         batch_id = int(batch_id)
+        if batch_id >= self._n_base_index:
+            try:
+                return self._vindex[batch_id]
+            except KeyError:
+                raise StoreError(f"store {self.path} has no index batch {batch_id}") from None
+        return self._base_index_batch(batch_id)
+
+    def _base_index_batch(self, batch_id: int):
         rows = int(self._idx_rows[batch_id])
         rb = self._batch("vindex.arrow", batch_id, rows)
         with self._reading("vindex.arrow"):
             v, d = rb.column(0).to_numpy(), rb.column(1).to_numpy()
         if batch_id not in self._checked_index:
             key = self._idx_partition[batch_id]
-            info = self.manifest["partitions"].get(key)
+            info = self._base_manifest["partitions"].get(key)
             top = int(info["max_degree"]) if isinstance(info, dict) and "max_degree" in info else None
             if (top is None or int(v[0]) != int(self._idx_first[batch_id]) or int(v[-1]) != int(self._idx_last[batch_id])
                     or (np.diff(v) <= 0).any() or int(d.min()) < 1 or int(d.max()) > top):
@@ -499,13 +697,23 @@ class Store:
             yield start, min(step, self.n_vertices - start), k
 
     def _vertex_segment_rows(self, seg):
-        return min(self.sig_segment_vertices, self.n_vertices - int(seg) * self.sig_segment_vertices)
+        return min(self.sig_segment_vertices, self._base_n - int(seg) * self.sig_segment_vertices)
 
     def vertex_labels(self, seg: int):
+        if self._view is not None:
+            return self._view.vertex_labels(seg)
+        return self._base_vertex_labels(seg)
+
+    def _base_vertex_labels(self, seg: int):
         return self._column("vertex_labels.arrow", seg, rows=self._vertex_segment_rows(seg))
 
     def signature_columns(self, seg: int, bucket: int):
         """The word columns of one (vertex segment, bucket) piece."""
+        if self._view is not None:
+            return self._view.signature_columns(seg, bucket)
+        return self._base_signature_columns(seg, bucket)
+
+    def _base_signature_columns(self, seg: int, bucket: int):
         rb = self._batch("signatures.arrow", seg * self.n_buckets + bucket, self._vertex_segment_rows(seg))
         if rb.num_columns != self.bucket_columns:
             raise self._damaged("signatures.arrow", f"has {rb.num_columns} columns, the store needs "
@@ -543,6 +751,13 @@ class Store:
                                 t = pa.concat_arrays(t.chunks)
                             except (pa.ArrowInvalid, pa.ArrowCapacityError):
                                 pass    # > 2 GiB of string ids: vertex_ids() combines each result
+                    if self._view is not None and len(self._view.new_ids):
+                        base = t.chunks if isinstance(t, pa.ChunkedArray) else [t]
+                        t = pa.chunked_array(base + [self._view.new_ids], t.type)
+                        try:
+                            t = pa.concat_arrays(t.chunks)
+                        except (pa.ArrowInvalid, pa.ArrowCapacityError):
+                            pass
                     self._vid = t
         return t
 

@@ -305,7 +305,8 @@ class SegmentCopies:
         if self._pinned_busy[slot] is not None:
             self._pinned_busy[slot].synchronize()
             self._pinned_busy[slot] = None
-        direct = store.reads_direct
+        # Segments of a version's changes are held in memory: copied through the pinned buffers.
+        direct = store.reads_direct_segment(seg)
         if direct:
             got = self._stage_mapped(store, seg)
             if got is not None:

@@ -1,0 +1,141 @@
+"""Neighbour lists and edge sets as NumPy arrays, for updates and their reader view.
+
+Everything here is vectorized over vertices and edges; loops run over
+segments, labels or versions only.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..partition import pcsr
+
+_LOW = np.int64(0xFFFFFFFF)
+
+
+def pair_keys(src, dst) -> np.ndarray:
+    """int64 keys ``src << 32 | dst`` of non-negative int32 pairs (sorting them sorts by (src, dst))."""
+    return (np.asarray(src, np.int64) << 32) | np.asarray(dst, np.int64)
+
+
+def split_keys(keys):
+    """(src, dst) int32 of :func:`pair_keys`."""
+    keys = np.asarray(keys, np.int64)
+    return (keys >> 32).astype(np.int32), (keys & _LOW).astype(np.int32)
+
+
+def edge_order(s, d, l):
+    """Indices sorting edges by (src, dst, label)."""
+    return np.lexsort((l, d, s))
+
+
+def unique_edges(s, d, l):
+    """Distinct (src, dst, label) edges, sorted."""
+    s, d, l = (np.asarray(x, np.int32) for x in (s, d, l))
+    if not len(s):
+        return s, d, l
+    o = edge_order(s, d, l)
+    s, d, l = s[o], d[o], l[o]
+    keep = np.r_[True, (s[1:] != s[:-1]) | (d[1:] != d[:-1]) | (l[1:] != l[:-1])]
+    return s[keep], d[keep], l[keep]
+
+
+def canonical(s, d):
+    """Undirected edges as (min, max)."""
+    return np.minimum(s, d), np.maximum(s, d)
+
+
+def edge_isin(s, d, l, ts, td, tl):
+    """Whether each edge (s, d, l) is among the edges (ts, td, tl)."""
+    if not len(s) or not len(ts):
+        return np.zeros(len(s), bool)
+    # Labels and ids are int32: two int64 keys, compared as one structured value.
+    a = np.empty(len(s), [("k", np.int64), ("l", np.int32)])
+    b = np.empty(len(ts), a.dtype)
+    a["k"], a["l"] = pair_keys(s, d), l
+    b["k"], b["l"] = pair_keys(ts, td), tl
+    return np.isin(a, b)
+
+
+def net_events(versions):
+    """The net edge change over consecutive versions' (inserted, deleted) edge triples.
+
+    ``versions``: in version order, ``((s, d, l) inserted, (s, d, l) deleted)``,
+    each net against the version before. An edge's events alternate; its first
+    tells whether it was there before, its last whether it is there after.
+    Returns (added, removed), each (s, d, l) int32 arrays sorted.
+    """
+    parts = [(e, t) for ins, dele in versions for e, t in ((ins, 1), (dele, -1)) if len(e[0])]
+    empty = tuple(np.zeros(0, np.int32) for _ in range(3))
+    if not parts:
+        return empty, empty
+    s = np.concatenate([np.asarray(e[0], np.int32) for e, _ in parts])
+    d = np.concatenate([np.asarray(e[1], np.int32) for e, _ in parts])
+    l = np.concatenate([np.asarray(e[2], np.int32) for e, _ in parts])
+    kind = np.concatenate([np.full(len(e[0]), t, np.int8) for e, t in parts])
+    pos = np.arange(len(s))
+    o = np.lexsort((pos, l, d, s))
+    s, d, l, kind = s[o], d[o], l[o], kind[o]
+    first = np.r_[True, (s[1:] != s[:-1]) | (d[1:] != d[:-1]) | (l[1:] != l[:-1])]
+    starts = np.flatnonzero(first)
+    ends = np.r_[starts[1:], len(s)] - 1
+    a, b = kind[starts], kind[ends]
+    add, rem = starts[(a == 1) & (b == 1)], starts[(a == -1) & (b == -1)]
+    return (s[add], d[add], l[add]), (s[rem], d[rem], l[rem])
+
+
+def lists_in(seg_ids, first, last, get, vertices):
+    """Neighbour lists of sorted distinct ``vertices`` in the given segments.
+
+    ``get(seg)`` returns a segment's (groups, ci). Returns (owner, nb): for
+    each list entry the index into ``vertices`` of its vertex and the
+    neighbour, by owner (each list sorted, segments in order).
+    """
+    vertices = np.asarray(vertices, np.int32)
+    owners, nbs = [], []
+    if len(seg_ids) and len(vertices):
+        lo = np.searchsorted(vertices, first, "left")
+        hi = np.searchsorted(vertices, np.asarray(last, np.int64) + 1, "left")
+        for k in np.flatnonzero(hi > lo):
+            groups, ci = get(int(seg_ids[k]))
+            a, b = int(lo[k]), int(hi[k])
+            st, en = pcsr.lookup(groups, vertices[a:b])
+            cnt = (en - st).astype(np.int64)
+            if not cnt.sum():
+                continue
+            nbs.append(np.asarray(ci)[pcsr.ragged_indices(st, cnt)])
+            owners.append(np.repeat(np.arange(a, b, dtype=np.int64), cnt))
+    if not owners:
+        return np.zeros(0, np.int64), np.zeros(0, np.int32)
+    owner, nb = np.concatenate(owners), np.concatenate(nbs).astype(np.int32)
+    o = np.argsort(owner, kind="stable")
+    return owner[o], nb[o]
+
+
+def partition_lists(store, p, vertices):
+    """:func:`lists_in` over partition ``p`` of ``store`` (as the store presents it)."""
+    return lists_in(p.seg_ids, p.first_src, p.last_src, store.segment, vertices)
+
+
+def has_pairs(store, p, src, dst):
+    """Whether partition ``p`` of ``store`` holds each pair (src, dst)."""
+    src, dst = np.asarray(src, np.int32), np.asarray(dst, np.int32)
+    if not len(src):
+        return np.zeros(0, bool)
+    verts = np.unique(src)
+    owner, nb = partition_lists(store, p, verts)
+    return np.isin(pair_keys(src, dst), pair_keys(verts[owner], nb))
+
+
+def segment_pairs(groups, ci):
+    """Every (src, dst) of one PCSR segment, in its layout order (vertices with id -1 left out)."""
+    groups = np.asarray(groups)
+    if not groups.size:
+        return np.zeros(0, np.int32), np.zeros(0, np.int32)
+    cap = groups.shape[1] - 1
+    v = groups[:, :cap, 0].reshape(-1)
+    st = groups[:, :cap, 1].reshape(-1).astype(np.int64)
+    en = groups[:, 1:, 1].reshape(-1).astype(np.int64)
+    keep = v >= 0
+    v, st, cnt = v[keep], st[keep], (en - st)[keep]
+    return np.repeat(v, cnt).astype(np.int32), np.asarray(ci)[pcsr.ragged_indices(st, cnt)].astype(np.int32)

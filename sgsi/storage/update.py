@@ -1,0 +1,189 @@
+"""Applying one batch of updates: the net change against the newest version, written as a delta.
+
+Deletions apply before insertions. The net edges come from looking the
+batch's edges up in the store (the lists of their sources only); the new
+signatures from the lists of the vertices whose neighbourhood changed, in
+each label's ``out`` and ``in`` partitions, less the deleted edges plus the
+inserted ones. The delta and the manifest are written by :mod:`.delta`.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import numpy as np
+
+from ..errors import InputError
+from ..partition import signatures
+from . import delta
+from .lists import canonical, edge_isin, has_pairs, pair_keys, partition_lists, unique_edges
+from .update_inputs import Inputs
+
+#: Vertices whose signatures are counted at once.
+_SIGNATURE_BLOCK = 1 << 16
+
+
+def update_store(path, insert=None, delete=None, vertices=None, *, src="src", dst="dst", label=None, id="id",
+                 vertex_label=None):
+    """Apply one batch of updates to the store at ``path``; returns a summary dict (see :meth:`sgsi.Graph.update`)."""
+    from .store import Store, _read_manifest
+    path = os.fspath(path)
+    if insert is None and delete is None and vertices is None:
+        raise InputError("nothing to update: give insert, delete or vertices files")
+    t0 = time.perf_counter()
+    _read_manifest(path, check_files=False)          # no store there: a StoreError before any lock
+    with delta.writer_lock(path):
+        store = Store(path)
+        try:
+            summary = _Update(store, Inputs(store, src, dst, label, id, vertex_label)).run(insert, delete, vertices)
+        finally:
+            store.close()
+    summary["seconds"] = round(time.perf_counter() - t0, 6)
+    return summary
+
+
+class _Update:
+    def __init__(self, store, inputs):
+        self.st, self.inp = store, inputs
+        self.n = store.n_vertices
+        self.n_labels = len(inputs.elabels) if inputs.has_labels else 1
+
+    def run(self, insert, delete, vertices):
+        st, inp = self.st, self.inp
+        edges = inp.encode(insert, delete, vertices)
+        (i_s, i_d, i_l), (d_s, d_d, d_l) = self._clean(*edges["ins"]), self._clean(*edges["del"])
+        d_present = self._present(d_s, d_d, d_l)
+        i_there = self._present(i_s, i_d, i_l)                       # before the batch
+        del_net = tuple(x[d_present] for x in (d_s, d_d, d_l))
+        ins_net = tuple(x[~(i_there & ~edge_isin(i_s, i_d, i_l, *del_net))] for x in (i_s, i_d, i_l))
+        back = edge_isin(*del_net, *ins_net)          # deleted, then inserted again: no change
+        if back.any():
+            keep = ~edge_isin(*ins_net, *del_net)
+            del_net, ins_net = tuple(x[~back] for x in del_net), tuple(x[keep] for x in ins_net)
+        n_new = len(inp.new_ids)
+        changed = np.unique(np.concatenate([ins_net[0], ins_net[1], del_net[0], del_net[1],
+                                            np.arange(self.n, self.n + n_new, dtype=np.int32)])).astype(np.int32)
+        words = self._signatures(changed, ins_net, del_net, self._labels_of, len(inp.vlabels) + len(inp.new_vlabels))
+        version = int(st.versions[-1]["version"]) + 1
+        entry = self._entry(version, ins_net, del_net)
+        summary = {"version": version, **entry["changes"], "new_edge_labels": len(inp.new_elabels),
+                   "vertices": entry["vertices"], "edges": entry["edges"]}
+        entry["changes"].update(already_present=int(i_there.sum()) + len(edges["ins"][0]) - len(i_s),
+                                absent=int((~d_present).sum()) + len(edges["del"][0]) - len(d_s))
+        summary.update(entry["changes"])
+        delta.write_version(st, version, entry, delta.delta_tables(ins_net, del_net, inp.new_ids, inp.new_labels,
+                                                                   changed, words))
+        return summary
+
+    def _clean(self, s, d, l):
+        """Known, distinct edges (in an undirected store as (min, max)), int32."""
+        s, d, l = (np.asarray(x, np.int64) for x in (s, d, l))
+        ok = (s >= 0) & (d >= 0) & (l >= 0)
+        s, d, l = s[ok].astype(np.int32), d[ok].astype(np.int32), l[ok].astype(np.int32)
+        if self.st.undirected:
+            s, d = canonical(s, d)
+        return unique_edges(s, d, l)
+
+    def _entry(self, version, ins, dele):
+        """The manifest's entry of the new version: its counts and label dictionaries."""
+        st, inp = self.st, self.inp
+        m = st.manifest
+        freq = np.zeros(self.n_labels + len(inp.new_elabels), np.int64)
+        freq[:len(m["edge_labels"]["frequency"])] = m["edge_labels"]["frequency"]
+        for (s, d, l), sign in ((ins, 1), (dele, -1)):
+            w = (2 - (s == d)) if st.undirected else np.ones(len(s), np.int64)
+            freq += sign * np.bincount(l, weights=w, minlength=freq.size).astype(np.int64)
+        vfreq = np.zeros(len(inp.vlabels) + len(inp.new_vlabels), np.int64)
+        vfreq[:len(m["vertex_labels"]["frequency"])] = m["vertex_labels"]["frequency"]
+        new_lab = inp.new_labels
+        vfreq += np.bincount(new_lab[new_lab >= 0], minlength=vfreq.size)
+        return {
+            "version": version,
+            "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "delta": f"{delta.DELTAS}/{version}",
+            "vertices": self.n + len(new_lab),
+            "edges": int(freq.sum()),
+            "edge_labels": {"present": inp.has_labels,
+                            "values": (inp.elabels + inp.new_elabels) if inp.has_labels else [None],
+                            "frequency": freq.tolist()},
+            "vertex_labels": {"values": inp.vlabels + inp.new_vlabels, "frequency": vfreq.tolist(),
+                              "unlabeled": int(m["vertex_labels"].get("unlabeled", 0)) + int((new_lab < 0).sum())},
+            "changes": {"inserted": len(ins[0]), "deleted": len(dele[0]), "new_vertices": len(new_lab)},
+        }
+
+    def _present(self, s, d, l):
+        """Whether each edge is in the store at this version."""
+        st = self.st
+        out = np.zeros(len(s), bool)
+        known = (s < self.n) & (d < self.n) & (l < self.n_labels)
+        for lab in np.unique(l[known]).tolist():              # a loop over labels
+            rows = np.flatnonzero(known & (l == lab))
+            out[rows] = has_pairs(st, st.partition(lab, "out"), s[rows], d[rows])
+        return out
+
+    def _labels_of(self, v):
+        """Label ids of dense ids after the update (new vertices' from the inputs)."""
+        v = np.asarray(v, np.int64)
+        out = np.empty(v.size, np.int32)
+        old = v < self.n
+        out[old] = self.st.vertex_label_ids(v[old])
+        out[~old] = self.inp.new_labels[v[~old] - self.n]
+        return out
+
+    def _signatures(self, changed, ins, dele, labels_of, n_vlabels):
+        """The signatures (rows of words) of ``changed`` after the update: per label and direction,
+        their lists now (only theirs are read), less the deleted edges, plus the inserted ones."""
+        st = self.st
+        und = st.undirected
+        known = changed[changed < self.n]
+        n_old = self.n_labels
+        n_lab = max(n_old, int(ins[2].max()) + 1 if len(ins[2]) else 0)
+        groups = signatures.n_groups(st.signature_bits, st.label_bits)
+        dirs = (("out", signatures.UNDIRECTED),) if und else (("out", signatures.OUT), ("in", signatures.IN))
+        parts = []
+        for lab in range(n_lab):                                      # a loop over labels
+            im, dm = ins[2] == lab, dele[2] == lab
+            for direction, code in dirs:
+                if lab < n_old:
+                    owner, nb = partition_lists(st, st.partition(lab, direction), known)
+                    v = known[owner]
+                else:
+                    v = nb = np.zeros(0, np.int32)
+                dv, dn = _orient(dele[0][dm], dele[1][dm], direction, und)
+                if dv.size:
+                    keep = ~np.isin(pair_keys(v, nb), pair_keys(dv, dn))
+                    v, nb = v[keep], nb[keep]
+                iv, inb = _orient(ins[0][im], ins[1][im], direction, und)
+                v, nb = np.concatenate([v, iv]), np.concatenate([nb, inb])
+                if v.size:
+                    table = np.array([signatures.pair_group(lab, code, x - 1, groups)      # per vertex label
+                                      for x in range(n_vlabels + 1)], np.int64)
+                    parts.append((np.searchsorted(changed, v), nb, table))
+        words = np.zeros((changed.size, st.n_signature_words), np.uint32)
+        vl = labels_of(changed)
+        table_bits = signatures.label_bit_table(n_vlabels, st.label_bits)
+        if not parts:
+            return signatures.words_from_counts(np.zeros((changed.size, groups), np.int64), vl, st.signature_bits,
+                                                st.label_bits, table_bits) if changed.size else words
+        nl = labels_of(np.concatenate([p[1] for p in parts])) + 1     # the neighbours' labels, at once
+        cuts = np.cumsum([0] + [p[1].size for p in parts])
+        key = np.concatenate([p[0] * groups + p[2][nl[a:b]] for p, a, b in zip(parts, cuts[:-1], cuts[1:])])
+        block = max(1, min(changed.size, _SIGNATURE_BLOCK))
+        if block < changed.size:
+            key = np.sort(key)
+        for a0 in range(0, changed.size, block):                      # blocks of vertices
+            b0 = min(changed.size, a0 + block)
+            lo, hi = (0, key.size) if block == changed.size else np.searchsorted(key, [a0 * groups, b0 * groups])
+            counts = np.bincount(key[lo:hi] - a0 * groups, minlength=(b0 - a0) * groups)
+            words[a0:b0] = signatures.words_from_counts(counts.reshape(b0 - a0, groups), vl[a0:b0],
+                                                        st.signature_bits, st.label_bits, table_bits)
+        return words
+
+
+def _orient(s, d, direction, undirected):
+    """Edges (s, d) as (vertex, neighbour) of the lists of ``direction`` (both ends when undirected)."""
+    if undirected:
+        loop = s == d
+        return np.concatenate([s, d[~loop]]), np.concatenate([d, s[~loop]])
+    return (s, d) if direction == "out" else (d, s)

@@ -1,0 +1,490 @@
+"""Store versions: updates written as deltas, read as base + deltas, and compaction.
+
+The store at each version must present exactly what a fresh build of that
+version's edge set presents: every partition's lists (through the segments
+the engine reads), its degree index, signatures and vertex labels, compared
+by original ids; pattern counts then agree with the oracle. Readers keep
+their version across updates and compaction; a crash at any step of an
+update leaves the old version or the new one; ``changed_pairs`` is the set
+difference of two versions' partitions.
+"""
+
+import itertools
+import os
+import random
+import subprocess
+import sys
+import threading
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import sgsi
+from oracle import oracle_count, random_graph, random_pattern, write_graph_files
+from sgsi.cli import main as cli_main
+from sgsi.errors import InputError, StoreError
+from sgsi.join.backends import gpu_available
+from sgsi.storage import delta as delta_mod
+from sgsi.storage.lists import partition_lists
+from sgsi.storage.store import Store
+
+BUDGET = "16KB"
+
+
+class Model:
+    """The edge set of a version as Python sets of original ids (an undirected edge once)."""
+
+    def __init__(self, edges, vlabels, undirected):
+        self.und = undirected
+        self.edges = {self.key(e) for e in edges}
+        self.vlabels = dict(vlabels)
+
+    def key(self, e):
+        s, d, l = e
+        return (min(s, d), max(s, d), l) if self.und else (s, d, l)
+
+    def apply(self, ins, dele, new_vlabels=None):
+        for v, l in (new_vlabels or {}).items():
+            self.vlabels.setdefault(v, l)
+        for e in dele:
+            self.edges.discard(self.key(e))
+        for e in ins:
+            self.edges.add(self.key(e))
+            for v in e[:2]:
+                self.vlabels.setdefault(v, None)
+
+    def pairs(self, label, direction):
+        """The (src, nb) pairs of a partition: label None = any."""
+        out = set()
+        for s, d, l in self.edges:
+            if label is not None and l != label:
+                continue
+            if self.und or direction == "both":
+                out |= {(s, d), (d, s)}
+            else:
+                out.add((s, d) if direction == "out" else (d, s))
+        return out
+
+
+def _write_edges(path, edges, labels=True):
+    cols = {"src": [e[0] for e in edges], "dst": [e[1] for e in edges]}
+    if labels:
+        cols["label"] = [e[2] for e in edges]
+    pq.write_table(pa.table(cols), path)
+    return str(path)
+
+
+def _fresh(d, model, name, labels=True, **kw):
+    vl = {v: l for v, l in model.vlabels.items()}
+    e, v = write_graph_files(d / name, sorted(model.edges, key=str), vl, edge_labels=labels)
+    return Store(sgsi.build(str(d / name / "g.sgsi"), edges=e, vertices=v, memory_budget=BUDGET, **kw).path)
+
+
+def _random_batch(rng, model, ids, elabels, new_ids, new_label=None):
+    """Insertions (new vertices, a new label, repeats, edges already there) and deletions (present,
+    absent, of unknown vertices)."""
+    pool = list(ids) + list(new_ids)
+    labels = list(elabels) + ([new_label] if new_label else [])
+    ins = [(*rng.sample(pool, 2), rng.choice(labels)) for _ in range(rng.randint(5, 25))]
+    ins += rng.sample(ins, 3) + rng.sample(sorted(model.edges, key=str), 3)
+    present = sorted(model.edges, key=str)
+    dele = rng.sample(present, min(len(present), rng.randint(3, 20)))
+    dele += [(*rng.sample(list(ids), 2), rng.choice(elabels)) for _ in range(4)]
+    dele += [(new_ids[0] if not isinstance(new_ids[0], str) else "nowhere", pool[0], elabels[0])]
+    return ins, dele
+
+
+def _partition_pairs(st, lid, direction):
+    """A partition's pairs by original id, checking what the engine relies on: lists sorted per
+    vertex across segments, ascending segment ranges, the degree index, the counts."""
+    p = st.partition(lid, direction)
+    n = st.n_vertices
+    owner, nb = partition_lists(st, p, np.arange(n, dtype=np.int32))
+    if owner.size:
+        same = owner[1:] == owner[:-1]
+        assert (nb[1:][same] > nb[:-1][same]).all(), "a list is not sorted and distinct"
+    assert (np.diff(p.first_src) >= 0).all() and (np.diff(p.last_src) >= 0).all()
+    assert (p.first_src <= p.last_src).all()
+    deg = np.bincount(owner, minlength=n)
+    seen = np.zeros(n, np.int64)
+    last = -1
+    for k, b in enumerate(p.idx_batches):
+        v, d = st.index_batch(b)
+        assert v[0] == p.idx_first[k] and v[-1] == p.idx_last[k] and v[0] > last and (np.diff(v) > 0).all()
+        last = int(v[-1])
+        seen[v] = d
+    assert (seen == deg).all(), "degree index differs from the lists"
+    assert p.edges == owner.size and p.vertices == int((deg > 0).sum()) and p.max_degree >= deg.max(initial=0)
+    ids = st.vertex_ids(np.arange(n)).to_pylist()
+    return {(ids[a], ids[b]) for a, b in zip(owner.tolist(), nb.tolist())}
+
+
+def _signatures(st):
+    ids = st.vertex_ids(np.arange(st.n_vertices)).to_pylist()
+    rows, labels = [], []
+    for _start, _count, seg in st.vertex_segments():
+        rows.append(np.stack([c for b in range(st.n_buckets) for c in st.signature_columns(seg, b)], 1))
+        labels.append(st.vertex_labels(seg))
+    w, lab = np.concatenate(rows), np.concatenate(labels)
+    values = st.manifest["vertex_labels"]["values"]
+    return ({i: tuple(r) for i, r in zip(ids, w.tolist())},
+            {i: (values[x] if x >= 0 else None) for i, x in zip(ids, lab.tolist())})
+
+
+def _directions(st, lid):
+    lean, und = st.lean, st.undirected
+    multi = len(st.manifest["edge_labels"]["values"]) > 1
+    if lid == -1 and lean and multi:
+        return []
+    return [d for d in ("out", "in", "both") if not (lean and d == "both" and not und)]
+
+
+def assert_same(st, fresh, model):
+    """``st`` presents exactly the edge set of ``model``, as the fresh build ``fresh`` (if given) does."""
+    assert st.n_vertices == len(model.vlabels)
+    assert st.n_edges == sum(2 if st.undirected and s != d else 1 for s, d, _l in model.edges)
+    values = st.manifest["edge_labels"]["values"]
+    labels = [(i, v) for i, v in enumerate(values)] + [(-1, None)]
+    for lid, value in labels:
+        for direction in _directions(st, lid):
+            got = _partition_pairs(st, lid, direction)
+            assert got == model.pairs(value if st.has_edge_labels and lid >= 0 else None, direction), \
+                (lid, direction)
+            if fresh is not None and (value is None or fresh.edge_label_id(str(value)) is not None):
+                fl = -1 if lid == -1 else fresh.edge_label_id(str(value)) if st.has_edge_labels else 0
+                assert got == _partition_pairs(fresh, fl, direction)
+    if fresh is None:
+        return
+    assert st.n_vertices == fresh.n_vertices and st.n_edges == fresh.n_edges
+    sig, vlab = _signatures(st)
+    fsig, fvlab = _signatures(fresh)
+    assert vlab == fvlab
+    if (values == fresh.manifest["edge_labels"]["values"]
+            and st.manifest["vertex_labels"]["values"] == fresh.manifest["vertex_labels"]["values"]):
+        assert sig == fsig, "signatures differ from a fresh build's"
+
+
+CASES = {
+    "directed": dict(undirected=False, lean=False, n_el=3, string_ids=False),
+    "undirected": dict(undirected=True, lean=False, n_el=2, string_ids=False),
+    "lean": dict(undirected=False, lean=True, n_el=3, string_ids=False),
+    "strings-one-label": dict(undirected=False, lean=False, n_el=1, string_ids=True),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_versions_match_fresh_builds_and_survive_compaction(tmp_path, case):
+    check_versions(tmp_path, case, seed=list(CASES).index(case))
+
+
+def check_versions(tmp_path, case, seed):
+    c = CASES[case]
+    rng = random.Random(seed)
+    n = 36
+    edges, vl = random_graph(rng, n, 200, 3, c["n_el"], string_ids=c["string_ids"])
+    ids = list(vl)
+    labels = c["n_el"] > 1
+    e, v = write_graph_files(tmp_path / "base", edges, vl, edge_labels=labels)
+    kw = dict(undirected=c["undirected"], lean=c["lean"])
+    g = sgsi.build(str(tmp_path / "g.sgsi"), edges=e, vertices=v, memory_budget=BUDGET, **kw)
+    model = Model(edges if labels else [(s, d, "E0") for s, d, _ in edges], vl, c["undirected"])
+    elabels = sorted({x[2] for x in model.edges})
+    patterns = [random_pattern(rng, rng.randint(2, 4), [0, 1, 2], elabels if labels else [],
+                               p_edge_label=1.0 if c["lean"] else 0.5, p_directed=1.0 if c["lean"] else 0.6)
+                for _ in range(4)]
+    readers, expected, kinds = {}, {}, set()
+    for step in range(3):
+        new_ids = [f"new{step}_{i}" if c["string_ids"] else 1000 + 10 * step + i for i in range(4)]
+        ins, dele = _random_batch(rng, model, ids, elabels, new_ids, "E9" if labels and step == 1 else None)
+        vfile = tmp_path / f"v{step}.parquet"
+        pq.write_table(pa.table({"id": new_ids[:2], "label": [1, None]}), vfile)
+        before = model.edges.copy()
+        model.apply(ins, dele, {new_ids[0]: 1, new_ids[1]: None})
+        summary = g.update(insert=_write_edges(tmp_path / f"i{step}.parquet", ins, labels),
+                           delete=_write_edges(tmp_path / f"d{step}.parquet", dele, labels), vertices=str(vfile))
+        assert summary["version"] == step + 2 == g.store.version
+        assert summary["inserted"] == len(model.edges - before) and summary["deleted"] == len(before - model.edges)
+        assert summary["inserted"] + summary["already_present"] == len(ins)
+        if labels:
+            elabels = sorted({*elabels, *(x[2] for x in ins)})
+        fresh = _fresh(tmp_path, model, f"fresh{step}", labels, **kw) if step == 2 else None
+        assert_same(g.store, fresh, model)
+        if fresh is not None:
+            fresh.close()
+        edges_now = [(s, d, l) for s, d, l in model.edges]
+        if c["undirected"]:
+            edges_now += [(d, s, l) for s, d, l in model.edges]
+        want = {p: oracle_count(edges_now, model.vlabels, p) for p in patterns}
+        assert {p: g.count(p, device="cpu", progress=False) for p in patterns} == want
+        kinds.update("masked" if x[2] is not None else "piece" for x in g.store._virtual.values())
+        readers[g.store.version] = sgsi.open(g.path, version=g.store.version)
+        expected[g.store.version] = want
+    assert kinds == {"masked", "piece"}
+    old = sgsi.open(g.path, version=2)
+    assert old.store.version == 2 and old.store.versions[-1]["version"] == 4
+    ids_before = g.store.vertex_ids(np.arange(g.store.n_vertices)).to_pylist()
+    r = g.compact()
+    assert r["compacted"] and g.store.version == g.store.base_version == 4
+    assert g.store.vertex_ids(np.arange(g.store.n_vertices)).to_pylist() == ids_before      # ids kept
+    fresh = _fresh(tmp_path, model, "fresh-c", labels, **kw)
+    assert_same(g.store, fresh, model)
+    fresh.close()
+    assert {p: g.count(p, device="cpu", progress=False) for p in patterns} == expected[4]
+    for version, reader in readers.items():              # opened before the compaction: unchanged
+        assert reader.store.version == version
+        assert {p: reader.count(p, device="cpu", progress=False) for p in patterns} == expected[version]
+        reader.close()
+    assert {p: old.count(p, device="cpu", progress=False) for p in patterns} == expected[2]
+    with pytest.raises(StoreError, match="compacted"):
+        Store(g.path, version=2)
+    # An update after the compaction.
+    ins = [(ids[0], ids[1], elabels[0]), (ids[2], "x" if c["string_ids"] else 5000, elabels[-1])]
+    model.apply(ins, [])
+    g.update(insert=_write_edges(tmp_path / "after.parquet", ins, labels))
+    fresh = _fresh(tmp_path, model, "fresh-after", labels, **kw)
+    assert g.store.version == 5
+    assert_same(g.store, fresh, model)
+    fresh.close()
+    g.close()
+
+
+def _small(tmp_path, undirected=False, n_el=2, seed=5):
+    rng = random.Random(seed)
+    edges, vl = random_graph(rng, 30, 120, 2, n_el)
+    e, v = write_graph_files(tmp_path / "base", edges, vl)
+    g = sgsi.build(str(tmp_path / "g.sgsi"), edges=e, vertices=v, memory_budget=BUDGET, undirected=undirected)
+    return g, Model(edges, vl, undirected), rng
+
+
+@pytest.mark.parametrize("undirected", [False, True], ids=["directed", "undirected"])
+def test_changed_pairs_is_the_set_difference_of_two_versions(tmp_path, undirected):
+    check_changed_pairs(tmp_path, undirected, 5)
+
+
+def check_changed_pairs(tmp_path, undirected, seed):
+    g, model, rng = _small(tmp_path, undirected, seed=seed)
+    ids, elabels = list(model.vlabels), ["E0", "E1"]
+    states = {1: model.edges.copy()}
+    for step in range(3):
+        ins, dele = _random_batch(rng, model, ids, elabels, [500 + step, 600 + step])
+        model.apply(ins, dele)
+        g.update(insert=_write_edges(tmp_path / f"i{step}.parquet", ins),
+                 delete=_write_edges(tmp_path / f"d{step}.parquet", dele))
+        states[g.store.version] = model.edges.copy()
+    st = g.store
+    vid = st.vertex_ids(np.arange(st.n_vertices)).to_pylist()
+    for since, lid, direction in itertools.product([1, 2, 3, 4], [0, 1, -1], ["out", "in", "both"]):
+        then = Model([], {}, undirected)
+        then.edges = states[since]
+        new = model.pairs(elabels[lid] if lid >= 0 else None, direction)
+        old = then.pairs(elabels[lid] if lid >= 0 else None, direction)
+        a_s, a_d, r_s, r_d = st.changed_pairs(since, lid, direction)
+        assert all(x.dtype == np.int32 for x in (a_s, a_d, r_s, r_d))
+        got_a = {(vid[a], vid[b]) for a, b in zip(a_s.tolist(), a_d.tolist())}
+        got_r = {(vid[a], vid[b]) for a, b in zip(r_s.tolist(), r_d.tolist())}
+        assert len(got_a) == a_s.size and len(got_r) == r_s.size
+        assert got_a == new - old and got_r == old - new, (since, lid, direction)
+    # From an older reader's point of view, a later version is "since" too (the reverse).
+    early = Store(g.path, version=2)
+    a_s, a_d, r_s, r_d = early.changed_pairs(4, 0, "out")
+    b = g.store.changed_pairs(2, 0, "out")
+    assert set(zip(a_s.tolist(), a_d.tolist())) == set(zip(b[2].tolist(), b[3].tolist()))
+    early.close()
+    with pytest.raises(StoreError, match="no version 9"):
+        st.changed_pairs(9, 0, "out")
+    g.close()
+
+
+def test_readers_go_on_during_updates_and_compaction(tmp_path):
+    g, model, rng = _small(tmp_path, seed=13)
+    pattern = "(a)-[:E0]->(b)-->(c)"
+    counts = {1: g.count(pattern, device="cpu", progress=False)}
+    first = sgsi.open(g.path)
+    stop, errors, seen = threading.Event(), [], []
+
+    def read():
+        try:
+            while not stop.is_set():
+                assert first.count(pattern, device="cpu", progress=False) == counts[1]
+                with sgsi.open(g.path) as h:              # whatever version is newest now
+                    seen.append((h.store.version, h.count(pattern, device="cpu", progress=False)))
+        except Exception as e:          # noqa: BLE001 - reported below
+            errors.append(e)
+    t = threading.Thread(target=read)
+    t.start()
+    try:
+        for step in range(3):
+            ins, dele = _random_batch(rng, model, list(model.vlabels), ["E0", "E1"], [300 + step, 400 + step])
+            g.update(insert=_write_edges(tmp_path / f"i{step}.parquet", ins),
+                     delete=_write_edges(tmp_path / f"d{step}.parquet", dele))
+            counts[g.store.version] = g.count(pattern, device="cpu", progress=False)
+        g.compact()
+    finally:
+        stop.set()
+        t.join()
+    assert not errors, errors[0]
+    assert seen and all(counts[v] == c for v, c in seen)
+    assert first.count(pattern, device="cpu", progress=False) == counts[1]
+    first.close()
+    g.close()
+
+
+STEPS = ["delta-file", "delta-rename", "manifest-write", "manifest-rename"]
+
+
+@pytest.mark.parametrize("step", STEPS)
+def test_a_crash_at_any_step_leaves_the_old_version_or_the_new(tmp_path, step, monkeypatch):
+    g, model, rng = _small(tmp_path, seed=9)
+    ins, dele = _random_batch(rng, model, list(model.vlabels), ["E0", "E1"], [700, 701])
+    fi, fd = _write_edges(tmp_path / "i.parquet", ins), _write_edges(tmp_path / "d.parquet", dele)
+    pattern = "(a)-[:E0]->(b)-->(c)"
+    before = g.count(pattern, device="cpu", progress=False)
+
+    def boom(name):
+        if name == step:
+            raise RuntimeError(f"crash at {name}")
+    monkeypatch.setattr(delta_mod, "STEP_HOOK", boom)
+    with pytest.raises(RuntimeError, match="crash"):
+        g.update(insert=fi, delete=fd)
+    monkeypatch.setattr(delta_mod, "STEP_HOOK", None)
+    with sgsi.open(g.path) as again:
+        assert again.store.version == 1 and again.count(pattern, device="cpu", progress=False) == before
+    left = os.listdir(os.path.join(g.path, "deltas")) if os.path.isdir(os.path.join(g.path, "deltas")) else []
+    assert not [x for x in left if x.startswith(".tmp-")]
+    model.apply(ins, dele)
+    assert g.update(insert=fi, delete=fd)["version"] == 2            # the next update goes through
+    edges = list(model.edges)
+    assert g.count(pattern, device="cpu", progress=False) == oracle_count(edges, model.vlabels, pattern)
+    g.close()
+
+
+def test_a_killed_update_leaves_the_old_version(tmp_path):
+    g, model, rng = _small(tmp_path, seed=11)
+    ins, _ = _random_batch(rng, model, list(model.vlabels), ["E0", "E1"], [800, 801])
+    fi = _write_edges(tmp_path / "i.parquet", ins)
+    code = ("import os, sys; from sgsi.storage import delta, update\n"
+            "delta.STEP_HOOK = lambda name: os._exit(3) if name == 'manifest-rename' else None\n"
+            f"update.update_store({g.path!r}, insert={fi!r})\n")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.dirname(os.path.dirname(sgsi.__file__)),
+                                                       os.environ.get("PYTHONPATH", "")]))
+    assert subprocess.run([sys.executable, "-c", code], env=env).returncode == 3
+    st = Store(g.path)
+    assert st.version == 1 and os.path.isdir(os.path.join(g.path, "deltas", "2"))     # an orphan delta
+    st.close()
+    assert g.update(insert=fi)["version"] == 2
+    model.apply(ins, [])
+    assert g.count("(a)-->(b)", device="cpu", progress=False) == oracle_count(list(model.edges), model.vlabels,
+                                                                              "(a)-->(b)")
+    g.close()
+
+
+def test_update_errors_name_the_file(tmp_path):
+    g, model, rng = _small(tmp_path, seed=3)
+    with pytest.raises(InputError, match="nothing to update"):
+        g.update()
+    bad = tmp_path / "bad.parquet"
+    pq.write_table(pa.table({"src": ["a"], "dst": ["b"], "label": ["E0"]}), bad)
+    with pytest.raises(InputError, match="bad.parquet: vertex ids are strings"):
+        g.update(insert=str(bad))
+    nolab = tmp_path / "nolab.parquet"
+    pq.write_table(pa.table({"src": [1], "dst": [2]}), nolab)
+    with pytest.raises(InputError, match="nolab.parquet: no edge label column"):
+        g.update(insert=str(nolab))
+    missing = tmp_path / "m.parquet"
+    pq.write_table(pa.table({"from": [1], "dst": [2], "label": ["E0"]}), missing)
+    with pytest.raises(InputError, match="m.parquet: missing column 'src'"):
+        g.update(delete=str(missing))
+    relabel = tmp_path / "rl.parquet"
+    v0 = next(iter(model.vlabels))
+    pq.write_table(pa.table({"id": [v0], "label": [(model.vlabels[v0] + 1) % 2]}), relabel)
+    with pytest.raises(InputError, match="cannot change a vertex's label"):
+        g.update(vertices=str(relabel))
+    with pytest.raises(StoreError, match="no version 7"):
+        Store(g.path, version=7)
+    assert g.store.version == 1
+    g.update(insert=_write_edges(tmp_path / "ok.parquet", [(0, 1, "E1")]))
+    fp = os.path.join(g.path, "deltas", "2", "inserted.arrow")
+    with open(fp, "r+b") as f:
+        f.truncate(10)
+    with pytest.raises(StoreError, match="deltas/2/inserted.arrow has 10 bytes"):
+        Store(g.path)
+    g.close()
+
+
+def test_new_vertices_from_a_vertex_file_and_other_versions_of_one_opening(tmp_path):
+    g, model, rng = _small(tmp_path, seed=17)
+    vf = tmp_path / "nv.parquet"
+    pq.write_table(pa.table({"id": [77, 78, 0], "label": [1, None, model.vlabels[0]]}), vf)
+    r = g.update(vertices=str(vf))
+    assert (r["new_vertices"], r["inserted"], r["version"]) == (2, 0, 2)
+    st = g.store
+    assert st.n_vertices == len(model.vlabels) + 2
+    assert st.vertex_ids(np.array([st.n_vertices - 2, st.n_vertices - 1])).to_pylist() == [77, 78]
+    assert g.count("(:1)", device="cpu", progress=False) == sum(1 for x in model.vlabels.values() if x == 1) + 1
+    fi = _write_edges(tmp_path / "i.parquet", [(77, 78, "E1")])
+    g.update(insert=fi)
+    assert g.count("(a:1)-[:E1]->(b)", device="cpu", progress=False) >= 1
+    v2 = g.store.at_version(2)                    # the same open files, another version
+    assert v2.version == 2 and v2.token != g.store.token and g.store.at_version(3) is g.store
+    assert not any(v2.reads_direct_segment(s) is None for s in v2.partition(1, "out").seg_ids)
+    virtual = [s for s in g.store.partition(1, "out").seg_ids if s >= g.store._n_base_segments]
+    assert virtual and not any(g.store.reads_direct_segment(s) for s in virtual)
+    g.close()
+
+
+def test_cli_and_sql(tmp_path, capsys):
+    g, model, rng = _small(tmp_path, seed=21)
+    fi = _write_edges(tmp_path / "i.parquet", [(0, 999, "E0"), (0, 999, "E0")])
+    fd = _write_edges(tmp_path / "d.parquet", [(0, 1, "E7")])
+    assert cli_main(["update", g.path, "--insert", fi, "--delete", fd]) == 0
+    out = capsys.readouterr().out
+    assert "version 2: +1 -0 edges (1 already present, 1 absent), 1 new vertices" in out
+    assert cli_main(["info", g.path]) == 0
+    assert "store version  2" in capsys.readouterr().out
+    con = duckdb.connect()
+    sgsi.register(con)
+    fi2 = _write_edges(tmp_path / "i2.parquet", [(999, 0, "E1")])
+    (r,), = con.execute(f"SELECT sgsi_update('{g.path}', insert := '{fi2}')").fetchall()
+    assert '"version": 3' in r and '"inserted": 1' in r
+    count = "SELECT match_count('{}', '(a)-[:E0]->(b)-[:E1]->(a)', device := 'cpu')".format(g.path)
+    n = con.execute(count).fetchone()[0]
+    (r,), = con.execute(f"SELECT sgsi_compact('{g.path}')").fetchall()
+    assert '"compacted": true' in r
+    assert con.execute(count).fetchone()[0] == n >= 1
+    assert cli_main(["compact", g.path, "-q"]) == 0
+    assert "nothing to compact" in capsys.readouterr().out
+    con.close()
+    g.close()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not gpu_available(), reason="no CUDA GPU with CuPy on this machine")
+@pytest.mark.parametrize("undirected", [False, True], ids=["directed", "undirected"])
+def test_gpu_reads_versions(tmp_path, undirected):
+    """The GPU copies segments held in memory through its pinned buffers and the base ones from the
+    file maps; every version and the compacted store count as on the CPU."""
+    g, model, rng = _small(tmp_path, undirected, seed=31)
+    patterns = [random_pattern(random.Random(i), rng.randint(2, 4), [0, 1], ["E0", "E1"]) for i in range(6)]
+    readers = []
+    for step in range(2):
+        ins, dele = _random_batch(rng, model, list(model.vlabels), ["E0", "E1"], [900 + step, 950 + step],
+                                  "E5" if step else None)
+        g.update(insert=_write_edges(tmp_path / f"i{step}.parquet", ins),
+                 delete=_write_edges(tmp_path / f"d{step}.parquet", dele))
+        readers.append(sgsi.open(g.path, version=g.store.version))
+    assert any(not g.store.reads_direct_segment(s) for s in g.store._virtual)
+    for r in readers:
+        for p in patterns:
+            for budget in (None, "64KB"):
+                assert r.count(p, device="gpu", memory_budget=budget, progress=False) == \
+                    r.count(p, device="cpu", memory_budget=budget, progress=False), (r.store.version, p, budget)
+    want = [readers[-1].count(p, device="cpu", progress=False) for p in patterns]
+    g.compact()
+    assert [g.count(p, device="gpu", progress=False) for p in patterns] == want
+    assert [readers[-1].count(p, device="gpu", progress=False) for p in patterns] == want
+    for r in readers:
+        r.close()
+    g.close()
