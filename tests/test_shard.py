@@ -178,8 +178,8 @@ def test_seeded_shards_partition_the_first_steps_matches(graphs):
 # ---------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("split", ["rows", "ranges"])
-@pytest.mark.parametrize("budget", [None, "16KB"], ids=["default", "16KB"])
+@pytest.mark.parametrize("budget,split", [(None, "rows"), ("16KB", "ranges"), ("16KB", "rows")],
+                         ids=["default-rows", "16KB-ranges", "16KB-rows"])
 def test_counts_and_rows_vs_oracle(graphs, client, budget, split, monkeypatch):
     if split == "ranges":
         monkeypatch.setattr(shard_mod, "MAX_SEED_ROWS", 0)
