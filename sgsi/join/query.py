@@ -82,12 +82,14 @@ class Query:
     """One count or match of ``pattern`` over ``store``; see the module's docstring.
 
     ``publish(stats)`` receives the query's stats when it ends well (and for a stream, when it
-    ends at all). ``shard``: a :class:`~sgsi.join.shard.Shard`, the part of the query to run."""
+    ends at all). ``shard``: a :class:`~sgsi.join.shard.Shard`, the part of the query to run.
+    ``anchor``: a :class:`~sgsi.join.delta.Anchor`, the anchored query of an incremental match."""
 
     def __init__(self, store, backends, pattern, device="auto", memory_budget=None, injective=True,
-                 cancel=None, publish=None, progress=True, shard=None):
+                 cancel=None, publish=None, progress=True, shard=None, anchor=None):
         self.store, self.backends = store, backends
         self.shard = shard              # a Shard: this query is one task of a sharded one
+        self.anchor = anchor            # an Anchor: this query is one of an incremental match's
         self.pattern = load(pattern)
         self.check = cancel_check(cancel)
         self.report = reporter(progress)
@@ -256,6 +258,11 @@ class Query:
             backend = _Watched(backend, self.check)
         pat, store, injective = self.pattern, self.store, self.injective
         shard = self.shard
+        if self.anchor is not None:
+            # Unrefined (refinement reads the lists of every candidate), nothing factored (the
+            # row filters read every vertex): its work is that of its pairs' neighbourhoods.
+            plan = self._guard(backend.run, lambda: self.anchor.plan(store, pat, backend, injective))
+            return Engine(store, plan, backend, budget, progress=self.progress)
         if shard is not None:
             # A shard of a query its driver split on refined sets: refined at once (a restricted
             # first plan would switch late, its work limit scaled to its smaller sets).
