@@ -178,14 +178,14 @@ class Delta:
                     raise
                 finally:
                     reader.close()
-            self.publish(stats.total())
         except BaseException as e:
             drop_frames(e)
             failure.append(e)
             raise
-        finally:
+        finally:        # also when stopped early: by the limit, or the reader closed
             if first is not None:
                 first[0].close()
+            self.publish(stats.total())
             if on_end is not None:
                 on_end()
 
