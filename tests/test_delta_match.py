@@ -214,6 +214,22 @@ def test_partitions_flip_not_edges(tmp_path, patched):
         v.close()
 
 
+def test_refined_anchored_queries(tmp_path, patched, monkeypatch):
+    """Anchored queries planned again on refined sets (the engine's replan, at once here) keep
+    their anchors, orders and filters."""
+    from sgsi.join import engine
+    for name in ("REPLAN_MIN_WORK", "REPLAN_FACTOR", "REPLAN_COST_FACTOR"):
+        monkeypatch.setattr(engine, name, 0)
+    v = random_versions(tmp_path, random.Random(5))
+    g = patched(v)
+    try:
+        for p in PATTERNS[3:]:
+            check(v, p, budget="16KB")
+            assert g.last_stats["replanned"] >= 1
+    finally:
+        v.close()
+
+
 def test_a_batch_that_changes_nothing(tmp_path, patched):
     edges, vl = random_graph(random.Random(3), 20, 60, 2, 2)
     v = Versions(tmp_path, edges, list(reversed(edges)), vl, vl)

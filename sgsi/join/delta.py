@@ -14,7 +14,8 @@ of e_j's; each embedding is found by the query of its first changed edge, once. 
 query (:class:`Anchor`) keeps in C(u_i) and C(w_i) only its pairs' ends, starts the order with
 u_i, w_i, and filters the join's chunks by pair sets (:class:`~sgsi.join.pairs.RowFilter`) at the
 first level where an edge's ends are both matched: counts and rows alike come from filtered
-joins, with no vertex factored. The candidate filter runs once per store and side.
+joins, with no vertex factored. The candidate filter runs once per store and side; an anchored
+query is refined, as any query, only once its join outgrows its sets (the engine's replan).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from ..errors import PatternError
 from ..pattern import unknown_label
 from ..storage.format import ANY_LABEL
 from .pairs import RowFilter, id_bits, pair_keys
-from .plan import make_plan
+from .plan import REFINE_ROUNDS, make_plan
 from .query import Query, drop_frames, load, reraise_stream_error
 
 #: The column of a delta row that says whether it was added (+1) or removed (-1).
@@ -78,8 +79,12 @@ class Anchor:
                 for u, w, keys in self.exclude]
         return out
 
-    def plan(self, store, pattern, backend, injective):
-        """The anchored plan: filtered sets (found once, kept in ``base``), unrefined, nothing factored."""
+    def plan(self, store, pattern, backend, injective, refine_from=None):
+        """The anchored plan, nothing factored: on the filtered sets (found once, kept in ``base``),
+        or refined from ``refine_from``, the candidate sets of the first (the engine's replan)."""
+        if refine_from is not None:
+            return make_plan(store, pattern, backend, injective=injective, refine_rounds=REFINE_ROUNDS,
+                             filtered=refine_from, anchor=self)
         key = (store.token, backend.name, injective)
         bits = self.base.get(key)
         if bits is None:

@@ -259,10 +259,12 @@ class Query:
         pat, store, injective = self.pattern, self.store, self.injective
         shard = self.shard
         if self.anchor is not None:
-            # Unrefined (refinement reads the lists of every candidate), nothing factored (the
-            # row filters read every vertex): its work is that of its pairs' neighbourhoods.
-            plan = self._guard(backend.run, lambda: self.anchor.plan(store, pat, backend, injective))
-            return Engine(store, plan, backend, budget, progress=self.progress)
+            # Nothing factored (the row filters read every vertex); refined only where the join
+            # outgrows its sets (refinement reads the lists of every candidate).
+            anchor = self.anchor
+            plan = self._guard(backend.run, lambda: anchor.plan(store, pat, backend, injective))
+            refined = lambda: anchor.plan(store, pat, backend, injective, refine_from=plan.candidates)  # noqa: E731
+            return Engine(store, plan, backend, budget, replan=refined, progress=self.progress)
         if shard is not None:
             # A shard of a query its driver split on refined sets: refined at once (a restricted
             # first plan would switch late, its work limit scaled to its smaller sets).
