@@ -14,7 +14,8 @@ of e_j's; each embedding is found by the query of its first changed edge, once. 
 query (:class:`Anchor`) keeps in C(u_i) and C(w_i) only its pairs' ends, starts the order with
 u_i, w_i, and filters the join's chunks by pair sets (:class:`~sgsi.join.pairs.RowFilter`) at the
 first level where an edge's ends are both matched: counts and rows alike come from filtered
-joins, with no vertex factored. The candidate filter runs once per store and side; an anchored
+joins, with no vertex factored. The candidate filter runs once per side, and drops the pairs
+whose ends are not candidates of the edge's ends (an edge left with none has no query); an anchored
 query is refined, as any query, only once its join outgrows its sets (the engine's replan).
 """
 
@@ -28,7 +29,7 @@ import pyarrow as pa
 from ..errors import PatternError
 from ..pattern import unknown_label
 from ..storage.format import ANY_LABEL
-from .pairs import RowFilter, id_bits, pair_keys
+from .pairs import RowFilter, id_bits, in_bits, pair_keys
 from .plan import REFINE_ROUNDS, make_plan
 from .query import Query, drop_frames, load, reraise_stream_error
 
@@ -48,14 +49,16 @@ def versions(store, since):
 class Anchor:
     """The anchored query of pattern edge (u, w): its pair is one of ``keys``; the pair of each
     earlier edge (u', w', keys') of ``exclude`` is not one of keys'. Keys are
-    :func:`~sgsi.join.pairs.pair_keys` over ``span``; ``base`` (shared by the anchors of one side)
-    keeps the candidate filter's bitsets by (store, backend, injective)."""
+    :func:`~sgsi.join.pairs.pair_keys` over ``span``; ``candidates``: the filtered candidate
+    bitsets on the host, and ``base`` their copies on each backend's device (both shared by the
+    anchors of one side)."""
 
     u: int
     w: int
     keys: np.ndarray
     exclude: tuple
     span: int
+    candidates: list = field(compare=False, repr=False)
     base: dict = field(default_factory=dict, compare=False, repr=False)
 
     @property
@@ -80,15 +83,14 @@ class Anchor:
         return out
 
     def plan(self, store, pattern, backend, injective, refine_from=None):
-        """The anchored plan, nothing factored: on the filtered sets (found once, kept in ``base``),
-        or refined from ``refine_from``, the candidate sets of the first (the engine's replan)."""
+        """The anchored plan, nothing factored: on the filtered sets, or refined from
+        ``refine_from``, the candidate sets of the first (the engine's replan)."""
         if refine_from is not None:
             return make_plan(store, pattern, backend, injective=injective, refine_rounds=REFINE_ROUNDS,
                              filtered=refine_from, anchor=self)
-        key = (store.token, backend.name, injective)
-        bits = self.base.get(key)
+        bits = self.base.get(backend.name)
         if bits is None:
-            bits = self.base[key] = make_plan(store, pattern, backend, injective=injective, refine_rounds=0).candidates
+            bits = self.base[backend.name] = [backend.to_device(b) for b in self.candidates]
         return make_plan(store, pattern, backend, injective=injective, refine_rounds=0, filtered=bits, anchor=self)
 
 
@@ -123,11 +125,19 @@ class Delta:
         for side, sign, store in ((0, 1, self.new), (1, -1, self.old)):
             if side == 1 and not self.in_old:       # a label the old version lacks: no match there
                 continue
+            if not any(pairs[(lid, d)][side].size for _u, _w, lid, d in self.edges):
+                continue
+            # Pairs whose ends are not candidates of the edge's ends are in no match: an edge
+            # left with none needs no query (nor a filter in the others).
+            cands = Query(store, self.backends, self.pattern, **self.options).candidates()
+            if cands is None:
+                continue
             base, earlier = {}, []
             for u, w, lid, direction in self.edges:
                 keys = pairs[(lid, direction)][side]
+                keys = keys[in_bits(cands[u], keys // span) & in_bits(cands[w], keys % span)]
                 if keys.size:
-                    out.append((sign, store, Anchor(u, w, keys, tuple(earlier), span, base)))
+                    out.append((sign, store, Anchor(u, w, keys, tuple(earlier), span, cands, base)))
                     earlier.append((u, w, keys))
         return out
 

@@ -16,7 +16,19 @@ import numpy as np
 
 def pair_keys(src, dst, span) -> np.ndarray:
     """The sorted distinct int64 keys of the pairs (src[i], dst[i]) (host arrays)."""
-    return np.unique(np.asarray(src, np.int64) * span + np.asarray(dst, np.int64))
+    return distinct(np.asarray(src, np.int64) * span + np.asarray(dst, np.int64))
+
+
+def distinct(a) -> np.ndarray:
+    """The sorted distinct values of a host array (by a sort: NumPy's hashed ``unique`` took
+    1.4 ms for 2,000 ids)."""
+    a = np.sort(a)
+    return a[np.concatenate([[True], a[1:] != a[:-1]])] if a.size else a
+
+
+def in_bits(bits, ids) -> np.ndarray:
+    """Whether each id of ``ids`` is in the bitset ``bits`` (host arrays)."""
+    return ((bits[ids >> 5] >> (ids & 31).astype(np.uint32)) & 1).astype(bool)
 
 
 def contains(xp, keys, a, b, span):
@@ -32,7 +44,7 @@ def id_bits(backend, ids, n):
     """The bitset (uint32 words over ``n`` vertices) of the ids ``ids`` (host ints, below n)."""
     xp = backend.xp
     words = xp.zeros((n + 31) // 32, dtype=xp.int64)
-    v = backend.to_device(np.unique(np.asarray(ids, np.int64)))
+    v = backend.to_device(distinct(np.asarray(ids, np.int64)))
     if v.size:      # distinct ids: their bits in one word add up to their OR
         backend.add_at(words, v >> 5, xp.left_shift(xp.ones(v.shape, xp.int64), v & 31))
     return words.astype(xp.uint32)

@@ -237,6 +237,25 @@ class Query:
         finally:
             self.backends.give_back(self.device, backend, failed)
 
+    def candidates(self):
+        """The filtered candidate bitsets of the pattern's vertices on the host (unrefined: the
+        signature filter's and degree tests'), after the budget check; None where a benchmark
+        query's label matches nothing."""
+        backend = self.backends.take(self.device)
+        failed = True
+        try:
+            self._begin(backend)
+            plan = self._guard(backend.run, lambda: make_plan(self.store, self.pattern, backend,
+                                                              injective=self.injective, refine_rounds=0))
+            out = None if plan.empty else [backend.to_host(b) for b in plan.candidates]
+            failed = False
+            return out
+        except BaseException as e:
+            drop_frames(e)
+            raise
+        finally:
+            self.backends.give_back(self.device, backend, failed)
+
     # -- the parts --------------------------------------------------------------------
 
     def _begin(self, backend):
