@@ -161,6 +161,7 @@ PATTERNS = [
     "(a)--(b)--(c)--(a)",                              # automorphic
     "(a)-->(b)<--(c), (c)-[:E2]->()",                  # anonymous: rows project embeddings
     "(a)-[:E0]->(b)-[:E0]->(a)",
+    "(a)<--(b)-->(c), (b)-[:E1]->(d)",                # a star: its leaves counted, not joined
 ]
 
 
@@ -170,6 +171,8 @@ def test_fixed_patterns_on_random_batches(tmp_path, patched, undirected):
     patched(v)
     try:
         totals = {p: check(v, p) for p in PATTERNS}
+        v.new.count_delta(PATTERNS[-1], since=1, device="cpu")
+        assert v.new.last_stats["leaves_factored"] > 0          # where no row filter reads the leaves
         assert any(t["added"] and t["removed"] for t in totals.values())       # the batch did something
         for p in PATTERNS[:4]:
             check(v, p, injective=False)

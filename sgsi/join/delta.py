@@ -62,6 +62,11 @@ class Anchor:
     base: dict = field(default_factory=dict, compare=False, repr=False)
 
     @property
+    def pinned(self):
+        """The vertices the row filters read: a count joins them (factors none of them)."""
+        return {self.u, self.w} | {v for u, w, _k in self.exclude for v in (u, w)}
+
+    @property
     def start(self):
         return (self.u,) if self.u == self.w else (self.u, self.w)
 
@@ -82,16 +87,17 @@ class Anchor:
                 for u, w, keys in self.exclude]
         return out
 
-    def plan(self, store, pattern, backend, injective, refine_from=None):
-        """The anchored plan, nothing factored: on the filtered sets, or refined from
-        ``refine_from``, the candidate sets of the first (the engine's replan)."""
+    def plan(self, store, pattern, backend, injective, count=False, refine_from=None):
+        """The anchored plan on the filtered sets, or refined from ``refine_from``, the candidate
+        sets of the first (the engine's replan); a ``count`` factors the vertices no filter reads."""
         if refine_from is not None:
             return make_plan(store, pattern, backend, injective=injective, refine_rounds=REFINE_ROUNDS,
-                             filtered=refine_from, anchor=self)
+                             factor_leaves=count, filtered=refine_from, anchor=self)
         bits = self.base.get(backend.name)
         if bits is None:
             bits = self.base[backend.name] = [backend.to_device(b) for b in self.candidates]
-        return make_plan(store, pattern, backend, injective=injective, refine_rounds=0, filtered=bits, anchor=self)
+        return make_plan(store, pattern, backend, injective=injective, refine_rounds=0, factor_leaves=count,
+                         filtered=bits, anchor=self)
 
 
 class Delta:
@@ -224,7 +230,9 @@ def _edges(store, pattern, strict):
                 raise unknown_label("edge", e.label, store.label_names("edge"))
             return None
         out.append((e.src, e.dst, lid, "out" if e.directed else "both"))
-    return out
+    # Edges to leaves last: a leaf no earlier edge's filter reads is counted, not joined.
+    degree = np.bincount([v for u, w, _l, _d in out for v in (u, w)], minlength=len(pattern.vertices))
+    return sorted(out, key=lambda e: min(degree[e[0]], degree[e[1]]) == 1)
 
 
 class _Stats:

@@ -140,7 +140,7 @@ def make_plan(store, pattern: Pattern, backend, injective=True, refine_rounds=RE
     instead of filtering again. ``shard``: a :class:`~sgsi.join.shard.Shard`, whose vertices keep
     only their candidates in its ranges (before refinement), in its order. ``anchor``: an
     :class:`~sgsi.join.delta.Anchor`, whose edge's ends keep only the ends of its pairs and
-    start the order, and whose row filters the plan carries (no factored vertices).
+    start the order, and whose row filters the plan carries (their vertices are not factored).
     """
     vlabel = []
     empty = False
@@ -193,7 +193,8 @@ def make_plan(store, pattern: Pattern, backend, injective=True, refine_rounds=RE
         order = list(shard.order)
     else:
         order = _order(store, pattern, inc, counts, anchor.start if anchor is not None else ())
-    groups, trees = _factored_vertices(pattern, meets, injective, order) if factor_leaves else ([], [])
+    pinned = anchor.pinned if anchor is not None else ()     # the row filters read them: joined
+    groups, trees = _factored_vertices(pattern, meets, injective, order, pinned) if factor_leaves else ([], [])
     tail = [u for g in groups for u in g] + [u for root, kids in trees for u in [root] + [w for g in kids for w in g]]
     order = [u for u in order if u not in tail] + tail
     core = order[:len(order) - len(tail)]
@@ -294,7 +295,7 @@ def _set_partitions(mask):
         sub = (sub - 1) & rest
 
 
-def _factored_vertices(pattern: Pattern, meets, injective, order):
+def _factored_vertices(pattern: Pattern, meets, injective, order, pinned=()):
     """Pattern vertices whose matches a count takes per row of the rest, without enumerating them.
 
     A vertex u none of whose neighbours is factored has, given a row m of the
@@ -321,8 +322,8 @@ def _factored_vertices(pattern: Pattern, meets, injective, order):
       becomes the root of a :class:`Subtree` with them, where their candidates meet no
       other factored vertex's.
 
-    Returns the groups (lists of vertices) and the subtrees ((root, its leaves' groups)),
-    or none when fewer than two vertices qualify.
+    No vertex of ``pinned`` is picked. Returns the groups (lists of vertices) and the subtrees
+    ((root, its leaves' groups)), or none when fewer than two vertices qualify.
     """
     n = len(pattern.vertices)
     nbrs = [set() for _ in range(n)]
@@ -343,7 +344,7 @@ def _factored_vertices(pattern: Pattern, meets, injective, order):
         return True
 
     for u in range(n):
-        if len(nbrs[u]) == 1 and not nbrs[u] & picked:
+        if len(nbrs[u]) == 1 and not nbrs[u] & picked and u not in pinned:
             pick(u)
     leaves = set(picked)
     trees = []                          # (root, its leaves' groups)
@@ -354,6 +355,8 @@ def _factored_vertices(pattern: Pattern, meets, injective, order):
 
     core = [u for u in order if u not in picked]
     for u in reversed(core[1:]):        # the core keeps at least its first vertex
+        if u in pinned:
+            break
         kids = nbrs[u] & picked
         if not kids:
             if meets_trees([u]) or not pick(u):

@@ -278,11 +278,12 @@ class Query:
         pat, store, injective = self.pattern, self.store, self.injective
         shard = self.shard
         if self.anchor is not None:
-            # Nothing factored (the row filters read every vertex); refined only where the join
-            # outgrows its sets (refinement reads the lists of every candidate).
+            # Refined only where the join outgrows its sets (refinement reads the lists of every
+            # candidate); a count factors the vertices its row filters do not read.
             anchor = self.anchor
-            plan = self._guard(backend.run, lambda: anchor.plan(store, pat, backend, injective))
-            refined = lambda: anchor.plan(store, pat, backend, injective, refine_from=plan.candidates)  # noqa: E731
+            plan = self._guard(backend.run, lambda: anchor.plan(store, pat, backend, injective, count))
+            refined = lambda: anchor.plan(store, pat, backend, injective, count,  # noqa: E731
+                                          refine_from=plan.candidates)
             return Engine(store, plan, backend, budget, replan=refined, progress=self.progress)
         if shard is not None:
             # A shard of a query its driver split on refined sets: refined at once (a restricted
