@@ -18,7 +18,7 @@ import pytest
 import sgsi
 from oracle import oracle_matches, random_graph, random_pattern, write_graph_files
 from sgsi import cli
-from sgsi.errors import PatternError, SgsiError
+from sgsi.errors import Cancelled, PatternError, SgsiError
 from sgsi.join import delta
 from sgsi.join.backends import gpu_available
 from sgsi.pattern import parse_pattern
@@ -272,6 +272,13 @@ def test_match_delta_stream(small):
     reader.close()                                   # early: the engine and the old version go
     assert first.schema.names == ["a", "b", "c", "sign"]
     assert g.last_stats["anchored_queries"] >= 1 and g.last_stats["device"] == "cpu"
+    with pytest.raises(Cancelled):
+        g.count_delta(p, since=1, device="cpu", cancel=lambda: True)
+    calls = []
+    reader = g.match_delta(p, since=1, device="cpu", memory_budget="16KB", cancel=lambda: calls.append(1) or
+                           len(calls) > 40)        # cancelled while the batches are read
+    with pytest.raises(Exception, match="cancelled"):
+        reader.read_all()
     with pytest.raises(PatternError, match="sign"):
         g.match_delta("(sign)-->(b)", since=1)
     with pytest.raises(PatternError, match="names no vertex"):
