@@ -12,6 +12,7 @@ import random
 from collections import Counter
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
@@ -80,19 +81,26 @@ class Versions:
 
     def expected(self, pattern, injective=True):
         """Counter of (named vertices..., sign) rows: the oracle's delta."""
-        def embeddings(edges, vl):
-            if self.undirected:
-                edges = edges + [(d, s, lab) for s, d, lab in edges]
-            return set(oracle_matches(edges, vl, pattern, injective=injective))
-        old = embeddings(self.old_edges, self.vlabels_old)
-        new = embeddings(self.new_edges, self.vlabels_new)
-        cols = parse_pattern(pattern).output_vertices
-        rows = Counter(tuple(m[i] for i in cols) + (1,) for m in new - old)
-        rows.update(tuple(m[i] for i in cols) + (-1,) for m in old - new)
-        return rows
+        return expected_delta(pattern, self.old_edges, self.new_edges, self.vlabels_old, self.vlabels_new,
+                              self.undirected, injective)
 
     def close(self):
         self.new.close()
+
+
+def expected_delta(pattern, old_edges, new_edges, vlabels_old, vlabels_new, undirected=False, injective=True):
+    """Counter of (named vertices..., sign) rows: the oracle's delta from the old edges to the new."""
+    def embeddings(edges, vl):
+        edges = list(edges)
+        if undirected:
+            edges += [(d, s, lab) for s, d, lab in edges]
+        return set(oracle_matches(edges, vl, pattern, injective=injective))
+    old = embeddings(old_edges, vlabels_old)
+    new = embeddings(new_edges, vlabels_new)
+    cols = parse_pattern(pattern).output_vertices
+    rows = Counter(tuple(m[i] for i in cols) + (1,) for m in new - old)
+    rows.update(tuple(m[i] for i in cols) + (-1,) for m in old - new)
+    return rows
 
 
 def rows_of(table):
@@ -246,6 +254,52 @@ def test_a_batch_that_changes_nothing(tmp_path, patched):
         v.close()
 
 
+@pytest.mark.skipif(not hasattr(sgsi.Graph, "update"), reason="no versioned store (Graph.update) yet")
+@pytest.mark.parametrize("undirected", [False, True])
+def test_versions_of_one_store(tmp_path, undirected, device="cpu"):
+    """The versioned store itself: two batches, deltas since each earlier version, then a batch after
+    compaction; rows and counts against the oracle."""
+    rng = random.Random(31 + undirected)
+    n = 22
+    # an undirected store keeps an edge once, either way round: deleting (s, d) deletes (d, s)
+    canon = (lambda es: [(min(s, d), max(s, d), lab) for s, d, lab in es]) if undirected else list  # noqa: E731
+    edges, vl = random_graph(rng, n, 80, 2, 3)
+    edges = canon(edges)
+    e, v = write_graph_files(tmp_path / "v0", edges, vl)
+    g = sgsi.build(str(tmp_path / "g.sgsi"), edges=e, vertices=v, undirected=undirected, memory_budget=BUDGET)
+    state = {g.version: (set(edges), dict(vl))}
+    cur, labels = set(edges), dict(vl)
+    for k in range(3):
+        gone = rng.sample(sorted(cur), 8)
+        grow = {n + 2 * k + i: rng.randrange(2) for i in range(2)}          # new vertices, on new edges
+        labels = {**labels, **grow}
+        new = canon(random_graph(random.Random(k), n + 2 * k + 2, 12, 2, 3)[0])
+        new += gone[:2] + [(s, d, "E2" if lab != "E2" else "E0") for s, d, lab in gone[2:4]]   # back; parallel
+        d = tmp_path / f"b{k}"
+        d.mkdir()
+        ins, dele, vfile = (str(d / f) for f in ("ins.parquet", "del.parquet", "v.parquet"))
+        pq.write_table(pa.table({"src": [x[0] for x in new], "dst": [x[1] for x in new],
+                                 "label": [x[2] for x in new]}), ins)
+        pq.write_table(pa.table({"src": [x[0] for x in gone], "dst": [x[1] for x in gone],
+                                 "label": [x[2] for x in gone]}), dele)
+        pq.write_table(pa.table({"id": list(grow), "label": list(grow.values())}), vfile)
+        if k == 2:
+            g.compact()
+            state = {g.version: state[max(state)]}
+        g.update(insert=ins, delete=dele, vertices=vfile)
+        cur = (cur - set(gone)) | set(new)
+        state[g.version] = (set(cur), dict(labels))
+        for since, (old_edges, old_labels) in state.items():
+            if since == g.version:
+                continue
+            for p in ["(a)-[:E0]->(b)-->(c)", "(a)--(b)--(c)--(a)", "(a:1)-[:E2]-(b)<--(c)"]:
+                want = expected_delta(p, old_edges, cur, old_labels, labels, undirected)
+                assert g.count_delta(p, since=since, device=device, memory_budget="64KB") == signs(want)
+                got = g.match_delta(p, since=since, device=device, memory_budget="64KB").read_all()
+                assert rows_of(got) == want, (k, since, p)
+    g.close()
+
+
 # ---------------------------------------------------------------------------
 # The interfaces
 # ---------------------------------------------------------------------------
@@ -345,3 +399,10 @@ def test_gpu_matches_the_oracle(tmp_path, patched, undirected):
             check(v, p, device="gpu", injective=rng.random() < 0.8)
     finally:
         v.close()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not gpu_available(), reason="no CUDA GPU with CuPy on this machine")
+@pytest.mark.skipif(not hasattr(sgsi.Graph, "update"), reason="no versioned store (Graph.update) yet")
+def test_gpu_versions_of_one_store(tmp_path):
+    test_versions_of_one_store(tmp_path, False, device="gpu")
