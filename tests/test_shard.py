@@ -26,6 +26,7 @@ import pytest
 import sgsi
 from oracle import oracle_matches, random_graph, random_pattern, write_graph_files
 from sgsi.errors import BudgetError, Cancelled, PatternError, SgsiError
+from sgsi.join import shard as shard_mod
 from sgsi.join.query import Query
 from sgsi.join.shard import restrict
 from sgsi.pattern import parse_pattern
@@ -114,10 +115,10 @@ def wait_idle(client, timeout=2 * STOP_BOUND):
     return time.monotonic() - t0
 
 
-def _match_twice(*args):
+def _match_twice(*args, **kwargs):
     """A match task run twice in a row, as Dask runs it again after its worker died."""
-    _MATCH(*args)
-    return _MATCH(*args)
+    _MATCH(*args, **kwargs)
+    return _MATCH(*args, **kwargs)
 
 
 # ---------------------------------------------------------------------------
@@ -125,8 +126,9 @@ def _match_twice(*args):
 # ---------------------------------------------------------------------------
 
 
-def test_shards_tile_the_ids_and_restrict_exactly(graphs):
+def test_shards_tile_the_ids_and_restrict_exactly(graphs, monkeypatch):
     """Each cut vertex's ranges tile [0, n); the shards take each combination of them once."""
+    monkeypatch.setattr(shard_mod, "MAX_SEED_ROWS", 0)        # no split by partial matches
     _e, _v, stores = graphs
     g = stores[None]
     for p in ["(h)-[:E0]->(x)-->(y)", "(a:0)-->(b:1)-->(c:2)-->(a)"]:
@@ -148,13 +150,39 @@ def test_shards_tile_the_ids_and_restrict_exactly(graphs):
         assert np.array_equal(got, want & keep), (lo, hi)
 
 
+def test_seeded_shards_partition_the_first_steps_matches(graphs):
+    """Split by partial matches: the shards' seeds are the prefix's rows, each once, in slices of
+    equal size, on the first vertices of the split plan's order."""
+    edges, vlabels, stores = graphs
+    g = stores[None]
+    p = "(a)-->(b)-->(c)-->(d)"
+    shards = Query(g.store, g._backends, p, CPU).shards(4)
+    assert shards and all(s.seed and not s.ranges for s in shards)
+    vertices = [u for u, _c in shards[0].seed]
+    assert vertices == list(shards[0].order[:len(vertices)]) and 2 <= len(vertices) < 4
+    sizes = [s.seed[0][1].size for s in shards]
+    assert max(sizes) - min(sizes) <= 1 and sum(sizes) >= shard_mod.SEED_ROWS_PER_TASK * 4
+    got = Counter(tuple(int(c[i]) for _u, c in s.seed) for s in shards for i in range(s.seed[0][1].size))
+    assert set(got.values()) == {1}
+    # Between the prefix's own matches and the full matches' prefixes (refined sets prune some).
+    names = [parse_pattern(p).vertices[u].name for u in vertices]
+    sub = ", ".join(f"({x})-->({y})" for x, y in zip(names, names[1:]))      # the path's first vertices
+    seeds = {tuple(g.store.vertex_ids(np.array(row, np.int32)).to_pylist()) for row in got}
+    full = {tuple(m[u] for u in vertices) for m in oracle_matches(edges, vlabels, p)}
+    assert full <= seeds <= set(oracle_matches(edges, vlabels, sub))       # sub's vertices: names, in order
+    assert len(full) > 4
+
+
 # ---------------------------------------------------------------------------
 # Exact: counts and rows
 # ---------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("split", ["rows", "ranges"])
 @pytest.mark.parametrize("budget", [None, "16KB"], ids=["default", "16KB"])
-def test_counts_and_rows_vs_oracle(graphs, client, budget):
+def test_counts_and_rows_vs_oracle(graphs, client, budget, split, monkeypatch):
+    if split == "ranges":
+        monkeypatch.setattr(shard_mod, "MAX_SEED_ROWS", 0)
     edges, vlabels, stores = graphs
     g = stores[budget]
     rng = random.Random(7 if budget else 8)
@@ -183,10 +211,13 @@ def test_shards_restrict_their_refined_plans(graphs, client, monkeypatch):
 
     def recording(*args, shard=None, **kwargs):
         if shard is not None:
-            seen.append(kwargs.get("refine_rounds", query.REFINE_ROUNDS))
+            # On the driver's refined sets: refined again only where candidate ranges cut them.
+            seen.append(kwargs.get("refine_rounds", query.REFINE_ROUNDS) == (0 if shard.seed else query.REFINE_ROUNDS))
+            assert kwargs.get("filtered") is not None
             plan = make_plan(*args, shard=shard, **kwargs)
             assert plan.order[:len(plan.order) - plan.factored] == \
                 [u for u in shard.order if u in plan.order[:len(plan.order) - plan.factored]]
+            assert [u for u, _c in shard.seed] == plan.order[:len(shard.seed)]
             return plan
         return make_plan(*args, **kwargs)
     monkeypatch.setattr(query, "make_plan", recording)      # the workers are threads of this process
@@ -196,7 +227,7 @@ def test_shards_restrict_their_refined_plans(graphs, client, monkeypatch):
         want = oracle_matches(edges, vlabels, p)
         assert g.count(p, device=CPU, memory_budget="16KB", client=client) == len(want), p
         assert rows(g.match(p, device=CPU, memory_budget="16KB", client=client))[0] == project(want, p), p
-    assert seen and set(seen) == {query.REFINE_ROUNDS}
+    assert seen and set(seen) == {True}
 
 
 HPRD_QUERIES = ["query_dense_16_1.graph", "query_dense_16_2.graph", "query_dense_16_63.graph",

@@ -117,10 +117,13 @@ class Limits:
 class Engine(Counting):
     """Runs a :class:`QueryPlan` over a store on one backend."""
 
-    def __init__(self, store, plan: QueryPlan, backend, budget: int, replan=None, progress=None):
+    def __init__(self, store, plan: QueryPlan, backend, budget: int, replan=None, progress=None, seed=()):
         """``replan()`` gives the refined plan; without it the query runs on ``plan``. ``progress``:
-        the query's :class:`~sgsi.join.progress.Progress` (None: not reported)."""
+        the query's :class:`~sgsi.join.progress.Progress` (None: not reported). ``seed``: partial
+        matches of the order's first vertices to start from instead of the first vertex's
+        candidates, ``((u, host int32 column), ...)`` in the order (a sharded query's task)."""
         self.progress = progress if progress is not None else Progress()
+        self.seed = tuple(seed)
         self.store, self.plan, self.backend = store, plan, backend
         self.xp = backend.xp
         self.budget = budget
@@ -179,6 +182,12 @@ class Engine(Counting):
             except _Replan:
                 self._switch_plan()
 
+    def prefix(self, depth):
+        """Host chunks of the partial matches of the order's first ``depth + 1`` vertices (the
+        plan's first ``depth`` steps), as :meth:`chunks` gives matches."""
+        for _kind, chunk in self._run(count_only=False, depth=depth):
+            yield {u: self.backend.to_host(col) for u, col in chunk.items()}
+
     def _switch_plan(self):
         self.plan = self.replan()
         self._stats["leaves_factored"] = self.plan.factored
@@ -188,7 +197,7 @@ class Engine(Counting):
         self.work_limit = None
         self._stats["replanned"] = 1
 
-    def _run(self, count_only):
+    def _run(self, count_only, depth=None):
         """Depth first over the join steps, driven by an explicit stack.
 
         ``stack[k]`` yields the chunks that have matched the first k + 1
@@ -203,7 +212,7 @@ class Engine(Counting):
         together stay within the budget however long the pattern, and steps
         under light levels get nearly all of it.
         """
-        steps = self.plan.steps
+        steps = self.plan.steps if depth is None else self.plan.steps[:depth]
         self.counting = count_only
         filters = {}                    # level -> the row filters of its chunks (anchored queries)
         for f in self.plan.row_filters:
@@ -215,8 +224,13 @@ class Engine(Counting):
             for k in range(len(steps) - 1, -1, -1):
                 keep[k] = set(after)
                 after |= _columns_read([steps[k]])
-        held = [0]
-        stack = [self._roots(self._limits(0), held)]
+        if self.seed:                   # a task's partial matches: stack[level] yields them
+            level = len(self.seed) - 1
+            held = [0] * (level + 1)
+            stack = [iter(())] * level + [self._seeded(self._limits(0), held)]
+        else:
+            held = [0]
+            stack = [self._roots(self._limits(0), held)]
         while stack:
             chunk = next(stack[-1], None)
             if chunk is None:
@@ -266,6 +280,19 @@ class Engine(Counting):
         for a in range(0, n, rows):
             self.progress.at(0, a / n, min(rows, n - a) / n)
             yield {first: ids_all[a:a + rows]}
+
+    def _seeded(self, lim, held):
+        """Chunks of the ``seed`` partial matches (their level: the number of seeded vertices - 1)."""
+        level = len(self.seed) - 1
+        if [u for u, _c in self.seed] != list(self.plan.order[:level + 1]):
+            raise ValueError("a seed's vertices must be the first ones of the plan's order")
+        cols = {u: self.backend.to_device(np.ascontiguousarray(c, dtype=np.int32)) for u, c in self.seed}
+        held[level] = sum(int(c.nbytes) for c in cols.values())
+        n = int(self.seed[0][1].size)
+        self.progress.levels = [(0.0, 1.0)] * level
+        for a in range(0, n, lim.chunk_rows):
+            self.progress.at(level, a / n, min(lim.chunk_rows, n - a) / n)
+            yield {u: c[a:a + lim.chunk_rows] for u, c in cols.items()}
 
     def _step(self, chunk, step: Step, lim, held, level, keep=None):
         """One join step over ``chunk``: its output in slices of about ``chunk_rows`` rows, with

@@ -193,8 +193,10 @@ def make_plan(store, pattern: Pattern, backend, injective=True, refine_rounds=RE
         order = list(shard.order)
     else:
         order = _order(store, pattern, inc, counts, anchor.start if anchor is not None else ())
-    pinned = anchor.pinned if anchor is not None else ()     # the row filters read them: joined
-    groups, trees = _factored_vertices(pattern, meets, injective, order, pinned) if factor_leaves else ([], [])
+    seeded = {u for u, _c in shard.seed} if shard is not None else set()      # joined by the driver
+    if anchor is not None:
+        seeded |= anchor.pinned                 # read by the row filters: joined
+    groups, trees = _factored_vertices(pattern, meets, injective, order, seeded) if factor_leaves else ([], [])
     tail = [u for g in groups for u in g] + [u for root, kids in trees for u in [root] + [w for g in kids for w in g]]
     order = [u for u in order if u not in tail] + tail
     core = order[:len(order) - len(tail)]
@@ -295,7 +297,7 @@ def _set_partitions(mask):
         sub = (sub - 1) & rest
 
 
-def _factored_vertices(pattern: Pattern, meets, injective, order, pinned=()):
+def _factored_vertices(pattern: Pattern, meets, injective, order, keep=frozenset()):
     """Pattern vertices whose matches a count takes per row of the rest, without enumerating them.
 
     A vertex u none of whose neighbours is factored has, given a row m of the
@@ -322,8 +324,8 @@ def _factored_vertices(pattern: Pattern, meets, injective, order, pinned=()):
       becomes the root of a :class:`Subtree` with them, where their candidates meet no
       other factored vertex's.
 
-    No vertex of ``pinned`` is picked. Returns the groups (lists of vertices) and the subtrees
-    ((root, its leaves' groups)), or none when fewer than two vertices qualify.
+    Returns the groups (lists of vertices) and the subtrees ((root, its leaves' groups)),
+    or none when fewer than two vertices qualify. The vertices ``keep`` stay in the core.
     """
     n = len(pattern.vertices)
     nbrs = [set() for _ in range(n)]
@@ -344,7 +346,7 @@ def _factored_vertices(pattern: Pattern, meets, injective, order, pinned=()):
         return True
 
     for u in range(n):
-        if len(nbrs[u]) == 1 and not nbrs[u] & picked and u not in pinned:
+        if len(nbrs[u]) == 1 and not nbrs[u] & picked and u not in keep:
             pick(u)
     leaves = set(picked)
     trees = []                          # (root, its leaves' groups)
@@ -355,7 +357,7 @@ def _factored_vertices(pattern: Pattern, meets, injective, order, pinned=()):
 
     core = [u for u in order if u not in picked]
     for u in reversed(core[1:]):        # the core keeps at least its first vertex
-        if u in pinned:
+        if u in keep:
             break
         kids = nbrs[u] & picked
         if not kids:

@@ -24,7 +24,7 @@ from .backends import get_backend
 from .engine import Engine
 from .plan import REFINE_ROUNDS, make_plan
 from .progress import Progress, reporter
-from .shard import split
+from .shard import SplitSets, split, split_rows
 
 #: The most vertices a pattern may have. The engine runs one join step per
 #: pattern vertex, nested (depth first), and plans in time quadratic in the
@@ -86,9 +86,10 @@ class Query:
     ``anchor``: a :class:`~sgsi.join.delta.Anchor`, the anchored query of an incremental match."""
 
     def __init__(self, store, backends, pattern, device="auto", memory_budget=None, injective=True,
-                 cancel=None, publish=None, progress=True, shard=None, anchor=None):
+                 cancel=None, publish=None, progress=True, shard=None, shard_sets=None, anchor=None):
         self.store, self.backends = store, backends
         self.shard = shard              # a Shard: this query is one task of a sharded one
+        self.shard_sets = shard_sets    # its driver's refined candidate sets (SplitSets), or None
         self.anchor = anchor            # an Anchor: this query is one of an incremental match's
         self.pattern = load(pattern)
         self.check = cancel_check(cancel)
@@ -219,16 +220,19 @@ class Query:
 
     def shards(self, tasks, count=False):
         """About ``tasks`` :class:`~sgsi.join.shard.Shard` of this query, the most costly first
-        (:func:`~sgsi.join.shard.split` of its refined plan), after the budget check; none where
-        a benchmark query's label matches nothing."""
+        (:func:`~sgsi.join.shard.split_rows` or :func:`~sgsi.join.shard.split` of its refined
+        plan), after the budget check; none where a benchmark query's label matches nothing.
+        The refined plan's candidate sets are left in ``split_sets``, for the tasks."""
         backend = self.backends.take(self.device)
         failed = True
         try:
-            self._begin(backend)
+            budget = self._begin(backend)
             plan = self._guard(backend.run, lambda: make_plan(self.store, self.pattern, backend,
                                                               injective=self.injective,
                                                               refine_rounds=REFINE_ROUNDS, factor_leaves=count))
-            out = [] if plan.empty else split(self.store, plan, backend, tasks)
+            out = [] if plan.empty else self._guard(backend.run, lambda: self._split(backend, plan, budget, tasks))
+            if not plan.empty:
+                self.split_sets = SplitSets(tuple(backend.to_host(b) for b in plan.candidates))
             failed = False
             return out
         except BaseException as e:
@@ -255,6 +259,12 @@ class Query:
             raise
         finally:
             self.backends.give_back(self.device, backend, failed)
+
+    def _split(self, backend, plan, budget, tasks):
+        """By the partial matches of the first vertices where they cut well, else by candidate ranges."""
+        engine = Engine(self.store, plan, backend, budget)
+        out = split_rows(plan, engine.prefix, tasks)
+        return split(self.store, plan, backend, tasks) if out is None else out
 
     # -- the parts --------------------------------------------------------------------
 
@@ -286,11 +296,15 @@ class Query:
                                           refine_from=plan.candidates)
             return Engine(store, plan, backend, budget, replan=refined, progress=self.progress)
         if shard is not None:
-            # A shard of a query its driver split on refined sets: refined at once (a restricted
-            # first plan would switch late, its work limit scaled to its smaller sets).
+            # A shard of a query its driver split on refined sets: on those sets where it has them
+            # (restricted, refined again where the shard cuts candidate ranges), else refined at
+            # once (a restricted first plan would switch late, its work limit scaled to its sets).
+            sets = None if self.shard_sets is None else [backend.to_device(b) for b in self.shard_sets.bits]
+            rounds = 0 if sets is not None and shard.seed else REFINE_ROUNDS
             plan = self._guard(backend.run, lambda: make_plan(store, pat, backend, injective=injective,
-                                                              factor_leaves=count, shard=shard))
-            return Engine(store, plan, backend, budget, progress=self.progress)
+                                                              refine_rounds=rounds, factor_leaves=count,
+                                                              filtered=sets, shard=shard))
+            return Engine(store, plan, backend, budget, progress=self.progress, seed=shard.seed)
         plan = self._guard(backend.run, lambda: make_plan(store, pat, backend, injective=injective, refine_rounds=0,
                                                           factor_leaves=count))
         refined = lambda: make_plan(store, pat, backend, injective=injective, refine_rounds=REFINE_ROUNDS,  # noqa: E731

@@ -31,6 +31,10 @@ from .stream import degree_index
 
 #: Fewest candidates (refined) a second vertex needs to be cut by.
 MIN_CANDIDATES = 4
+#: Partial matches a task gets at least when a query is split by them (more: a finer balance).
+SEED_ROWS_PER_TASK = 16
+#: Most partial matches the driver makes to split a query by them (else it cuts candidate ranges).
+MAX_SEED_ROWS = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -41,6 +45,7 @@ class Shard:
     index: int = 0
     cost: float = 0.0
     order: tuple = ()       # the order of the plan split: every plan of the shard keeps it
+    seed: tuple = ()        # ((u, int32 column), ...): partial matches of the order's first vertices
 
     def apply(self, xp, bits):
         """The candidate bitsets ``bits`` (a list, uint32 words) with this shard's restrictions."""
@@ -48,6 +53,14 @@ class Shard:
         for v, lo, hi in self.ranges:
             bits[v] = restrict(xp, bits[v], lo, hi)
         return bits
+
+
+@dataclass(frozen=True)
+class SplitSets:
+    """The refined candidate bitsets (host uint32 words, a pattern vertex each) a query was split
+    on: sent to every worker once, so that its tasks need not filter and refine again."""
+
+    bits: tuple
 
 
 def restrict(xp, bits, lo, hi):
@@ -58,6 +71,36 @@ def restrict(xp, bits, lo, hi):
     one = xp.ones_like(high)
     mask = ((one << high) - one) ^ ((one << low) - one)           # bits [low, high) of each word
     return bits & mask.astype(xp.uint32)
+
+
+def split_rows(plan, prefix, tasks: int):
+    """``tasks`` shards of ``plan`` (a refined one) by the partial matches of its order's first
+    vertices, or None where those are too few or too many to cut.
+
+    ``prefix(depth)`` yields the partial matches of the first ``depth + 1`` vertices in host
+    chunks (:meth:`~sgsi.join.engine.Engine.prefix`); the least depth that gives
+    :data:`SEED_ROWS_PER_TASK` a task is taken, at most the core's last but one, so that every
+    task joins. The rows are shuffled (with a fixed seed) before they are cut into equal
+    slices: a heavy vertex's rows are spread over the tasks. Each match extends exactly one
+    partial match, so the tasks partition the matches."""
+    core = len(plan.order) - plan.factored
+    for depth in range(1, core - 1):
+        chunks, n = [], 0
+        for chunk in prefix(depth):
+            chunks.append(chunk)
+            n += int(next(iter(chunk.values())).size)
+            if n > MAX_SEED_ROWS:
+                return None
+        if n == 0:
+            return []
+        if n >= SEED_ROWS_PER_TASK * tasks:
+            vertices = plan.order[:depth + 1]
+            perm = np.random.default_rng(0).permutation(n)
+            cols = [np.concatenate([c[u] for c in chunks])[perm] for u in vertices]
+            cuts = np.linspace(0, n, tasks + 1).astype(np.int64)
+            return [Shard((), i, (b - a) / n, tuple(plan.order), tuple(zip(vertices, (c[a:b] for c in cols))))
+                    for i, (a, b) in enumerate(zip(cuts[:-1].tolist(), cuts[1:].tolist()))]
+    return None
 
 
 def split(store, plan, backend, tasks: int) -> list[Shard]:

@@ -43,7 +43,8 @@ def count(graph, pattern, *, device, memory_budget, injective, cancel, progress,
             if shards is None:
                 shards = planner.shards(TASKS_PER_WORKER * slots(c), count=True)
             options = _options(device, memory_budget, injective, workers, scheduler, client)
-            run.submit(shards, tasks.count, (os.path.abspath(graph.path), planner.pattern, options))
+            run.submit(shards, tasks.count, (os.path.abspath(graph.path), planner.pattern, options),
+                       sets=planner.split_sets)
             for _shard, (n, task_stats) in run.completed(check, Progress(reporter(progress), "matches")):
                 total += n
                 _merge(stats, task_stats)
@@ -74,7 +75,7 @@ def match(graph, pattern, *, device, memory_budget, injective, limit, cancel, pr
         run = stack.enter_context(_Run(c))
         run.submit(shards, tasks.match, (os.path.abspath(graph.path), planner.pattern,
                                          _options(device, memory_budget, injective, workers, scheduler, client)),
-                   (limit,))
+                   (limit,), sets=planner.split_sets)
     except BaseException:
         stack.close()
         raise
@@ -173,10 +174,12 @@ class _Run:
             parts.remove(self.directory)
         return False
 
-    def submit(self, shards, fn, head, tail=()):
-        """``fn(*head, shard, query name, directory, *tail)`` a shard, the first shards first."""
+    def submit(self, shards, fn, head, tail=(), sets=None):
+        """``fn(*head, shard, query name, directory, *tail, sets=sets)`` a shard, the first shards
+        first; ``sets`` is sent to every worker once (``Client.scatter``), not with each task."""
+        held = self.client.scatter(sets, broadcast=True, hash=False) if sets is not None else None
         for rank, shard in enumerate(shards):
-            f = self.client.submit(fn, *head, shard, self.name, self.directory, *tail,
+            f = self.client.submit(fn, *head, shard, self.name, self.directory, *tail, sets=held,
                                    key=f"{self.name}-{shard.index}",
                                    priority=len(shards) - rank, pure=False)
             self.futures[f] = shard

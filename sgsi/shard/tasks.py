@@ -48,21 +48,22 @@ _RUNNING = {}                   # query name -> the stop Events of its tasks run
 _CANCELLED = OrderedDict()      # the names of the last cancelled queries
 
 
-def count(path, pattern, options, shard, name, directory):
-    """The matches of ``shard`` of the query, and the engine's stats."""
+def count(path, pattern, options, shard, name, directory, sets=None):
+    """The matches of ``shard`` of the query, and the engine's stats; ``sets``: the driver's
+    :class:`~sgsi.join.shard.SplitSets`, or None."""
     stats = {}
     with _watch(name, directory) as stop, _STORES.use(path) as g:
         n = Query(g.store, g.backends, pattern, cancel=stop, publish=stats.update, progress=False,
-                  shard=shard, **options).count()
+                  shard=shard, shard_sets=sets, **options).count()
     return n, stats
 
 
-def match(path, pattern, options, shard, name, directory, limit):
+def match(path, pattern, options, shard, name, directory, limit, sets=None):
     """Write the rows of ``shard`` as its part in ``directory``; the rows written, and the stats."""
     stats = {}
     with _watch(name, directory) as stop, _STORES.use(path) as g:
         reader, failure = Query(g.store, g.backends, pattern, cancel=stop, publish=stats.update, progress=False,
-                                shard=shard, **options).stream(limit)
+                                shard=shard, shard_sets=sets, **options).stream(limit)
         try:
             rows = parts.write(reader, parts.path(directory, shard.index))
         except BaseException as e:
