@@ -34,7 +34,6 @@ import _common as C  # noqa: E402
 
 C.ensure_importable()
 import numpy as np  # noqa: E402
-import pyarrow as pa  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
 
 import sgsi  # noqa: E402
@@ -218,7 +217,8 @@ def write(args, rows, compact_s, compacted_exact, m, n, n_base, n_queries):
     for (label, kind), group in _groups(rows):
         ok = [r for r in group if r.get("speedup") is not None]
         sp = [r["speedup"] for r in ok]
-        lines.append(f"| {label} | {kind} | {group[0]['inserted']:,} | {group[0]['deleted']:,} | {group[0]['apply_s']} | "
+        first = group[0]
+        lines.append(f"| {label} | {kind} | {first['inserted']:,} | {first['deleted']:,} | {first['apply_s']} | "
                      f"{_median([r['delta_s'] for r in ok])} | {_median([r['recompute_s'] for r in ok])} | "
                      f"{_median(sp)}x, {min(sp) if sp else '-'}x | "
                      f"{sum(r.get('exact') is True for r in group)}/{len(group)} |")

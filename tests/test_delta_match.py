@@ -179,8 +179,11 @@ def test_fixed_patterns_on_random_batches(tmp_path, patched, undirected):
     patched(v)
     try:
         totals = {p: check(v, p) for p in PATTERNS}
+        v.new.match_delta(PATTERNS[-1], since=1, device="cpu").read_all()
+        rows_queries = v.new.last_stats["anchored_queries"]
         v.new.count_delta(PATTERNS[-1], since=1, device="cpu")
         assert v.new.last_stats["leaves_factored"] > 0          # where no row filter reads the leaves
+        assert v.new.last_stats["anchored_queries"] > rows_queries      # inclusion-exclusion over leaf edges
         assert any(t["added"] and t["removed"] for t in totals.values())       # the batch did something
         for p in PATTERNS[:4]:
             check(v, p, injective=False)

@@ -21,7 +21,7 @@ query is refined, as any query, only once its join outgrows its sets (the engine
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import pyarrow as pa
@@ -60,22 +60,26 @@ class Anchor:
     span: int
     candidates: list = field(compare=False, repr=False)
     base: dict = field(default_factory=dict, compare=False, repr=False)
+    require: tuple = ()     # (u', w', keys') whose pair must be one of keys', as the anchor's
+    weight: int = 1         # what each match adds to a count (an inclusion-exclusion term's sign)
 
     @property
     def pinned(self):
         """The vertices the row filters read: a count joins them (factors none of them)."""
-        return {self.u, self.w} | {v for u, w, _k in self.exclude for v in (u, w)}
+        return {self.u, self.w} | {v for u, w, _k in self.exclude + self.require for v in (u, w)}
 
     @property
     def start(self):
         return (self.u,) if self.u == self.w else (self.u, self.w)
 
     def apply(self, backend, store, bits):
-        """The candidate bitsets ``bits`` with C(u), C(w) cut to the pairs' ends."""
+        """The candidate bitsets ``bits`` with C(u), C(w) cut to the pairs' ends (and those of
+        each required edge)."""
         bits = list(bits)
         n = store.n_vertices
-        bits[self.u] = bits[self.u] & id_bits(backend, self.keys // self.span, n)
-        bits[self.w] = bits[self.w] & id_bits(backend, self.keys % self.span, n)
+        for u, w, keys in ((self.u, self.w, self.keys),) + self.require:
+            bits[u] = bits[u] & id_bits(backend, keys // self.span, n)
+            bits[w] = bits[w] & id_bits(backend, keys % self.span, n)
         return bits
 
     def filters(self, backend, order):
@@ -83,8 +87,8 @@ class Anchor:
         pos = {v: i for i, v in enumerate(order)}
         out = [RowFilter(max(pos[self.u], pos[self.w]), self.u, self.w, backend.to_device(self.keys), self.span,
                          True)]
-        out += [RowFilter(max(pos[u], pos[w]), u, w, backend.to_device(keys), self.span, False)
-                for u, w, keys in self.exclude]
+        out += [RowFilter(max(pos[u], pos[w]), u, w, backend.to_device(keys), self.span, keep)
+                for edges, keep in ((self.require, True), (self.exclude, False)) for u, w, keys in edges]
         return out
 
     def plan(self, store, pattern, backend, injective, count=False, refine_from=None):
@@ -116,9 +120,17 @@ class Delta:
         self.publish = publish or (lambda stats: None)
         self.edges = _edges(new, self.pattern, strict=self.pattern.strict_labels)   # None: no match in new
         self.in_old = _edges(old, self.pattern, strict=False) is not None
+        nbrs = [set() for _ in self.pattern.vertices]
+        for e in self.pattern.edges:
+            nbrs[e.src].add(e.dst)
+            nbrs[e.dst].add(e.src)
+        self.leaves = {u for u, vs in enumerate(nbrs) if len(vs) == 1}
 
-    def anchors(self):
-        """(sign, store, :class:`Anchor`) of every anchored query: the new version's, then the old's."""
+    def anchors(self, count=False):
+        """(sign, store, :class:`Anchor`) of every anchored query: the new version's, then the old's.
+        For a ``count``, an anchor that excludes 1 to :data:`MAX_LEAF_TERMS` earlier edges to leaves
+        is replaced by inclusion-exclusion over them (:func:`_leaf_terms`), whose terms leave those
+        leaves free to be counted instead of joined."""
         if self.edges is None:
             return []
         span = max(self.old.n_vertices, self.new.n_vertices, 1)
@@ -143,7 +155,8 @@ class Delta:
                 keys = pairs[(lid, direction)][side]
                 keys = keys[in_bits(cands[u], keys // span) & in_bits(cands[w], keys % span)]
                 if keys.size:
-                    out.append((sign, store, Anchor(u, w, keys, tuple(earlier), span, cands, base)))
+                    anchor = Anchor(u, w, keys, tuple(earlier), span, cands, base)
+                    out += [(sign, store, a) for a in (_leaf_terms(anchor, self.leaves) if count else [anchor])]
                     earlier.append((u, w, keys))
         return out
 
@@ -151,8 +164,8 @@ class Delta:
         """{"added": matches gained, "removed": matches lost}."""
         out = {"added": 0, "removed": 0}
         stats = _Stats()
-        for sign, store, anchor in self.anchors():
-            out["added" if sign > 0 else "removed"] += self._query(store, anchor, stats).count()
+        for sign, store, anchor in self.anchors(count=True):
+            out["added" if sign > 0 else "removed"] += anchor.weight * self._query(store, anchor, stats).count()
         self.publish(stats.total())
         return out
 
@@ -212,6 +225,25 @@ class Delta:
 
     def _query(self, store, anchor, stats):
         return Query(store, self.backends, self.pattern, publish=stats.add, anchor=anchor, **self.options)
+
+
+#: Most excluded edges to leaves an anchored count takes by inclusion-exclusion (2**k terms).
+MAX_LEAF_TERMS = 3
+
+
+def _leaf_terms(anchor, leaves):
+    """``anchor``'s count as a signed sum of anchors with no excluded edge to a leaf of ``leaves``:
+    "no pair of T is flipped" is the sum over subsets S of T of (-1)**|S| "every pair of S is", and
+    the edges of S, required, cut their leaves' candidates to their pairs' ends. ``[anchor]``
+    where it excludes no such edge, or more than :data:`MAX_LEAF_TERMS`."""
+    ends = {anchor.u, anchor.w}
+    free = [i for i, (u, w, _k) in enumerate(anchor.exclude) if {u, w} & leaves - ends]
+    if not 1 <= len(free) <= MAX_LEAF_TERMS:
+        return [anchor]
+    rest = tuple(x for i, x in enumerate(anchor.exclude) if i not in free)
+    return [replace(anchor, exclude=rest, require=tuple(anchor.exclude[i] for k, i in enumerate(free) if mask >> k & 1),
+                    weight=(-1) ** bin(mask).count("1"))
+            for mask in range(1 << len(free))]
 
 
 def _edges(store, pattern, strict):
