@@ -1,4 +1,4 @@
-"""The ``sgsi`` command line: build, info, count, match, demo.
+"""The ``sgsi`` command line: build, info, count, match, count-delta, match-delta, demo.
 
 Every error a user can cause prints one line, ``sgsi: error: MESSAGE``, on
 stderr and exits with status 1; an interrupt exits with 130. Results go to
@@ -66,7 +66,7 @@ def _say(msg=""):
     print(msg, file=sys.stderr, flush=True)
 
 
-def _add_query_options(p, homomorphism=True):
+def _add_query_options(p, homomorphism=True, scale=True):
     p.add_argument("--device", choices=("cpu", "gpu", "auto"), default="auto",
                    help="where to run: cpu (NumPy), gpu (CuPy), or auto = the GPU when one is present "
                         "(default: %(default)s)")
@@ -77,6 +77,8 @@ def _add_query_options(p, homomorphism=True):
         p.add_argument("--homomorphism", action="store_true",
                        help="allow two pattern vertices to match the same data vertex "
                             "(default: injective matching, i.e. subgraph isomorphism)")
+    if not scale:
+        return
     p.add_argument("--workers", type=_positive, metavar="N",
                    help="shard the query over a local Dask cluster of N workers (processes on the CPU, one a "
                         "GPU on the GPU); pays off for queries of a second or more (pip install 'sgsi[dask]')")
@@ -217,6 +219,41 @@ examples:
     p.add_argument("--force", action="store_true", help="replace an existing output file")
     _add_query_options(p)
     p.set_defaults(func=_cmd_match)
+
+    # -- incremental matches ----------------------------------------------------------
+    since_help = "the store version to compare with: the delta is from it to the latest version"
+    p = sub.add_parser(
+        "count-delta", formatter_class=_Formatter, help="count the matches gained and lost since a version",
+        description=_wrap("Count the embeddings of a pattern gained and lost from version --since of a store to its "
+                          "latest version: an embedding is gained when every pattern edge holds now and one did "
+                          "not then. Prints 'added N' and 'removed M' as the last two lines of stdout."),
+        epilog=_PATTERN_HELP + """
+examples:
+  sgsi count-delta social.sgsi '(a)-[:KNOWS]->(b)-[:KNOWS]->(a)' --since 3
+""")
+    p.add_argument("store", metavar="STORE", help="a graph store directory")
+    p.add_argument("pattern", metavar="PATTERN", help="a pattern, or a query file")
+    p.add_argument("--since", type=_non_negative, required=True, metavar="VERSION", help=since_help)
+    _add_query_options(p, scale=False)
+    p.set_defaults(func=_cmd_count_delta)
+
+    p = sub.add_parser(
+        "match-delta", formatter_class=_Formatter, help="write the matches gained and lost since a version",
+        description=_wrap("Write the embeddings of a pattern gained and lost from version --since of a store to "
+                          "its latest version to a Parquet file: one column per named pattern vertex (original "
+                          "ids) and an int8 column sign, +1 for a match gained and -1 for one lost."),
+        epilog=_PATTERN_HELP + """
+examples:
+  sgsi match-delta social.sgsi '(a)-[:KNOWS]->(b)-[:KNOWS]->(a)' --since 3 --output mutual-delta.parquet
+""")
+    p.add_argument("store", metavar="STORE", help="a graph store directory")
+    p.add_argument("pattern", metavar="PATTERN", help="a pattern, or a query file")
+    p.add_argument("--since", type=_non_negative, required=True, metavar="VERSION", help=since_help)
+    p.add_argument("--output", "-o", required=True, metavar="FILE", help="the Parquet file to write")
+    p.add_argument("--max-rows", type=_non_negative, metavar="N", help="stop after N rows")
+    p.add_argument("--force", action="store_true", help="replace an existing output file")
+    _add_query_options(p, scale=False)
+    p.set_defaults(func=_cmd_match_delta)
 
     # -- demo -----------------------------------------------------------------------
     p = sub.add_parser(
@@ -393,10 +430,8 @@ def _cmd_count(args):
 
 
 def _cmd_match(args):
-    from .errors import InputError, PatternError, SgsiError, os_error_behind
+    from .errors import InputError, PatternError
     from .graph import open as open_graph
-    from .join.query import reraise_stream_error
-    from .results import write_parquet
 
     max_rows = args.max_rows
     if args.limit is not None:
@@ -405,13 +440,7 @@ def _cmd_match(args):
         _say("sgsi: --limit is deprecated; use --max-rows")
         max_rows = args.limit
     out = args.output
-    if os.path.exists(out) and not args.force:
-        raise InputError(f"output file exists: {out} (use --force to replace it)")
-    if os.path.isdir(out):
-        raise InputError(f"output path is a directory: {out}")
-    parent = os.path.dirname(os.path.abspath(out))
-    if not os.path.isdir(parent):
-        raise InputError(f"output directory does not exist: {parent}")
+    _check_output(out, args.force)
     with open_graph(args.store) as g:
         t0 = time.perf_counter()
         reader, failure = g._match(args.pattern, device=args.device, memory_budget=args.memory_budget,
@@ -420,17 +449,67 @@ def _cmd_match(args):
         if len(reader.schema) == 0:
             raise PatternError("the pattern names no vertex, so there are no columns to write: name one, "
                                "e.g. (a), or use sgsi count")
-        try:
-            rows = write_parquet(reader, out)
-        except Exception as e:
-            reraise_stream_error(failure, e)
-            disk = os_error_behind(e)
-            if disk is not None and disk.errno:
-                raise SgsiError(f"writing {out} failed: {os.strerror(disk.errno)} (nothing was written)") from None
-            raise
+        rows = _write(reader, failure, out)
         dt = time.perf_counter() - t0
         _say(f"sgsi: {_stats_line(g.last_stats)}, {dt:.3f} s")
     print(f"{rows} rows written to {out}")
+    return 0
+
+
+def _check_output(out, force):
+    from .errors import InputError
+
+    if os.path.exists(out) and not force:
+        raise InputError(f"output file exists: {out} (use --force to replace it)")
+    if os.path.isdir(out):
+        raise InputError(f"output path is a directory: {out}")
+    parent = os.path.dirname(os.path.abspath(out))
+    if not os.path.isdir(parent):
+        raise InputError(f"output directory does not exist: {parent}")
+
+
+def _write(reader, failure, out):
+    """Write ``reader`` to the Parquet file ``out``; its number of rows. The engine's error is raised
+    with its type, a full disk as one line."""
+    from .errors import SgsiError, os_error_behind
+    from .join.query import reraise_stream_error
+    from .results import write_parquet
+
+    try:
+        return write_parquet(reader, out)
+    except Exception as e:
+        reraise_stream_error(failure, e)
+        disk = os_error_behind(e)
+        if disk is not None and disk.errno:
+            raise SgsiError(f"writing {out} failed: {os.strerror(disk.errno)} (nothing was written)") from None
+        raise
+
+
+def _cmd_count_delta(args):
+    from .graph import open as open_graph
+
+    with open_graph(args.store) as g:
+        t0 = time.perf_counter()
+        n = g.count_delta(args.pattern, since=args.since, device=args.device, memory_budget=args.memory_budget,
+                          homomorphism=args.homomorphism, progress=_progress())
+        _say(f"sgsi: {_stats_line(g.last_stats)}, {time.perf_counter() - t0:.3f} s")
+    print(f"added {n['added']}")
+    print(f"removed {n['removed']}")
+    return 0
+
+
+def _cmd_match_delta(args):
+    from .graph import open as open_graph
+
+    _check_output(args.output, args.force)
+    with open_graph(args.store) as g:
+        t0 = time.perf_counter()
+        reader, failure = g._match_delta(args.pattern, args.since, device=args.device,
+                                         memory_budget=args.memory_budget, injective=not args.homomorphism,
+                                         limit=args.max_rows, progress=_progress())
+        rows = _write(reader, failure, args.output)
+        _say(f"sgsi: {_stats_line(g.last_stats)}, {time.perf_counter() - t0:.3f} s")
+    print(f"{rows} rows written to {args.output}")
     return 0
 
 
@@ -454,7 +533,7 @@ def _stats_line(stats):
     if not stats:
         return "done"
     parts = [f"device {stats.get('device', '?')}"]
-    for key in ("tasks", "chunks", "steps", "segments"):
+    for key in ("tasks", "anchored_queries", "chunks", "steps", "segments"):
         if key in stats:
             parts.append(f"{key} {stats[key]:,}")
     if "segment_bytes" in stats:

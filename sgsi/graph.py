@@ -7,8 +7,9 @@ import threading
 
 import pyarrow as pa
 
+from .join import delta
 from .join.query import Backends, Query
-from .query_options import query_options, scale_options
+from .query_options import query_options, scale_options, since_option
 from .storage.build import build_store
 from .storage.store import Store
 
@@ -245,6 +246,47 @@ class Graph:
                                 limit=limit, cancel=cancel, progress=progress, workers=workers, scheduler=scheduler,
                                 client=client)
         return self._query(pattern, device, memory_budget, injective, cancel, progress).stream(limit)
+
+    # -- incremental matches ---------------------------------------------------------
+
+    def count_delta(self, pattern, *, since, device="auto", memory_budget=None, homomorphism=False, cancel=None,
+                    progress=True) -> dict:
+        """The embeddings of ``pattern`` gained and lost from version ``since`` of this store to the
+        version open: ``{"added": n, "removed": m}``, so that ``n - m`` is the change of
+        :meth:`count`. An embedding is gained when every pattern edge holds now and one did not
+        then (for an unlabeled or undirected pattern edge: no edge of any label, or either way,
+        joined its ends). The options are :meth:`count`'s; not sharded."""
+        homomorphism, _ = query_options("count", homomorphism, None, {})
+        old, changed = delta.versions(self.store, since_option(since))
+        try:
+            return self._delta(old, pattern, changed, device, memory_budget, not homomorphism, cancel,
+                               progress).count()
+        finally:
+            old.close()
+
+    def match_delta(self, pattern, *, since, device="auto", memory_budget=None, homomorphism=False, max_rows=None,
+                    cancel=None, progress=True) -> pa.RecordBatchReader:
+        """The embeddings gained (``sign`` +1) and lost (``sign`` -1) from version ``since`` to the
+        version open (see :meth:`count_delta`), as :meth:`match` streams rows: one column per named
+        vertex, original ids, and an int8 ``sign`` column. The options are :meth:`match`'s; not sharded."""
+        homomorphism, max_rows = query_options("match", homomorphism, max_rows, {})
+        return self._match_delta(pattern, since, device, memory_budget, not homomorphism, max_rows, cancel,
+                                 progress)[0]
+
+    def _match_delta(self, pattern, since, device="auto", memory_budget=None, injective=True, limit=None,
+                     cancel=None, progress=True):
+        """:meth:`match_delta`, and the list receiving the error that ended the stream (as :meth:`_match`)."""
+        old, changed = delta.versions(self.store, since_option(since))
+        try:
+            return self._delta(old, pattern, changed, device, memory_budget, injective, cancel,
+                               progress).stream(limit, on_end=old.close)
+        except BaseException:
+            old.close()
+            raise
+
+    def _delta(self, old, pattern, changed, device, memory_budget, injective, cancel, progress):
+        return delta.Delta(old, self.store, self._backends, pattern, changed, device, memory_budget, injective,
+                           cancel, self._publish, progress)
 
     def _query(self, pattern, device, memory_budget, injective, cancel, progress):
         return Query(self.store, self._backends, pattern, device, memory_budget, injective, cancel, self._publish,

@@ -39,6 +39,13 @@ def query_options(method, homomorphism, max_rows, deprecated, stacklevel=3):
     return bool(homomorphism), max_rows
 
 
+def since_option(since):
+    """The version ``since`` of an incremental match, checked: a non-negative integer."""
+    if isinstance(since, bool) or not isinstance(since, int) or since < 0:
+        raise SgsiError(f"since must be a store version, a non-negative integer, got {since!r}")
+    return since
+
+
 def scale_options(workers, scheduler, client=None):
     """``(workers, scheduler)`` of a sharded query, checked: ``workers`` a positive integer (a local
     cluster of that many), ``scheduler`` a Dask scheduler's address; at most one of them and

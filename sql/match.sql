@@ -8,6 +8,9 @@
 --                          memory), and returns a glob over them; DuckDB
 --                          evaluates it while binding read_parquet().
 --   sgsi_count(...)        the number of matches (no result rows are made).
+--   sgsi_match_delta_files(...), sgsi_count_delta(...)
+--                          the same for the matches gained and lost since a
+--                          version of the store (match_delta, match_count_delta).
 --   sgsi_build_store(...)  builds a graph store from Parquet files or queries.
 --   sgsi_update_store(...), sgsi_compact_store(...)  a store's updates and compaction.
 --
@@ -48,6 +51,33 @@ CREATE OR REPLACE TEMP MACRO match_count(graph, pattern,
                CAST(graph AS VARCHAR), CAST(pattern AS VARCHAR), CAST(device AS VARCHAR),
                CAST(memory_budget AS VARCHAR), CAST(homomorphism AS BOOLEAN),
                CAST(workers AS BIGINT), CAST(scheduler AS VARCHAR));
+
+-- SELECT * FROM match_delta('G.sgsi', '(a)-[:KNOWS]->(b)-[:KNOWS]->(a)', since := 3);
+-- The embeddings gained (sign = 1) and lost (sign = -1) from version `since` of
+-- the store to its latest one: match()'s columns and an int8 column sign.
+CREATE OR REPLACE TEMP MACRO match_delta(graph, pattern,
+                                         since := NULL,
+                                         device := ${device},
+                                         memory_budget := ${memory_budget},
+                                         homomorphism := ${homomorphism},
+                                         max_rows := NULL) AS TABLE
+    SELECT * FROM read_parquet(
+        sgsi_match_delta_files(${token}, txid_current(),
+                               CAST(graph AS VARCHAR), CAST(pattern AS VARCHAR), CAST(since AS BIGINT),
+                               CAST(device AS VARCHAR), CAST(memory_budget AS VARCHAR),
+                               CAST(homomorphism AS BOOLEAN), CAST(max_rows AS BIGINT)),
+        hive_partitioning := false);
+
+-- SELECT match_count_delta('G.sgsi', '(a)-[:KNOWS]->(b)', since := 3);
+-- A STRUCT(added BIGINT, removed BIGINT): the embeddings gained and lost.
+CREATE OR REPLACE TEMP MACRO match_count_delta(graph, pattern,
+                                               since := NULL,
+                                               device := ${device},
+                                               memory_budget := ${memory_budget},
+                                               homomorphism := ${homomorphism}) AS
+    sgsi_count_delta(${token}, txid_current(),
+                     CAST(graph AS VARCHAR), CAST(pattern AS VARCHAR), CAST(since AS BIGINT),
+                     CAST(device AS VARCHAR), CAST(memory_budget AS VARCHAR), CAST(homomorphism AS BOOLEAN));
 
 -- SELECT sgsi_build('G.sgsi', edges := 'edges/*.parquet', vertices := 'v.parquet');
 -- SELECT sgsi_build('G.sgsi', edges_query := 'SELECT a AS src, b AS dst, rel AS label FROM knows');

@@ -17,7 +17,8 @@ import difflib
 import re
 
 #: The macros whose errors are explained.
-MACROS = ("match", "match_count", "sgsi_build", "sgsi_update", "sgsi_compact")
+MACROS = ("match", "match_count", "match_delta", "match_count_delta", "sgsi_build", "sgsi_update",
+          "sgsi_compact")
 
 #: Names users try for an option the macros spell otherwise.
 _SYNONYMS = {"limit": "max_rows", "injective": "homomorphism", "homomorphic": "homomorphism",

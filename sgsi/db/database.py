@@ -39,6 +39,10 @@ UDF_TYPES = {
                           "BIGINT", "VARCHAR"], "VARCHAR[]"),
     "sgsi_count": (["VARCHAR", "UBIGINT", "VARCHAR", "VARCHAR", "VARCHAR", "VARCHAR", "BOOLEAN", "BIGINT", "VARCHAR"],
                    "BIGINT"),
+    "sgsi_match_delta_files": (["VARCHAR", "UBIGINT", "VARCHAR", "VARCHAR", "BIGINT", "VARCHAR", "VARCHAR", "BOOLEAN",
+                                "BIGINT"], "VARCHAR[]"),
+    "sgsi_count_delta": (["VARCHAR", "UBIGINT", "VARCHAR", "VARCHAR", "BIGINT", "VARCHAR", "VARCHAR", "BOOLEAN"],
+                         "STRUCT(added BIGINT, removed BIGINT)"),
     "sgsi_build_store": (["VARCHAR"] * 12 + ["BOOLEAN", "BOOLEAN", "VARCHAR", "BOOLEAN"], "VARCHAR"),
     "sgsi_update_store": (["VARCHAR"] * 10, "VARCHAR"),
     "sgsi_compact_store": (["VARCHAR"] * 2, "VARCHAR"),
@@ -89,6 +93,7 @@ class Database:
 
     def install(self, con):
         fns = {"sgsi_match_files": self.match_files, "sgsi_count": self.count,
+               "sgsi_match_delta_files": self.match_delta_files, "sgsi_count_delta": self.count_delta,
                "sgsi_build_store": self.build_store, "sgsi_update_store": self.update_store,
                "sgsi_compact_store": self.compact_store, "sgsi_state_id": self.state_id}
         for name, (params, ret) in UDF_TYPES.items():
@@ -175,15 +180,21 @@ class Database:
             return entry.value
 
     def _run_match(self, token, graph, pattern, device, memory_budget, homomorphism, max_rows, cancel=None,
-                   workers=None, scheduler=None):
+                   workers=None, scheduler=None, since=None):
+        """Run a match (or with ``since``, an incremental match) into Parquet files: (their paths, their directory)."""
         _require(graph, "graph")
         _require(pattern, "pattern")
         if max_rows is not None and max_rows < 0:
             raise SgsiError(f"max_rows must not be negative, got {max_rows}")
         with self.stores.use(graph) as g:
-            reader, failure = g._match(pattern, device=device or "auto", memory_budget=memory_budget,
-                                       injective=not homomorphism, limit=max_rows, cancel=cancel, workers=workers,
-                                       scheduler=scheduler)
+            if since is None:
+                reader, failure = g._match(pattern, device=device or "auto", memory_budget=memory_budget,
+                                           injective=not homomorphism, limit=max_rows, cancel=cancel,
+                                           workers=workers, scheduler=scheduler)
+            else:
+                reader, failure = g._match_delta(pattern, since, device=device or "auto",
+                                                 memory_budget=memory_budget, injective=not homomorphism,
+                                                 limit=max_rows, cancel=cancel)
             try:
                 if len(reader.schema) == 0:
                     raise PatternError("the pattern names no vertex, so match() would return no columns: "
@@ -224,6 +235,46 @@ class Database:
                     c.last_stats = g.thread_last_stats()
                 if n >= 2**63:
                     raise SgsiError(f"{n} matches do not fit in a BIGINT")
+                entry = c.counts[key] = Entry(n, None, c.generation)
+            entry.generation = c.generation
+            return entry.value
+
+    @_in_sql
+    def match_delta_files(self, token, txid, graph, pattern, since, device, memory_budget, homomorphism, max_rows):
+        """``sgsi_match_delta_files``: Parquet files holding the rows of one incremental match."""
+        _require(since, "since")
+        c = self.connection(token)
+        with c.lock:
+            c.advance(txid)
+            key = cache_key(graph, pattern, device, memory_budget, homomorphism, max_rows) + ("delta", since)
+            entry = c.files.get(key)
+            if entry is None or not all(os.path.exists(f) for f in entry.value):
+                with c.run() as cancel:
+                    entry = Entry(*self._run_match(token, graph, pattern, device, memory_budget, homomorphism,
+                                                   max_rows, cancel, since=since), c.generation)
+                c.files[key] = entry
+            entry.generation = c.generation
+            return entry.value
+
+    @_in_sql
+    def count_delta(self, token, txid, graph, pattern, since, device, memory_budget, homomorphism):
+        """``sgsi_count_delta``: {added, removed}, the matches gained and lost since version ``since``."""
+        c = self.connection(token)
+        with c.lock:
+            c.advance(txid)
+            key = cache_key(graph, pattern, device, memory_budget, homomorphism, None) + ("delta", since)
+            entry = c.counts.get(key)
+            if entry is None:
+                _require(graph, "graph")
+                _require(pattern, "pattern")
+                _require(since, "since")
+                with self.stores.use(graph) as g, c.run() as cancel:
+                    self._bump("count_runs")
+                    n = g.count_delta(pattern, since=since, device=device or "auto", memory_budget=memory_budget,
+                                      homomorphism=bool(homomorphism), cancel=cancel)
+                    c.last_stats = g.thread_last_stats()
+                if max(n.values()) >= 2**63:
+                    raise SgsiError(f"{max(n.values())} matches do not fit in a BIGINT")
                 entry = c.counts[key] = Entry(n, None, c.generation)
             entry.generation = c.generation
             return entry.value

@@ -214,10 +214,13 @@ class Engine(Counting):
         """
         steps = self.plan.steps if depth is None else self.plan.steps[:depth]
         self.counting = count_only
-        # A count carries past step k only the columns that the later steps read.
+        filters = {}                    # level -> the row filters of its chunks (anchored queries)
+        for f in self.plan.row_filters:
+            filters.setdefault(f.level, []).append(f)
+        # A count carries past step k only the columns that the later steps (and filters) read.
         keep = [None] * len(steps)
         if count_only:                  # from the last step back: the columns read after step k
-            after = _columns_read([], self.plan)
+            after = _columns_read([], self.plan) | {v for f in self.plan.row_filters for v in (f.u, f.w)}
             for k in range(len(steps) - 1, -1, -1):
                 keep[k] = set(after)
                 after |= _columns_read([steps[k]])
@@ -235,19 +238,33 @@ class Engine(Counting):
                 held.pop()
                 continue
             k = len(stack) - 1
+            if k in filters:
+                chunk = self._filtered(chunk, filters[k])
+                if chunk is None:
+                    continue
             lim = self._limits(sum(held))
             if k == len(steps) and count_only and self.plan.factored:
                 self._depth = k + 1
                 yield ("count", self._count_leaves(chunk, lim))      # the core joined: the rest per row
             elif k == len(steps):
                 yield ("count", _n_rows(chunk)) if count_only else ("chunk", chunk)
-            elif count_only and not self.plan.factored and k == len(steps) - 1:
+            elif count_only and not self.plan.factored and k == len(steps) - 1 and len(steps) not in filters:
                 yield ("count", sum(self._count(piece, step_sets, steps[k])
                                     for piece, step_sets in self._pieces_with_sets(chunk, steps[k], lim,
                                                                                    counts=True)))
             else:
                 held.append(0)
                 stack.append(self._step(chunk, steps[k], lim, held, k + 1, keep[k]))
+
+    def _filtered(self, chunk, filters):
+        """The rows of ``chunk`` that every one of ``filters`` keeps; None where none is left."""
+        mask = filters[0].mask(self.xp, chunk)
+        for f in filters[1:]:
+            mask &= f.mask(self.xp, chunk)
+        idx = self.backend.nonzero_index(mask)
+        if int(idx.size) == 0:
+            return None
+        return _taken(self.backend, chunk, idx)
 
     def _limits(self, used):
         """Limits of a step when the levels above it hold ``used`` bytes."""

@@ -67,6 +67,7 @@ class QueryPlan:
     # :func:`refine_cost` of this plan, where the planner found it already (or a function giving it:
     # the GPU's sum, read when first asked)
     refine_cost: object = None
+    row_filters: list = field(default_factory=list)   # an anchored query's :class:`~sgsi.join.pairs.RowFilter`
 
 
 #: Most vertices a :class:`LeafGroup` counts together (its terms are the set partitions of
@@ -127,7 +128,7 @@ REFINE_ROUNDS = 2
 
 
 def make_plan(store, pattern: Pattern, backend, injective=True, refine_rounds=REFINE_ROUNDS,
-              factor_leaves=False, filtered=None, shard=None) -> QueryPlan:
+              factor_leaves=False, filtered=None, shard=None, anchor=None) -> QueryPlan:
     """Resolve, filter and order ``pattern`` on ``store``.
 
     ``factor_leaves`` (count only): the vertices that :func:`_factored_vertices`
@@ -137,7 +138,9 @@ def make_plan(store, pattern: Pattern, backend, injective=True, refine_rounds=RE
     the same pattern, store and ``injective`` made with no refinement (the
     signature filter's and degree tests' sets): refinement starts from them
     instead of filtering again. ``shard``: a :class:`~sgsi.join.shard.Shard`, whose vertices keep
-    only their candidates in its ranges (before refinement), in its order.
+    only their candidates in its ranges (before refinement), in its order. ``anchor``: an
+    :class:`~sgsi.join.delta.Anchor`, whose edge's ends keep only the ends of its pairs and
+    start the order, and whose row filters the plan carries (their vertices are not factored).
     """
     vlabel = []
     empty = False
@@ -163,13 +166,15 @@ def make_plan(store, pattern: Pattern, backend, injective=True, refine_rounds=RE
     # A backend that keeps every partition's degrees on the device finds refine_cost with the
     # counts, in their read (the engine asks for it once the join outgrows the candidate sets).
     early_cost = refine_rounds == 0 and backend.early_refine_cost
-    if filtered is None and refine_rounds == 0 and shard is None:
+    if filtered is None and refine_rounds == 0 and shard is None and anchor is None:
         # The filter and what the order asks of its sets (sizes, overlaps) in one call.
         bits, counts, meets, cost = _filtered_sets(store, backend, vlabel, inc, injective, early_cost)
     else:
         bits = list(filtered) if filtered is not None else _candidates(store, backend, vlabel, inc, injective)
         if shard is not None:
             bits = shard.apply(backend.xp, bits)
+        if anchor is not None:
+            bits = anchor.apply(backend, store, bits)
         for r in range(refine_rounds):
             # Whether a round changed the sets decides only whether another follows.
             bits, changed = _refine(store, backend, bits, inc, check=r + 1 < refine_rounds)
@@ -184,8 +189,13 @@ def make_plan(store, pattern: Pattern, backend, injective=True, refine_rounds=RE
     # Sets of different vertex labels share no vertex: the CPU's overlaps answer those pairs
     # without reading the sets (the GPU's find every pair in one launch anyway).
     meets.labels = list(vlabel)
-    order = list(shard.order) if shard is not None and shard.order else _order(store, pattern, inc, counts)
+    if shard is not None and shard.order:
+        order = list(shard.order)
+    else:
+        order = _order(store, pattern, inc, counts, anchor.start if anchor is not None else ())
     seeded = {u for u, _c in shard.seed} if shard is not None else set()      # joined by the driver
+    if anchor is not None:
+        seeded |= anchor.pinned                 # read by the row filters: joined
     groups, trees = _factored_vertices(pattern, meets, injective, order, seeded) if factor_leaves else ([], [])
     tail = [u for g in groups for u in g] + [u for root, kids in trees for u in [root] + [w for g in kids for w in g]]
     order = [u for u in order if u not in tail] + tail
@@ -197,8 +207,9 @@ def make_plan(store, pattern: Pattern, backend, injective=True, refine_rounds=RE
     subtrees = [Subtree(root, _step(store, inc, meets, root, [root], core, injective),
                         [_leaf_group(store, backend, inc, bits, meets, g, core + [root], injective) for g in kids])
                 for root, kids in trees]
+    filters = anchor.filters(backend, order) if anchor is not None else []
     return QueryPlan(pattern, False, order, steps, bits, counts, injective, inc, len(tail), leaf_groups, subtrees,
-                     cost)
+                     cost, filters)
 
 
 def _absent(store, pattern, kind, label, lid):
@@ -522,19 +533,21 @@ def _dense_cost_jobs(store, backend, inc):
     return None if any(dense is None for _users, dense in jobs) else jobs
 
 
-def _order(store, pattern, inc, counts):
+def _order(store, pattern, inc, counts, start=()):
+    """Algorithm 1's order; ``start``: its first vertices, given (an anchored query's edge)."""
     n = len(pattern.vertices)
     deg = np.zeros(n)
     for (a, _b, _lab, _d) in inc:
         deg[a] += 1
     score = np.array([counts[u] / max(deg[u], 1) for u in range(n)], dtype=float)
     total = max(store.n_edges, 1)
-    order = [int(np.argmin(score))]
+    order = list(start) or [int(np.argmin(score))]
     adjacent = {u: set() for u in range(n)}
     for (a, b, lab, direction) in inc:
         adjacent[a].add((b, lab))
-    for (b, lab) in adjacent[order[0]]:
-        score[b] *= _freq(store, lab, total)
+    for u in order:
+        for (b, lab) in adjacent[u]:
+            score[b] *= _freq(store, lab, total)
     while len(order) < n:
         frontier = sorted({b for u in order for (b, _l) in adjacent[u]} - set(order))
         uc = min(frontier, key=lambda u: (score[u], u))

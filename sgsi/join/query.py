@@ -82,13 +82,15 @@ class Query:
     """One count or match of ``pattern`` over ``store``; see the module's docstring.
 
     ``publish(stats)`` receives the query's stats when it ends well (and for a stream, when it
-    ends at all). ``shard``: a :class:`~sgsi.join.shard.Shard`, the part of the query to run."""
+    ends at all). ``shard``: a :class:`~sgsi.join.shard.Shard`, the part of the query to run.
+    ``anchor``: a :class:`~sgsi.join.delta.Anchor`, the anchored query of an incremental match."""
 
     def __init__(self, store, backends, pattern, device="auto", memory_budget=None, injective=True,
-                 cancel=None, publish=None, progress=True, shard=None, shard_sets=None):
+                 cancel=None, publish=None, progress=True, shard=None, shard_sets=None, anchor=None):
         self.store, self.backends = store, backends
         self.shard = shard              # a Shard: this query is one task of a sharded one
         self.shard_sets = shard_sets    # its driver's refined candidate sets (SplitSets), or None
+        self.anchor = anchor            # an Anchor: this query is one of an incremental match's
         self.pattern = load(pattern)
         self.check = cancel_check(cancel)
         self.report = reporter(progress)
@@ -239,6 +241,25 @@ class Query:
         finally:
             self.backends.give_back(self.device, backend, failed)
 
+    def candidates(self):
+        """The filtered candidate bitsets of the pattern's vertices on the host (unrefined: the
+        signature filter's and degree tests'), after the budget check; None where a benchmark
+        query's label matches nothing."""
+        backend = self.backends.take(self.device)
+        failed = True
+        try:
+            self._begin(backend)
+            plan = self._guard(backend.run, lambda: make_plan(self.store, self.pattern, backend,
+                                                              injective=self.injective, refine_rounds=0))
+            out = None if plan.empty else [backend.to_host(b) for b in plan.candidates]
+            failed = False
+            return out
+        except BaseException as e:
+            drop_frames(e)
+            raise
+        finally:
+            self.backends.give_back(self.device, backend, failed)
+
     def _split(self, backend, plan, budget, tasks):
         """By the partial matches of the first vertices where they cut well, else by candidate ranges."""
         engine = Engine(self.store, plan, backend, budget)
@@ -266,6 +287,14 @@ class Query:
             backend = _Watched(backend, self.check)
         pat, store, injective = self.pattern, self.store, self.injective
         shard = self.shard
+        if self.anchor is not None:
+            # Refined only where the join outgrows its sets (refinement reads the lists of every
+            # candidate); a count factors the vertices its row filters do not read.
+            anchor = self.anchor
+            plan = self._guard(backend.run, lambda: anchor.plan(store, pat, backend, injective, count))
+            refined = lambda: anchor.plan(store, pat, backend, injective, count,  # noqa: E731
+                                          refine_from=plan.candidates)
+            return Engine(store, plan, backend, budget, replan=refined, progress=self.progress)
         if shard is not None:
             # A shard of a query its driver split on refined sets: on those sets where it has them
             # (restricted, refined again where the shard cuts candidate ranges), else refined at

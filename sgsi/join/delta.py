@@ -1,0 +1,285 @@
+"""Incremental matches between two versions of a store: the matches a batch of updates adds and removes.
+
+A pattern edge e = (u, w) holds for a pair (x, y) when (x, y) is in e's partition (its label, or
+any, and "out", or "both" where e is undirected). delta(+) is the embeddings of the new version
+with an edge whose pair was not in its partition in the old one, i.e. is among the partition's
+added pairs (for an unlabeled or undirected edge that is not the raw edge change: the store gives
+the flips per partition); delta(-) the same on the old version with the removed pairs. Rows are
+the embeddings projected on the named vertices, as match() gives them, so
+``added - removed == count(new) - count(old)``.
+
+Each side is a sum of anchored queries on the engine, one per pattern edge e_i with changed
+pairs: the embeddings whose e_i pair is one of them and whose e_j pair, for each j < i, is not one
+of e_j's; each embedding is found by the query of its first changed edge, once. An anchored
+query (:class:`Anchor`) keeps in C(u_i) and C(w_i) only its pairs' ends, starts the order with
+u_i, w_i, and filters the join's chunks by pair sets (:class:`~sgsi.join.pairs.RowFilter`) at the
+first level where an edge's ends are both matched: counts and rows alike come from filtered
+joins, with no vertex factored. The candidate filter runs once per side, and drops the pairs
+whose ends are not candidates of the edge's ends (an edge left with none has no query); an anchored
+query is refined, as any query, only once its join outgrows its sets (the engine's replan).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+import pyarrow as pa
+
+from ..errors import PatternError
+from ..pattern import unknown_label
+from ..storage.format import ANY_LABEL
+from .pairs import RowFilter, id_bits, in_bits, pair_keys
+from .plan import REFINE_ROUNDS, make_plan
+from .query import Query, drop_frames, load, reraise_stream_error
+
+#: The column of a delta row that says whether it was added (+1) or removed (-1).
+SIGN = "sign"
+
+
+def versions(store, since):
+    """(the store at version ``since``, ``changed(label_id, direction)``: that partition's pairs
+    (added src, added dst, removed src, removed dst) from ``since`` to ``store``'s version)."""
+    from ..storage.store import Store
+    old = Store(store.path, version=since)
+    return old, lambda label_id, direction: store.changed_pairs(since, label_id, direction)
+
+
+@dataclass(frozen=True)
+class Anchor:
+    """The anchored query of pattern edge (u, w): its pair is one of ``keys``; the pair of each
+    earlier edge (u', w', keys') of ``exclude`` is not one of keys'. Keys are
+    :func:`~sgsi.join.pairs.pair_keys` over ``span``; ``candidates``: the filtered candidate
+    bitsets on the host, and ``base`` their copies on each backend's device (both shared by the
+    anchors of one side)."""
+
+    u: int
+    w: int
+    keys: np.ndarray
+    exclude: tuple
+    span: int
+    candidates: list = field(compare=False, repr=False)
+    base: dict = field(default_factory=dict, compare=False, repr=False)
+    require: tuple = ()     # (u', w', keys') whose pair must be one of keys', as the anchor's
+    weight: int = 1         # what each match adds to a count (an inclusion-exclusion term's sign)
+
+    @property
+    def pinned(self):
+        """The vertices the row filters read: a count joins them (factors none of them)."""
+        return {self.u, self.w} | {v for u, w, _k in self.exclude + self.require for v in (u, w)}
+
+    @property
+    def start(self):
+        return (self.u,) if self.u == self.w else (self.u, self.w)
+
+    def apply(self, backend, store, bits):
+        """The candidate bitsets ``bits`` with C(u), C(w) cut to the pairs' ends (and those of
+        each required edge)."""
+        bits = list(bits)
+        n = store.n_vertices
+        for u, w, keys in ((self.u, self.w, self.keys),) + self.require:
+            bits[u] = bits[u] & id_bits(backend, keys // self.span, n)
+            bits[w] = bits[w] & id_bits(backend, keys % self.span, n)
+        return bits
+
+    def filters(self, backend, order):
+        """The :class:`RowFilter` of the anchor and of each earlier edge, at their levels of ``order``."""
+        pos = {v: i for i, v in enumerate(order)}
+        out = [RowFilter(max(pos[self.u], pos[self.w]), self.u, self.w, backend.to_device(self.keys), self.span,
+                         True)]
+        out += [RowFilter(max(pos[u], pos[w]), u, w, backend.to_device(keys), self.span, keep)
+                for edges, keep in ((self.require, True), (self.exclude, False)) for u, w, keys in edges]
+        return out
+
+    def plan(self, store, pattern, backend, injective, count=False, refine_from=None):
+        """The anchored plan on the filtered sets, or refined from ``refine_from``, the candidate
+        sets of the first (the engine's replan); a ``count`` factors the vertices no filter reads."""
+        if refine_from is not None:
+            return make_plan(store, pattern, backend, injective=injective, refine_rounds=REFINE_ROUNDS,
+                             factor_leaves=count, filtered=refine_from, anchor=self)
+        bits = self.base.get(backend.name)
+        if bits is None:
+            bits = self.base[backend.name] = [backend.to_device(b) for b in self.candidates]
+        return make_plan(store, pattern, backend, injective=injective, refine_rounds=0, factor_leaves=count,
+                         filtered=bits, anchor=self)
+
+
+class Delta:
+    """The incremental matches of ``pattern`` from ``old`` to ``new`` (two versions of a store).
+
+    ``changed(label_id, direction)``: :func:`versions`' function, label ids of ``new``. The
+    options are :class:`~sgsi.join.query.Query`'s; ``publish`` receives the anchored queries'
+    stats summed, with their number (``anchored_queries``)."""
+
+    def __init__(self, old, new, backends, pattern, changed, device="auto", memory_budget=None, injective=True,
+                 cancel=None, publish=None, progress=True):
+        self.old, self.new, self.backends, self.changed = old, new, backends, changed
+        self.pattern = load(pattern)
+        self.options = dict(device=device, memory_budget=memory_budget, injective=injective, cancel=cancel,
+                            progress=progress)
+        self.publish = publish or (lambda stats: None)
+        self.edges = _edges(new, self.pattern, strict=self.pattern.strict_labels)   # None: no match in new
+        self.in_old = _edges(old, self.pattern, strict=False) is not None
+        nbrs = [set() for _ in self.pattern.vertices]
+        for e in self.pattern.edges:
+            nbrs[e.src].add(e.dst)
+            nbrs[e.dst].add(e.src)
+        self.leaves = {u for u, vs in enumerate(nbrs) if len(vs) == 1}
+
+    def anchors(self, count=False):
+        """(sign, store, :class:`Anchor`) of every anchored query: the new version's, then the old's.
+        For a ``count``, an anchor that excludes 1 to :data:`MAX_LEAF_TERMS` earlier edges to leaves
+        is replaced by inclusion-exclusion over them (:func:`_leaf_terms`), whose terms leave those
+        leaves free to be counted instead of joined."""
+        if self.edges is None:
+            return []
+        span = max(self.old.n_vertices, self.new.n_vertices, 1)
+        pairs = {}
+        for _u, _w, lid, direction in self.edges:
+            if (lid, direction) not in pairs:
+                a_src, a_dst, r_src, r_dst = self.changed(lid, direction)
+                pairs[(lid, direction)] = (pair_keys(a_src, a_dst, span), pair_keys(r_src, r_dst, span))
+        out = []
+        for side, sign, store in ((0, 1, self.new), (1, -1, self.old)):
+            if side == 1 and not self.in_old:       # a label the old version lacks: no match there
+                continue
+            if not any(pairs[(lid, d)][side].size for _u, _w, lid, d in self.edges):
+                continue
+            # Pairs whose ends are not candidates of the edge's ends are in no match: an edge
+            # left with none needs no query (nor a filter in the others).
+            cands = Query(store, self.backends, self.pattern, **self.options).candidates()
+            if cands is None:
+                continue
+            base, earlier = {}, []
+            for u, w, lid, direction in self.edges:
+                keys = pairs[(lid, direction)][side]
+                keys = keys[in_bits(cands[u], keys // span) & in_bits(cands[w], keys % span)]
+                if keys.size:
+                    anchor = Anchor(u, w, keys, tuple(earlier), span, cands, base)
+                    out += [(sign, store, a) for a in (_leaf_terms(anchor, self.leaves) if count else [anchor])]
+                    earlier.append((u, w, keys))
+        return out
+
+    def count(self) -> dict:
+        """{"added": matches gained, "removed": matches lost}."""
+        out = {"added": 0, "removed": 0}
+        stats = _Stats()
+        for sign, store, anchor in self.anchors(count=True):
+            out["added" if sign > 0 else "removed"] += anchor.weight * self._query(store, anchor, stats).count()
+        self.publish(stats.total())
+        return out
+
+    def stream(self, limit=None, on_end=None):
+        """The delta rows as a :class:`pyarrow.RecordBatchReader` (the named vertices' original ids
+        and an int8 ``sign``), and the list receiving the error that ended it (as
+        :meth:`Query.stream`). ``on_end()`` runs when the stream ends, however."""
+        names = self.pattern.output_names
+        if not names:
+            raise PatternError("the pattern names no vertex, so its delta has no columns: name one, e.g. (a), "
+                               "or count the delta")
+        if SIGN in names:
+            raise PatternError(f"a pattern vertex is named {SIGN!r}, the name of the delta's sign column: rename it")
+        schema = pa.schema([(n, self.new.vertex_id_type) for n in names] + [(SIGN, pa.int8())])
+        anchors = self.anchors()
+        stats = _Stats()
+        first = None
+        if anchors and limit != 0:       # the first query starts here: its errors (budget) raise now
+            sign, store, anchor = anchors[0]
+            first = self._query(store, anchor, stats).stream(limit)
+        failure = []
+        reader = pa.RecordBatchReader.from_batches(schema, self._batches(anchors, first, limit, schema, stats,
+                                                                         failure, on_end))
+        from_stream = getattr(pa.RecordBatchReader, "from_stream", None)
+        return (from_stream(reader) if from_stream is not None else reader), failure
+
+    def _batches(self, anchors, first, limit, schema, stats, failure, on_end):
+        left = limit
+        try:
+            for k, (sign, store, anchor) in enumerate(anchors):
+                if left == 0:
+                    break
+                reader, fail = first if k == 0 else self._query(store, anchor, stats).stream(left)
+                first = None
+                try:
+                    for batch in reader:
+                        n = batch.num_rows
+                        cols = [c if c.type == f.type else c.cast(f.type) for c, f in zip(batch.columns, schema)]
+                        yield pa.record_batch(cols + [pa.array(np.full(n, sign, np.int8))], schema=schema)
+                        if left is not None:
+                            left -= n
+                except Exception as e:
+                    reraise_stream_error(fail, e)
+                    raise
+                finally:
+                    reader.close()
+        except BaseException as e:
+            drop_frames(e)
+            failure.append(e)
+            raise
+        finally:        # also when stopped early: by the limit, or the reader closed
+            if first is not None:
+                first[0].close()
+            self.publish(stats.total())
+            if on_end is not None:
+                on_end()
+
+    def _query(self, store, anchor, stats):
+        return Query(store, self.backends, self.pattern, publish=stats.add, anchor=anchor, **self.options)
+
+
+#: Most excluded edges to leaves an anchored count takes by inclusion-exclusion (2**k terms).
+MAX_LEAF_TERMS = 3
+
+
+def _leaf_terms(anchor, leaves):
+    """``anchor``'s count as a signed sum of anchors with no excluded edge to a leaf of ``leaves``:
+    "no pair of T is flipped" is the sum over subsets S of T of (-1)**|S| "every pair of S is", and
+    the edges of S, required, cut their leaves' candidates to their pairs' ends. ``[anchor]``
+    where it excludes no such edge, or more than :data:`MAX_LEAF_TERMS`."""
+    ends = {anchor.u, anchor.w}
+    free = [i for i, (u, w, _k) in enumerate(anchor.exclude) if {u, w} & leaves - ends]
+    if not 1 <= len(free) <= MAX_LEAF_TERMS:
+        return [anchor]
+    rest = tuple(x for i, x in enumerate(anchor.exclude) if i not in free)
+    return [replace(anchor, exclude=rest, require=tuple(anchor.exclude[i] for k, i in enumerate(free) if mask >> k & 1),
+                    weight=(-1) ** bin(mask).count("1"))
+            for mask in range(1 << len(free))]
+
+
+def _edges(store, pattern, strict):
+    """(u, w, label id, direction) of each pattern edge on ``store``, or None where a label of the
+    pattern is not the store's (a PatternError where ``strict``)."""
+    for v in pattern.vertices:
+        if v.label is not None and store.vertex_label_id(v.label) is None:
+            if strict:
+                raise unknown_label("vertex", v.label, store.label_names("vertex"))
+            return None
+    out = []
+    for e in pattern.edges:
+        lid = ANY_LABEL if e.label is None else store.edge_label_id(e.label)
+        if lid is None:
+            if strict:
+                raise unknown_label("edge", e.label, store.label_names("edge"))
+            return None
+        out.append((e.src, e.dst, lid, "out" if e.directed else "both"))
+    # Edges to leaves last: a leaf no earlier edge's filter reads is counted, not joined.
+    degree = np.bincount([v for u, w, _l, _d in out for v in (u, w)], minlength=len(pattern.vertices))
+    return sorted(out, key=lambda e: min(degree[e[0]], degree[e[1]]) == 1)
+
+
+class _Stats:
+    """The stats of the anchored queries, summed (their device, and their number)."""
+
+    def __init__(self):
+        self.sums, self.n = {}, 0
+
+    def add(self, stats):
+        self.n += 1
+        for k, v in stats.items():
+            if isinstance(v, (int, float)) and not isinstance(v, bool):
+                self.sums[k] = self.sums.get(k, 0) + v
+            else:
+                self.sums.setdefault(k, v)
+
+    def total(self):
+        return {**self.sums, "anchored_queries": self.n}
