@@ -178,8 +178,7 @@ def test_seeded_shards_partition_the_first_steps_matches(graphs):
 # ---------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("budget,split", [(None, "rows"), ("16KB", "ranges"), ("16KB", "rows")],
-                         ids=["default-rows", "16KB-ranges", "16KB-rows"])
+@pytest.mark.parametrize("budget,split", [(None, "rows"), ("16KB", "ranges")], ids=["default-rows", "16KB-ranges"])
 def test_counts_and_rows_vs_oracle(graphs, client, budget, split, monkeypatch):
     if split == "ranges":
         monkeypatch.setattr(shard_mod, "MAX_SEED_ROWS", 0)

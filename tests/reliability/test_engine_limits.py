@@ -40,7 +40,7 @@ def _path(k):
 
 
 def test_memory_bounded_by_budget_across_depth(tmp_path):
-    """Peak traced memory of a 40-vertex path on a 1,500-vertex cycle at a 256KB budget.
+    """Peak traced memory of a 40-vertex path on an 800-vertex cycle at a 256KB budget.
 
     Before the steps shared the budget, every level of the depth-first walk
     kept the whole table its join made: 6.9x the budget here. Now about 3x:
@@ -48,11 +48,11 @@ def test_memory_bounded_by_budget_across_depth(tmp_path):
     the NumPy header of each of the ~40 columns held per level.
     """
     budget = 256 * 1024
-    with _ring(tmp_path, 1500, "256KB") as g:
+    with _ring(tmp_path, 800, "256KB") as g:
         g.count(_path(3), device="cpu", memory_budget=budget)            # warm caches and imports
         tracemalloc.start()
         try:
-            assert g.count(_path(40), device="cpu", memory_budget=budget) == 1500
+            assert g.count(_path(40), device="cpu", memory_budget=budget) == 800
             peak = tracemalloc.get_traced_memory()[1]
         finally:
             tracemalloc.stop()
@@ -62,7 +62,7 @@ def test_memory_bounded_by_budget_across_depth(tmp_path):
 def test_match_memory_bounded_by_budget_across_depth(tmp_path):
     """The same with every match materialised (the last step extends instead of counting)."""
     budget = 256 * 1024
-    with _ring(tmp_path, 1500, "256KB") as g:
+    with _ring(tmp_path, 800, "256KB") as g:
         g.match(_path(3), device="cpu", memory_budget=budget).read_all()   # imports pyarrow.compute
         tracemalloc.start()
         try:
@@ -72,7 +72,7 @@ def test_match_memory_bounded_by_budget_across_depth(tmp_path):
             peak = tracemalloc.get_traced_memory()[1]
         finally:
             tracemalloc.stop()
-    assert n == 1500
+    assert n == 800
     assert peak <= 4 * budget, f"peak {peak:,} bytes at a budget of {budget:,}"
 
 
