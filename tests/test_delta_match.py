@@ -77,7 +77,8 @@ class Versions:
     def versions(self, store, since):
         """:func:`sgsi.join.delta.versions` for the new store (monkeypatched in)."""
         assert os.path.samefile(store.path, self.paths[1]) and since == 1
-        return Store(self.paths[0]), self.changed
+        old = Store(self.paths[0])
+        return old, self.changed, old.close
 
     def expected(self, pattern, injective=True):
         """Counter of (named vertices..., sign) rows: the oracle's delta."""

@@ -39,10 +39,13 @@ SIGN = "sign"
 
 def versions(store, since):
     """(the store at version ``since``, ``changed(label_id, direction)``: that partition's pairs
-    (added src, added dst, removed src, removed dst) from ``since`` to ``store``'s version)."""
-    from ..storage.store import Store
-    old = Store(store.path, version=since)
-    return old, lambda label_id, direction: store.changed_pairs(since, label_id, direction)
+    (added src, added dst, removed src, removed dst) from ``since`` to ``store``'s version, and
+    ``close()``, for when the delta is done). The old version is ``store``'s own opening of it
+    (``Store.at_version``: shared files, and its caches kept for the next delta; not closed):
+    a fresh ``Store`` read every delta file again and filtered candidates on cold caches
+    (1e7-edge R-MAT, a 5K+5K batch: 560 ms of a delta on the CPU)."""
+    old = store.at_version(since)
+    return old, lambda label_id, direction: store.changed_pairs(since, label_id, direction), lambda: None
 
 
 @dataclass(frozen=True)
