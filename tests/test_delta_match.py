@@ -410,3 +410,21 @@ def test_gpu_matches_the_oracle(tmp_path, patched, undirected):
 @pytest.mark.skipif(not hasattr(sgsi.Graph, "update"), reason="no versioned store (Graph.update) yet")
 def test_gpu_versions_of_one_store(tmp_path):
     test_versions_of_one_store(tmp_path, False, device="gpu")
+
+
+def test_seeded_and_unseeded_anchors(tmp_path, patched):
+    """Anchored joins start from their pairs (the engine's seed), but not where another pattern edge
+    joins the same two vertices; data loops (pairs x == x: homomorphisms only), at a tiny budget."""
+    rng = random.Random(13)
+    v = random_versions(tmp_path, rng)
+    loops = [(3, 3, "E0"), (5, 5, "E1"), (7, 7, "E0")]
+    v.close()
+    v = Versions(tmp_path / "l", v.old_edges + loops[:2], v.new_edges + loops[1:], v.vlabels_old, v.vlabels_new)
+    g = patched(v)
+    try:
+        for p in ["(a)-[:E0]->(b)<-[:E1]-(a)", "(a)-[:E0]->(b)-->(a), (b)-->(c)", "(a)-[:E0]->(b)-->(c)",
+                  "(a)-->(b)-->(c)-->(a), (c)-[:E1]->(d)"]:
+            check(v, p, budget="16KB")
+            check(v, p, injective=False, budget="16KB")
+    finally:
+        v.close()

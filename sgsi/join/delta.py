@@ -11,12 +11,15 @@ the embeddings projected on the named vertices, as match() gives them, so
 Each side is a sum of anchored queries on the engine, one per pattern edge e_i with changed
 pairs: the embeddings whose e_i pair is one of them and whose e_j pair, for each j < i, is not one
 of e_j's; each embedding is found by the query of its first changed edge, once. An anchored
-query (:class:`Anchor`) keeps in C(u_i) and C(w_i) only its pairs' ends, starts the order with
-u_i, w_i, and filters the join's chunks by pair sets (:class:`~sgsi.join.pairs.RowFilter`) at the
-first level where an edge's ends are both matched: counts and rows alike come from filtered
-joins, with no vertex factored. The candidate filter runs once per side, and drops the pairs
-whose ends are not candidates of the edge's ends (an edge left with none has no query); an anchored
-query is refined, as any query, only once its join outgrows its sets (the engine's replan).
+query (:class:`Anchor`) starts the order with u_i, w_i and its join from the pairs themselves
+(the engine's ``seed``: no step reads the anchor vertices' lists), and filters the join's chunks
+by pair sets (:class:`~sgsi.join.pairs.RowFilter`) at the first level where an earlier edge's
+ends are both matched: counts and rows alike come from filtered joins, with no such vertex
+factored. Where another pattern edge joins u_i and w_i (which a seed would not test), it keeps
+instead only its pairs' ends in C(u_i), C(w_i) and filters by its own pairs too. The candidate
+filter runs once per side, and drops the pairs whose ends are not candidates of the edge's ends
+(an edge left with none has no query); an anchored query is refined, on its sets cut to its
+pairs' ends, only once its join outgrows its sets (the engine's replan).
 """
 
 from __future__ import annotations
@@ -65,6 +68,14 @@ class Anchor:
     base: dict = field(default_factory=dict, compare=False, repr=False)
     require: tuple = ()     # (u', w', keys') whose pair must be one of keys', as the anchor's
     weight: int = 1         # what each match adds to a count (an inclusion-exclusion term's sign)
+    seeded: bool = False    # the join starts from the pairs (no other pattern edge joins u and w)
+
+    @property
+    def seed(self):
+        """The engine's ``seed``: the pairs as partial matches of (u, w), or ()."""
+        if not self.seeded:
+            return ()
+        return ((self.u, (self.keys // self.span).astype(np.int32)), (self.w, (self.keys % self.span).astype(np.int32)))
 
     @property
     def pinned(self):
@@ -75,12 +86,12 @@ class Anchor:
     def start(self):
         return (self.u,) if self.u == self.w else (self.u, self.w)
 
-    def apply(self, backend, store, bits):
-        """The candidate bitsets ``bits`` with C(u), C(w) cut to the pairs' ends (and those of
-        each required edge)."""
+    def apply(self, backend, store, bits, ends=True):
+        """The candidate bitsets ``bits`` with C(u), C(w) cut to the pairs' ends (``ends``) and
+        those of each required edge."""
         bits = list(bits)
         n = store.n_vertices
-        for u, w, keys in ((self.u, self.w, self.keys),) + self.require:
+        for u, w, keys in ((((self.u, self.w, self.keys),) if ends else ()) + self.require):
             bits[u] = bits[u] & id_bits(backend, keys // self.span, n)
             bits[w] = bits[w] & id_bits(backend, keys % self.span, n)
         return bits
@@ -88,8 +99,8 @@ class Anchor:
     def filters(self, backend, order):
         """The :class:`RowFilter` of the anchor and of each earlier edge, at their levels of ``order``."""
         pos = {v: i for i, v in enumerate(order)}
-        out = [RowFilter(max(pos[self.u], pos[self.w]), self.u, self.w, backend.to_device(self.keys), self.span,
-                         True)]
+        out = [] if self.seeded else [RowFilter(max(pos[self.u], pos[self.w]), self.u, self.w,
+                                                backend.to_device(self.keys), self.span, True)]
         out += [RowFilter(max(pos[u], pos[w]), u, w, backend.to_device(keys), self.span, keep)
                 for edges, keep in ((self.require, True), (self.exclude, False)) for u, w, keys in edges]
         return out
@@ -97,12 +108,14 @@ class Anchor:
     def plan(self, store, pattern, backend, injective, count=False, refine_from=None):
         """The anchored plan on the filtered sets, or refined from ``refine_from``, the candidate
         sets of the first (the engine's replan); a ``count`` factors the vertices no filter reads."""
-        if refine_from is not None:
+        if refine_from is not None:         # from the first plan's sets: cut C(u), C(w) then refine
             return make_plan(store, pattern, backend, injective=injective, refine_rounds=REFINE_ROUNDS,
                              factor_leaves=count, filtered=refine_from, anchor=self)
         bits = self.base.get(backend.name)
         if bits is None:
             bits = self.base[backend.name] = [backend.to_device(b) for b in self.candidates]
+        if self.seeded:         # the seed holds the pairs: C(u), C(w) as they are
+            bits = self.apply(backend, store, bits, ends=False)
         return make_plan(store, pattern, backend, injective=injective, refine_rounds=0, factor_leaves=count,
                          filtered=bits, anchor=self)
 
@@ -156,9 +169,14 @@ class Delta:
             base, earlier = {}, []
             for u, w, lid, direction in self.edges:
                 keys = pairs[(lid, direction)][side]
-                keys = keys[in_bits(cands[u], keys // span) & in_bits(cands[w], keys % span)]
+                x, y = keys // span, keys % span
+                keep = in_bits(cands[u], x) & in_bits(cands[w], y)
+                if self.options["injective"]:       # a data loop maps no pattern edge
+                    keep &= x != y
+                keys = keys[keep]
                 if keys.size:
-                    anchor = Anchor(u, w, keys, tuple(earlier), span, cands, base)
+                    seeded = sum({a, b} == {u, w} for a, b, _l, _d in self.edges) == 1
+                    anchor = Anchor(u, w, keys, tuple(earlier), span, cands, base, seeded=seeded)
                     out += [(sign, store, a) for a in (_leaf_terms(anchor, self.leaves) if count else [anchor])]
                     earlier.append((u, w, keys))
         return out
