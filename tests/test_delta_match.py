@@ -330,6 +330,8 @@ def test_match_delta_stream(small):
     reader.close()                                   # early: the engine and the old version go
     assert first.schema.names == ["a", "b", "c", "sign"]
     assert g.last_stats["anchored_queries"] >= 1 and g.last_stats["device"] == "cpu"
+    g.count_delta(p, since=1, device="cpu")
+    assert g.last_stats["delta_changed_s"] > 0 and g.last_stats["delta_filter_s"] > 0
     with pytest.raises(Cancelled):
         g.count_delta(p, since=1, device="cpu", cancel=lambda: True)
     calls = []
