@@ -10,8 +10,16 @@ exactly: the count before plus added minus removed is the count after. At the en
 compaction time (``Graph.compact``, else ``sgsi compact``) and every query counted again on the
 compacted store (the same counts).
 
-    python bench/dynamic.py --graph rmat --edges 1e8 --device gpu            # the 100M-edge R-MAT
     python bench/dynamic.py --graph hprd --device cpu --sample 10             # a protein graph (t/v/e)
+
+The 100M-edge R-MAT on one GPU in about 8 minutes (0.1% batch: 100K; heavier walks, whose recount
+is not a few ms; no compaction, about 100 s there; ``--timeout`` caps each delta and recount):
+
+    python bench/dynamic.py --graph rmat --edges 1e8 --device gpu --edge-labels 16 --vertex-labels 64 \
+        --sizes 8 12 --queries 2 --batches 1000 100000 --mixed 100000 --timeout 20 --no-compact
+
+Per query: ``changed_s`` (the store's changed pairs) and ``filter_s`` (the candidate filter of
+each side), the parts of ``delta_s`` outside the anchored joins (``Graph.last_stats``).
 
 Graphs: ``rmat`` (bench/gen.py's, walks drawn from it as queries: ``--sizes``, ``--queries``), or a
 benchmark set's ``data.graph`` (``hprd``, ``yeast``: undirected, vertex labels; ``--sample`` of
@@ -41,7 +49,7 @@ from sgsi.errors import Cancelled  # noqa: E402
 
 FIELDS = ["graph", "batch", "kind", "inserted", "deleted", "since", "version", "apply_s", "query", "status",
           "delta_s", "recompute_s", "speedup", "added", "removed", "count_before", "count_after", "exact",
-          "anchored_queries"]
+          "anchored_queries", "changed_s", "filter_s"]
 
 
 # -- the graph and its split ---------------------------------------------------------------
@@ -184,6 +192,8 @@ def run(args):
                        "since": since, "version": version, "apply_s": round(apply_s, 4), "query": name}
                 s1, d, t1 = timed(lambda ev, q=q: g.count_delta(q, since=since, cancel=ev, **opts), args.timeout)
                 row["anchored_queries"] = g.last_stats.get("anchored_queries")
+                row.update(changed_s=round(g.last_stats.get("delta_changed_s", 0), 5),
+                           filter_s=round(g.last_stats.get("delta_filter_s", 0), 5))
                 s2, c, t2 = timed(lambda ev, q=q: g.count(q, cancel=ev, **opts), args.timeout)
                 row.update(status=s1 if s1 != "ok" else s2, delta_s=round(t1, 5), recompute_s=round(t2, 5),
                            count_before=counts.get(name), count_after=c)
@@ -196,11 +206,14 @@ def run(args):
                 counts[name] = c if s2 == "ok" else None
                 rows.append(row)
                 C.say(f"  {name}: delta {t1:.4f}s ({s1}), recompute {t2:.4f}s ({s2}), exact {row.get('exact')}")
-    compact_s = compact(path)
-    C.say(f"compacted in {compact_s:.2f}s")
-    with sgsi.open(path) as g:
-        after = {name: timed(lambda ev, q=q: g.count(q, cancel=ev, **opts), args.timeout) for name, q in queries}
-    compacted_exact = all(after[name][1] == c for name, c in counts.items() if c is not None and after[name][0] == "ok")
+    compact_s = compacted_exact = None
+    if args.compact:
+        compact_s = compact(path)
+        C.say(f"compacted in {compact_s:.2f}s")
+        with sgsi.open(path) as g:
+            after = {name: timed(lambda ev, q=q: g.count(q, cancel=ev, **opts), args.timeout) for name, q in queries}
+        compacted_exact = all(after[name][1] == c for name, c in counts.items()
+                              if c is not None and after[name][0] == "ok")
     write(args, rows, compact_s, compacted_exact, C.machine_at_end(start), n, n_base, len(queries))
 
 
@@ -211,18 +224,23 @@ def write(args, rows, compact_s, compacted_exact, m, n, n_base, n_queries):
              f"Built from {n_base:,} of {n:,} edges (90%, seed {args.seed}); the rest streamed in batches. "
              f"{n_queries} queries; timeout {args.timeout:g} s; memory budget {args.memory_budget or 'default'}.\n",
              C.machine_md(m),
-             "| batch | kind | +edges | -edges | apply s | delta s (median) | recompute s (median) | "
-             "speedup (median, min) | exact |",
-             "|---|---|---:|---:|---:|---:|---:|---:|---|"]
+             f"- command: `python bench/dynamic.py {' '.join(sys.argv[1:])}`\n",
+             "| batch | kind | +edges | -edges | apply s | delta s (median) | changed pairs s | filter s | "
+             "recompute s (median) | speedup (median, min) | exact |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     for (label, kind), group in _groups(rows):
         ok = [r for r in group if r.get("speedup") is not None]
         sp = [r["speedup"] for r in ok]
         first = group[0]
         lines.append(f"| {label} | {kind} | {first['inserted']:,} | {first['deleted']:,} | {first['apply_s']} | "
-                     f"{_median([r['delta_s'] for r in ok])} | {_median([r['recompute_s'] for r in ok])} | "
+                     f"{_median([r['delta_s'] for r in ok])} | {_median([r['changed_s'] for r in ok])} | "
+                     f"{_median([r['filter_s'] for r in ok])} | {_median([r['recompute_s'] for r in ok])} | "
                      f"{_median(sp)}x, {min(sp) if sp else '-'}x | "
                      f"{sum(r.get('exact') is True for r in group)}/{len(group)} |")
-    lines.append(f"\nCompaction: {compact_s:.2f} s; counts after it equal those before: {compacted_exact}.\n")
+    lines.append("\nchanged pairs s, filter s: medians of the delta's parts outside its anchored joins "
+                 "(the store's changed pairs; the candidate filter of each side).\n")
+    lines.append(f"Compaction: {compact_s:.2f} s; counts after it equal those before: {compacted_exact}.\n"
+                 if compact_s is not None else "Compaction: not run (--no-compact).\n")
     C.write_text(stem + ".md", "\n".join(lines) + "\n")
     C.say(f"wrote {stem}.csv and .md")
 
@@ -249,7 +267,8 @@ def main(argv=None):
     ap.add_argument("--device", default="auto")
     ap.add_argument("--memory-budget", default=None)
     ap.add_argument("--build-budget", default=None, help="the build's memory budget (segment sizes)")
-    ap.add_argument("--timeout", type=float, default=600.0)
+    ap.add_argument("--timeout", type=float, default=600.0, help="seconds for each delta and each recount")
+    ap.add_argument("--no-compact", dest="compact", action="store_false", help="skip the compaction at the end")
     ap.add_argument("--seed", type=int, default=44)
     ap.add_argument("--work", default=os.environ.get("TMPDIR", "/tmp"))
     ap.add_argument("--results", default=C.RESULTS_DIR)

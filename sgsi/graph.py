@@ -257,12 +257,12 @@ class Graph:
         then (for an unlabeled or undirected pattern edge: no edge of any label, or either way,
         joined its ends). The options are :meth:`count`'s; not sharded."""
         homomorphism, _ = query_options("count", homomorphism, None, {})
-        old, changed = delta.versions(self.store, since_option(since))
+        old, changed, close = delta.versions(self.store, since_option(since))
         try:
             return self._delta(old, pattern, changed, device, memory_budget, not homomorphism, cancel,
                                progress).count()
         finally:
-            old.close()
+            close()
 
     def match_delta(self, pattern, *, since, device="auto", memory_budget=None, homomorphism=False, max_rows=None,
                     cancel=None, progress=True) -> pa.RecordBatchReader:
@@ -276,12 +276,12 @@ class Graph:
     def _match_delta(self, pattern, since, device="auto", memory_budget=None, injective=True, limit=None,
                      cancel=None, progress=True):
         """:meth:`match_delta`, and the list receiving the error that ended the stream (as :meth:`_match`)."""
-        old, changed = delta.versions(self.store, since_option(since))
+        old, changed, close = delta.versions(self.store, since_option(since))
         try:
             return self._delta(old, pattern, changed, device, memory_budget, injective, cancel,
-                               progress).stream(limit, on_end=old.close)
+                               progress).stream(limit, on_end=close)
         except BaseException:
-            old.close()
+            close()
             raise
 
     def _delta(self, old, pattern, changed, device, memory_budget, injective, cancel, progress):

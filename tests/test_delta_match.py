@@ -77,7 +77,8 @@ class Versions:
     def versions(self, store, since):
         """:func:`sgsi.join.delta.versions` for the new store (monkeypatched in)."""
         assert os.path.samefile(store.path, self.paths[1]) and since == 1
-        return Store(self.paths[0]), self.changed
+        old = Store(self.paths[0])
+        return old, self.changed, old.close
 
     def expected(self, pattern, injective=True):
         """Counter of (named vertices..., sign) rows: the oracle's delta."""
@@ -329,6 +330,8 @@ def test_match_delta_stream(small):
     reader.close()                                   # early: the engine and the old version go
     assert first.schema.names == ["a", "b", "c", "sign"]
     assert g.last_stats["anchored_queries"] >= 1 and g.last_stats["device"] == "cpu"
+    g.count_delta(p, since=1, device="cpu")
+    assert g.last_stats["delta_changed_s"] > 0 and g.last_stats["delta_filter_s"] > 0
     with pytest.raises(Cancelled):
         g.count_delta(p, since=1, device="cpu", cancel=lambda: True)
     calls = []
@@ -409,3 +412,21 @@ def test_gpu_matches_the_oracle(tmp_path, patched, undirected):
 @pytest.mark.skipif(not hasattr(sgsi.Graph, "update"), reason="no versioned store (Graph.update) yet")
 def test_gpu_versions_of_one_store(tmp_path):
     test_versions_of_one_store(tmp_path, False, device="gpu")
+
+
+def test_seeded_and_unseeded_anchors(tmp_path, patched):
+    """Anchored joins start from their pairs (the engine's seed), but not where another pattern edge
+    joins the same two vertices; data loops (pairs x == x: homomorphisms only), at a tiny budget."""
+    rng = random.Random(13)
+    v = random_versions(tmp_path, rng)
+    loops = [(3, 3, "E0"), (5, 5, "E1"), (7, 7, "E0")]
+    v.close()
+    v = Versions(tmp_path / "l", v.old_edges + loops[:2], v.new_edges + loops[1:], v.vlabels_old, v.vlabels_new)
+    g = patched(v)
+    try:
+        for p in ["(a)-[:E0]->(b)<-[:E1]-(a)", "(a)-[:E0]->(b)-->(a), (b)-->(c)", "(a)-[:E0]->(b)-->(c)",
+                  "(a)-->(b)-->(c)-->(a), (c)-[:E1]->(d)"]:
+            check(v, p, budget="16KB")
+            check(v, p, injective=False, budget="16KB")
+    finally:
+        v.close()

@@ -294,7 +294,7 @@ class Query:
             plan = self._guard(backend.run, lambda: anchor.plan(store, pat, backend, injective, count))
             refined = lambda: anchor.plan(store, pat, backend, injective, count,  # noqa: E731
                                           refine_from=plan.candidates)
-            return Engine(store, plan, backend, budget, replan=refined, progress=self.progress)
+            return Engine(store, plan, backend, budget, replan=refined, progress=self.progress, seed=anchor.seed)
         if shard is not None:
             # A shard of a query its driver split on refined sets: on those sets where it has them
             # (restricted, refined again where the shard cuts candidate ranges), else refined at
