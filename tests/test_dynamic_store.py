@@ -17,6 +17,7 @@ import sys
 import threading
 
 import duckdb
+import mmh3
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -27,7 +28,9 @@ from oracle import oracle_count, random_graph, random_pattern, write_graph_files
 from sgsi.cli import main as cli_main
 from sgsi.errors import InputError, StoreError
 from sgsi.join.backends import gpu_available
+from sgsi.partition.signatures import pair_group
 from sgsi.storage import delta as delta_mod
+from sgsi.storage import overlay, pairhash, touched
 from sgsi.storage.lists import partition_lists
 from sgsi.storage.store import Store
 
@@ -330,6 +333,34 @@ def test_readers_go_on_during_updates_and_compaction(tmp_path):
     assert first.count(pattern, device="cpu", progress=False) == counts[1]
     first.close()
     g.close()
+
+
+def test_update_signatures_in_blocks_match_a_fresh_build(tmp_path, monkeypatch):
+    """An update reads base lists plus the net change since the base, never an overlay; its
+    signatures, counted in blocks of 4 vertices, equal a fresh build's after three batches."""
+    g, model, rng = _small(tmp_path, seed=21)
+    with monkeypatch.context() as m:
+        m.setattr(touched, "_BLOCK", 4)
+        m.setattr(overlay.VersionView, "_build", lambda *a: pytest.fail("an update built an overlay"))
+        for step in range(3):
+            ins, dele = _random_batch(rng, model, list(model.vlabels), ["E0", "E1"], [900 + step, 950 + step])
+            model.apply(ins, dele)
+            g.update(insert=_write_edges(tmp_path / f"i{step}.parquet", ins),
+                     delete=_write_edges(tmp_path / f"d{step}.parquet", dele))
+    fresh = _fresh(tmp_path, model, "fresh")
+    assert_same(g.store, fresh, model)
+    fresh.close()
+    g.close()
+
+
+def test_pair_groups_hash_as_pair_group():
+    rng = np.random.default_rng(3)
+    e, n = rng.integers(0, 5000, 3000), rng.integers(-1, 20000, 3000)
+    d = rng.choice(["o", "i", "u"], 3000)
+    want = [pair_group(int(a), b, int(c), 56) for a, b, c in zip(e, d, n)]
+    assert pairhash.pair_groups(e, d, n, 56).tolist() == want
+    words = ["", "a", "ab", "abc", "abcd", "abcde", "x|o|12345678"]
+    assert pairhash.murmur3(pa.array(words)).tolist() == [mmh3.hash(w, signed=False) for w in words]
 
 
 STEPS = ["delta-file", "delta-rename", "manifest-write", "manifest-rename"]

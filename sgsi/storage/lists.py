@@ -119,11 +119,16 @@ def partition_lists(store, p, vertices):
 
 def has_pairs(store, p, src, dst):
     """Whether partition ``p`` of ``store`` holds each pair (src, dst)."""
+    return has_pairs_in(p, store.segment, src, dst)
+
+
+def has_pairs_in(p, get, src, dst):
+    """Whether partition ``p``, its segments read with ``get(seg)``, holds each pair (src, dst)."""
     src, dst = np.asarray(src, np.int32), np.asarray(dst, np.int32)
     if not len(src):
         return np.zeros(0, bool)
     verts = np.unique(src)
-    owner, nb = partition_lists(store, p, verts)
+    owner, nb = lists_in(p.seg_ids, p.first_src, p.last_src, get, verts)
     return np.isin(pair_keys(src, dst), pair_keys(verts[owner], nb))
 
 

@@ -496,18 +496,15 @@ class Store:
     def vertex_label_ids(self, dense) -> np.ndarray:
         """Label ids (int32, -1: none) of dense vertex ids, read by vertex segment."""
         dense = np.asarray(dense, np.int64)
-        out = np.full(dense.size, -1, np.int32)
         if not dense.size:
-            return out
+            return np.zeros(0, np.int32)
         step = self.sig_segment_vertices
         seg = dense // step
-        order = np.argsort(seg, kind="stable")
-        cuts = np.flatnonzero(np.r_[True, seg[order][1:] != seg[order][:-1]])
-        for a, b in zip(cuts.tolist(), np.r_[cuts[1:], order.size].tolist()):    # a loop over segments
-            rows = order[a:b]
-            k = int(seg[rows[0]])
-            out[rows] = self.vertex_labels(k)[dense[rows] - k * step]
-        return out
+        used = np.flatnonzero(np.bincount(seg))
+        parts = [self.vertex_labels(k) for k in used.tolist()]           # a loop over segments
+        at = np.zeros(int(used[-1]) + 1, np.int64)
+        at[used] = np.cumsum([0] + [len(p) for p in parts[:-1]])
+        return np.concatenate(parts).astype(np.int32, copy=False)[at[seg] + dense - seg * step]
 
     def segment(self, seg_id: int):
         """(groups, ci) of a segment: views over the memory-mapped files, or arrays in memory
