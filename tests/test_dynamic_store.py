@@ -350,6 +350,9 @@ def test_update_signatures_in_blocks_match_a_fresh_build(tmp_path, monkeypatch):
     fresh = _fresh(tmp_path, model, "fresh")
     assert_same(g.store, fresh, model)
     fresh.close()
+    st = g.store                                          # masked base segments: an LRU within a bound
+    held = sum(x[0].nbytes for x in st._masked.values())
+    assert st._masked and (len(st._masked) == 1 or held <= max(2 * st._base_max_segment_bytes, st.build_budget // 4))
     g.close()
 
 

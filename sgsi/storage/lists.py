@@ -24,6 +24,12 @@ def split_keys(keys):
     return (keys >> 32).astype(np.int32), (keys & _LOW).astype(np.int32)
 
 
+def sorted_unique(keys):
+    """``np.unique`` of int keys by a stable sort (linear on sorted runs) and a neighbour test."""
+    k = np.sort(np.asarray(keys), kind="stable")
+    return k[np.r_[True, k[1:] != k[:-1]]] if k.size else k
+
+
 def edge_order(s, d, l):
     """Indices sorting edges by (src, dst, label)."""
     return np.lexsort((l, d, s))

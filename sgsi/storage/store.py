@@ -226,7 +226,7 @@ class Store:
             raise StoreError(f"store {self.path} has no version {version} (it holds versions "
                              f"{self.base_version}..{newest})")
         self.version = version
-        self._virtual, self._vindex = {}, {}
+        self._virtual, self._vindex, self._masked = {}, {}, {}
         self._next_segment, self._next_index = self._n_base_segments, self._n_base_index
         self._base_parts = {}
         self._view = None
@@ -479,13 +479,23 @@ class Store:
             groups, ci, base, verts, ng, ne = self._virtual[seg_id]
         except KeyError:
             raise StoreError(f"store {self.path} has no segment {seg_id}") from None
-        if groups is None:
-            groups, ci = self._base_segment(base)
-            groups = groups.copy()
-            ids = groups[:, :-1, 0]
-            ids[np.isin(ids, verts)] = -1
-            with self._lock:
-                self._virtual[seg_id] = (groups, ci, base, verts, ng, ne)
+        if groups is not None:
+            return groups, ci
+        with self._lock:
+            hit = self._masked.pop(seg_id, None)
+            if hit is not None:
+                self._masked[seg_id] = hit                  # the most recent
+                return hit
+        groups, ci = self._base_segment(base)
+        groups = groups.copy()
+        ids = groups[:, :-1, 0]
+        ids[np.isin(ids, verts)] = -1
+        with self._lock:
+            self._masked[seg_id] = (groups, ci)
+            # Masked copies are kept within a quarter of the build's budget (at least two segments).
+            cap = max(2 * self._base_max_segment_bytes, self.build_budget // 4)
+            while len(self._masked) > 1 and sum(g.nbytes for g, _c in self._masked.values()) > cap:
+                self._masked.pop(next(iter(self._masked)))  # the least recent
         return groups, ci
 
     def reads_direct_segment(self, seg_id: int) -> bool:
