@@ -169,7 +169,7 @@ class Graph:
 
     def _reopen(self):
         """Read the newest version (the old store is left to queries still running on it)."""
-        self.store = Store(self.path, previous=self.store)     # reuses its built partitions where it can
+        self.store = Store(self.path)
         self._backends.clear()
 
     def close(self):

@@ -93,9 +93,11 @@ def net_events(versions):
 def lists_in(seg_ids, first, last, get, vertices):
     """Neighbour lists of sorted distinct ``vertices`` in the given segments.
 
-    ``get(seg)`` returns a segment's (groups, ci). Returns (owner, nb): for
-    each list entry the index into ``vertices`` of its vertex and the
-    neighbour, by owner (each list sorted, segments in order).
+    ``get(seg)`` returns a segment's (groups, ci), or (groups, ci, hidden):
+    the lists of the sorted vertices ``hidden`` are not there (a masked
+    segment read from its base). Returns (owner, nb): for each list entry
+    the index into ``vertices`` of its vertex and the neighbour, by owner
+    (each list sorted, segments in order).
     """
     vertices = np.asarray(vertices, np.int32)
     owners, nbs = [], []
@@ -103,10 +105,12 @@ def lists_in(seg_ids, first, last, get, vertices):
         lo = np.searchsorted(vertices, first, "left")
         hi = np.searchsorted(vertices, np.asarray(last, np.int64) + 1, "left")
         for k in np.flatnonzero(hi > lo):
-            groups, ci = get(int(seg_ids[k]))
+            groups, ci, *hidden = get(int(seg_ids[k]))
             a, b = int(lo[k]), int(hi[k])
             st, en = pcsr.lookup(groups, vertices[a:b])
             cnt = (en - st).astype(np.int64)
+            if hidden and hidden[0] is not None:
+                cnt[np.isin(vertices[a:b], hidden[0])] = 0
             if not cnt.sum():
                 continue
             nbs.append(np.asarray(ci)[pcsr.ragged_indices(st, cnt)])
@@ -120,12 +124,12 @@ def lists_in(seg_ids, first, last, get, vertices):
 
 def partition_lists(store, p, vertices):
     """:func:`lists_in` over partition ``p`` of ``store`` (as the store presents it)."""
-    return lists_in(p.seg_ids, p.first_src, p.last_src, store.segment, vertices)
+    return lists_in(p.seg_ids, p.first_src, p.last_src, store.segment_lists, vertices)
 
 
 def has_pairs(store, p, src, dst):
     """Whether partition ``p`` of ``store`` holds each pair (src, dst)."""
-    return has_pairs_in(p, store.segment, src, dst)
+    return has_pairs_in(p, store.segment_lists, src, dst)
 
 
 def has_pairs_in(p, get, src, dst):

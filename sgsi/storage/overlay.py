@@ -30,7 +30,6 @@ import pyarrow as pa
 
 from ..errors import PatternError, StoreError
 from ..partition import pcsr
-from . import derive
 from . import format as fmt
 from .lists import has_pairs, lists_in, net_events, pair_keys, sorted_unique, split_keys
 
@@ -38,14 +37,8 @@ from .lists import has_pairs, lists_in, net_events, pair_keys, sorted_unique, sp
 class VersionView:
     """The changes of versions ``base+1 .. version`` over the base files of ``store``."""
 
-    def __init__(self, store, version, deltas, prev=None, cut=False):
+    def __init__(self, store, version, deltas):
         self.store, self.version, self.deltas = store, version, deltas
-        # Another version's view over the same base, whose built partitions this one may derive from;
-        # ``cut`` drops that view's own, so that a chain of reopenings holds two versions, not all.
-        self._prev = prev
-        if prev is not None and cut:
-            prev._prev = None
-        self._steps, self.derived = {}, set()
         self.lock = threading.RLock()
         entry = store.version_entry(version)
         self.n_labels = len(entry["edge_labels"]["values"])
@@ -119,34 +112,22 @@ class VersionView:
                     ok[todo] = has_pairs(self.store, p, a[todo], b[todo])
         return ok
 
-    def _source(self, key):
-        """(partition to start from, net change from its version to this one, whether derived)."""
-        st = self.store
-        base = st._base_partition(key)
-        prev = self._prev
-        p = prev._parts.get(key) if prev is not None else None
-        if derive.usable(p, len(base.seg_ids) if base is not None else 0):
-            if prev.version not in self._steps:
-                self._steps[prev.version] = derive.step(st, prev.version, self.version)
-            return derive.carry(st, prev.store, p), self._steps[prev.version], True
-        return base if base is not None else st._empty_partition(key), (self.added, self.removed), False
-
     def _build(self, key):
         st = self.store
-        base, (added, removed), derived = self._source(key)
-        if derived:
-            self.derived.add(key)
-        ak = sorted_unique(pair_keys(*self.pairs(key, *added)))
-        rk = sorted_unique(pair_keys(*self.pairs(key, *removed)))
+        base = st._base_partition(key)
+        ak = sorted_unique(pair_keys(*self.pairs(key, *self.added)))
+        rk = sorted_unique(pair_keys(*self.pairs(key, *self.removed)))
         rk = rk[~np.isin(rk, ak)]
         lab, direction = key.split(":")
         simple = lab != "any" and (st.undirected or direction != "both")
         if not simple and rk.size:
             rk = rk[~self._supported(key, rk)]
         changed = sorted_unique(np.concatenate([ak >> 32, rk >> 32])).astype(np.int32)
+        if base is None:
+            base = st._empty_partition(key)
         if not changed.size:
             return base
-        owner, nb = lists_in(base.seg_ids, base.first_src, base.last_src, st.segment, changed)
+        owner, nb = lists_in(base.seg_ids, base.first_src, base.last_src, st._base_segment, changed)
         old_deg = np.bincount(owner, minlength=changed.size)
         kept = pair_keys(changed[owner], nb)                 # sorted: lists by owner, each sorted
         final = sorted_unique(np.concatenate([kept[~np.isin(kept, rk)], ak]))
@@ -182,7 +163,7 @@ class VersionView:
         for k in range(len(base.seg_ids)):                    # a loop over segments
             sid = int(base.seg_ids[k])
             if hi[k] > lo[k]:
-                sid = st._mask(sid, changed[lo[k]:hi[k]])
+                sid = st._add_masked(sid, changed[lo[k]:hi[k]])
             out.append((sid, int(f[k]), int(l[k]), int(base.seg_edges[k])))
             out.extend(pieces.get(k, []))
         if not out:
@@ -207,7 +188,7 @@ class VersionView:
                 if k not in touched:
                     out.append((int(bids[k]), int(base.idx_first[k]), int(base.idx_last[k])))
                     continue
-                v, d = st.index_batch(int(bids[k]))
+                v, d = st._base_index_batch(int(bids[k]))
                 here = (slot == k) & (new_deg > 0)
                 keep = ~np.isin(v, changed)
                 v = np.concatenate([v[keep], changed[here]]).astype(np.int32)

@@ -103,10 +103,9 @@ class Store:
         file it should be; the message names the file.
     """
 
-    def __init__(self, path, version=None, previous=None):
+    def __init__(self, path, version=None):
         self.path = os.fspath(path)
         self._want_version = None if version is None else int(version)
-        self._previous = previous       # an opening of the same base whose built partitions may be reused
         #: This opening of the store, in the keys of the caches that the process's queries share
         #: (a store rebuilt in place and opened again gets a new one).
         self.token = (self.path, next(_OPENINGS))
@@ -123,7 +122,6 @@ class Store:
                     raise
                 continue
             if _identity(self.path) == before:
-                self._previous = None
                 return
             self.close()
         raise StoreError(f"store {self.path} kept changing while it was opened (is it being rebuilt?)")
@@ -216,15 +214,9 @@ class Store:
         self.versions = m.get("versions") or [{"version": 1, "vertices": m["vertices"], "edges": m["edges"]}]
         newest = int(self.versions[-1]["version"])
         self._deltas = read_deltas(self.path, self.versions, self.base_version)
-        self._set_version(newest if self._want_version is None else self._want_version, self._previous)
+        self._set_version(newest if self._want_version is None else self._want_version)
 
-    def _same_base(self, other) -> bool:
-        """Whether ``other`` is an opening of this store over the same base files, at a version after it."""
-        return (other is not None and other is not self and getattr(other, "_view", None) is not None
-                and other.path == self.path and other.base_version == self.base_version
-                and other._base_manifest.get("files") == self._base_manifest.get("files"))
-
-    def _set_version(self, version, previous=None):
+    def _set_version(self, version):
         from .overlay import VersionView
         newest = int(self.versions[-1]["version"])
         if not self.base_version <= version <= newest:
@@ -258,9 +250,7 @@ class Store:
         self.max_segment_bytes = self._base_max_segment_bytes
         if version == self.base_version:
             return
-        self._view = VersionView(self, version, [self._deltas[v] for v in range(self.base_version + 1, version + 1)],
-                                 previous._view if self._same_base(previous) else None,
-                                 cut=previous is self._previous)
+        self._view = VersionView(self, version, [self._deltas[v] for v in range(self.base_version + 1, version + 1)])
         # Segments of the changes hold at most segment_edges edges, each of at most one group.
         step = int(m["parameters"].get("segment_edges", 0))
         self.max_segment_bytes = max(self.max_segment_bytes, step * (4 + 8 * self.theta))
@@ -283,7 +273,7 @@ class Store:
             s.token = (self.path, next(_OPENINGS))
             s._lock = threading.Lock()
             s._siblings, s._segments, s._partitions, s._close_hooks, s._vid = {}, {}, {}, [], None
-            s._set_version(version, self)
+            s._set_version(version)
             self._siblings[version] = s
         return s
 
@@ -476,18 +466,6 @@ class Store:
             self._virtual[sid] = (None, None, int(seg), vertices, int(self._seg_groups[seg]), int(self._seg_edges[seg]))
         return sid
 
-    def _mask(self, seg, vertices):
-        """Segment ``seg`` (base, masked base or in-memory) without the lists of ``vertices``, under a new number."""
-        if seg < self._n_base_segments:
-            return self._add_masked(seg, vertices)
-        groups, ci, base, verts, _ng, _ne = self._virtual[int(seg)]
-        if base is not None:
-            return self._add_masked(base, np.union1d(verts, vertices).astype(np.int32))
-        groups = groups.copy()
-        ids = groups[:, :-1, 0]
-        ids[np.isin(ids, vertices)] = -1
-        return self._add_segment(None, 0, 0, groups, ci)
-
     def _add_index(self, key, v, d):
         """A degree index batch held in memory; returns (its number, first vertex, last vertex)."""
         with self._lock:
@@ -537,6 +515,16 @@ class Store:
         at = np.zeros(int(used[-1]) + 1, np.int64)
         at[used] = np.cumsum([0] + [len(p) for p in parts[:-1]])
         return np.concatenate(parts).astype(np.int32, copy=False)[at[seg] + dense - seg * step]
+
+    def segment_lists(self, seg_id: int):
+        """(groups, ci, hidden) to read a segment's lists with: a masked one is its base segment,
+        less the lists of the sorted vertices ``hidden`` (None for the others); no masked copy."""
+        if seg_id >= self._n_base_segments:
+            groups, ci, base, verts, _ng, _ne = self._virtual[int(seg_id)]
+            if base is not None:
+                return (*self._base_segment(base), verts)
+            return groups, ci, None
+        return (*self._base_segment(seg_id), None)
 
     def segment(self, seg_id: int):
         """(groups, ci) of a segment: views over the memory-mapped files, or arrays in memory
