@@ -358,6 +358,18 @@ def test_update_signatures_in_blocks_match_a_fresh_build(tmp_path, monkeypatch):
     g.close()
 
 
+def test_unchanged_vertex_labels_are_not_repeated_per_version(tmp_path):
+    g, model, rng = _small(tmp_path, seed=23)
+    g.update(insert=_write_edges(tmp_path / "a.parquet", [(0, 1, "E1")]))
+    g.update(insert=_write_edges(tmp_path / "b.parquet", [(2, 3, "E0"), (4, 999, "E0")]))   # a new vertex
+    entries = g.store.versions
+    assert "vertex_labels" not in entries[1] and "vertex_labels" in entries[2]
+    base = Store(g.path, version=1).manifest["vertex_labels"]
+    assert Store(g.path, version=2).manifest["vertex_labels"] == base
+    assert g.store.manifest["vertex_labels"]["unlabeled"] == base.get("unlabeled", 0) + 1
+    g.close()
+
+
 def test_pair_groups_hash_as_pair_group():
     rng = np.random.default_rng(3)
     e, n = rng.integers(0, 5000, 3000), rng.integers(-1, 20000, 3000)

@@ -256,10 +256,14 @@ class Store:
         self.max_segment_bytes = max(self.max_segment_bytes, step * (4 + 8 * self.theta))
 
     def version_entry(self, version) -> dict:
-        """The manifest's entry of one version (counts, label dictionaries, its delta's files)."""
-        for e in self.versions:
+        """The manifest's entry of one version (counts, label dictionaries, its delta's files); an
+        update leaves out ``vertex_labels`` when unchanged: the latest entry before it that has them."""
+        for i, e in enumerate(self.versions):
             if int(e["version"]) == int(version):
-                return e
+                if "vertex_labels" in e:
+                    return e
+                had = [x for x in self.versions[:i] if "vertex_labels" in x]
+                return {**e, "vertex_labels": (had[-1] if had else self._base_manifest)["vertex_labels"]}
         raise StoreError(f"store {self.path} has no version {version}")
 
     def at_version(self, version):

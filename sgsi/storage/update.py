@@ -68,6 +68,8 @@ class _Update:
                                       len(inp.vlabels) + len(inp.new_vlabels))
         version = int(st.versions[-1]["version"]) + 1
         entry = self._entry(version, ins_net, del_net)
+        if entry["vertex_labels"] == st.manifest["vertex_labels"]:
+            del entry["vertex_labels"]              # unchanged: the manifest grows by the batch, not the labels
         summary = {"version": version, **entry["changes"], "new_edge_labels": len(inp.new_elabels),
                    "vertices": entry["vertices"], "edges": entry["edges"]}
         entry["changes"].update(already_present=int(i_there.sum()) + len(edges["ins"][0]) - len(i_s),
