@@ -31,7 +31,8 @@ from sgsi.join.backends import gpu_available
 from sgsi.partition.signatures import pair_group
 from sgsi.storage import delta as delta_mod
 from sgsi.storage import overlay, pairhash, touched
-from sgsi.storage.lists import partition_lists
+from sgsi.partition import pcsr
+from sgsi.storage.lists import lists_in, partition_lists
 from sgsi.storage.store import Store
 
 BUDGET = "16KB"
@@ -368,6 +369,17 @@ def test_unchanged_vertex_labels_are_not_repeated_per_version(tmp_path):
     assert Store(g.path, version=2).manifest["vertex_labels"] == base
     assert g.store.manifest["vertex_labels"]["unlabeled"] == base.get("unlabeled", 0) + 1
     g.close()
+
+
+def test_lists_read_unchecked_check_their_offsets():
+    """An update reads base segments without the whole-segment check; the offsets it uses are checked."""
+    groups, ci = pcsr.build(np.array([1, 1, 2], np.int32), np.array([5, 6, 7], np.int32), 4)
+    owner, nb = lists_in([0], [1], [2], lambda k: (groups, ci), np.array([1, 2], np.int32))
+    assert owner.tolist() == [0, 0, 1] and nb.tolist() == [5, 6, 7]
+    bad = groups.copy()
+    bad[:, :-1, 1] = np.where(bad[:, :-1, 0] >= 0, 99, bad[:, :-1, 1])
+    with pytest.raises(StoreError, match="segment 0 holds values out of range"):
+        lists_in([0], [1], [2], lambda k: (bad, ci), np.array([1, 2], np.int32))
 
 
 def test_pair_groups_hash_as_pair_group():

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..errors import StoreError
 from ..partition import pcsr
 
 _LOW = np.int64(0xFFFFFFFF)
@@ -107,8 +108,14 @@ def lists_in(seg_ids, first, last, get, vertices):
         for k in np.flatnonzero(hi > lo):
             groups, ci, *hidden = get(int(seg_ids[k]))
             a, b = int(lo[k]), int(hi[k])
-            st, en = pcsr.lookup(groups, vertices[a:b])
+            try:
+                st, en = pcsr.lookup(groups, vertices[a:b])
+            except IndexError:
+                st = en = np.full(1, -1)
             cnt = (en - st).astype(np.int64)
+            if int(st.min(initial=0)) < 0 or int(cnt.min(initial=0)) < 0 or int(en.max(initial=0)) > len(ci):
+                raise StoreError(f"damaged store: PCSR segment {int(seg_ids[k])} holds values out of range "
+                                 f"(run `sgsi info --verify` on it)")
             if hidden and hidden[0] is not None:
                 cnt[np.isin(vertices[a:b], hidden[0])] = 0
             if not cnt.sum():

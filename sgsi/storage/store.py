@@ -541,7 +541,9 @@ class Store:
             return self._virtual_segment(int(seg_id))
         return self._base_segment(seg_id)
 
-    def _base_segment(self, seg_id: int):
+    def _base_segment(self, seg_id: int, check=True):
+        """``check=False``: not checked whole (nor kept) when first read, for a few lists whose
+        offsets :func:`~.lists.lists_in` checks (an update: a whole check would read every segment)."""
         hit = self._segments.get(seg_id)
         if hit is not None:
             return hit
@@ -549,6 +551,8 @@ class Store:
         groups = self._column("pcsr_groups.arrow", seg_id, rows=group_rows)
         ci = self._column("pcsr_ci.arrow", seg_id, rows=ci_rows)
         groups = groups.reshape(-1, self.theta, 2)
+        if not check:
+            return groups, ci
         self.check_segment(seg_id, groups)
         self._segments[seg_id] = (groups, ci)   # views: they cost no memory of their own
         return groups, ci

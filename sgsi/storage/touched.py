@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..errors import StoreError
 from ..partition import signatures
 from . import format as fmt
 from . import pairhash
@@ -29,7 +30,7 @@ def present(st, net, s, d, l):
         base = st._base_partition(fmt.partition_key(lab, "out"))
         if base is not None:
             rows = np.flatnonzero(l == lab)
-            out[rows] = has_pairs_in(base, st._base_segment, s[rows], d[rows])
+            out[rows] = has_pairs_in(base, lambda k: st._base_segment(k, check=False), s[rows], d[rows])
     added, removed = net
     return (out & ~edge_isin(s, d, l, *removed)) | edge_isin(s, d, l, *added)
 
@@ -61,7 +62,10 @@ def signatures_of(st, changed, net, batch, n_labels, labels_of, n_vlabels):
             base = st._base_partition(fmt.partition_key(lab, direction))
             if base is None:
                 continue
-            owner, nb = lists_in(base.seg_ids, base.first_src, base.last_src, st._base_segment, known)
+            owner, nb = lists_in(base.seg_ids, base.first_src, base.last_src,
+                                 lambda k: st._base_segment(k, check=False), known)
+            if nb.size and (int(nb.min()) < 0 or int(nb.max()) >= st._base_n):
+                raise StoreError(f"damaged store {st.path}: partition {base.key} holds vertex ids out of range")
             if owner.size:
                 parts.append((known[owner], nb, np.full(owner.size, lab, np.int32), np.full(owner.size, code, np.int8),
                               np.ones(owner.size, np.int8)))
