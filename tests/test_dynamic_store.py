@@ -32,8 +32,8 @@ from sgsi.partition.signatures import pair_group
 from sgsi.storage import delta as delta_mod
 from sgsi.storage import overlay, pairhash, touched
 from sgsi.partition import pcsr
-from sgsi.storage.lists import lists_in, partition_lists
-from sgsi.storage.store import Store
+from sgsi.storage.lists import has_pairs_in, lists_in, partition_lists
+from sgsi.storage.store import Partition, Store
 
 BUDGET = "16KB"
 
@@ -380,6 +380,19 @@ def test_lists_read_unchecked_check_their_offsets():
     bad[:, :-1, 1] = np.where(bad[:, :-1, 0] >= 0, 99, bad[:, :-1, 1])
     with pytest.raises(StoreError, match="segment 0 holds values out of range"):
         lists_in([0], [1], [2], lambda k: (bad, ci), np.array([1, 2], np.int32))
+
+
+def test_has_pairs_searches_lists_across_segments():
+    rng = np.random.default_rng(1)
+    k = np.unique((rng.integers(0, 50, 2000) << 32) | rng.integers(0, 500, 2000))
+    s, d = (k >> 32).astype(np.int32), (k & 0xFFFFFFFF).astype(np.int32)
+    segs = [pcsr.build(s[:1000], d[:1000], 4), pcsr.build(s[1000:], d[1000:], 4)]     # a list spans both
+    z = np.zeros(0, np.int64)
+    p = Partition("0:out", len(s), 0, 0, np.array([0, 1]), np.array([s[0], s[1000]]), np.array([s[999], s[-1]]),
+                  np.array([1000, len(s) - 1000]), z, z, z)
+    qs, qd = rng.integers(0, 55, 3000).astype(np.int32), rng.integers(0, 500, 3000).astype(np.int32)
+    want = np.isin((qs.astype(np.int64) << 32) | qd, k)
+    assert want.any() and (has_pairs_in(p, lambda i: segs[i], qs, qd) == want).all()
 
 
 def test_pair_groups_hash_as_pair_group():

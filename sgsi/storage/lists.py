@@ -140,13 +140,44 @@ def has_pairs(store, p, src, dst):
 
 
 def has_pairs_in(p, get, src, dst):
-    """Whether partition ``p``, its segments read with ``get(seg)``, holds each pair (src, dst)."""
+    """Whether partition ``p``, its segments read with ``get(seg)`` (as :func:`lists_in`), holds
+    each pair (src, dst): a binary search of dst in src's sorted list, in each segment whose
+    range holds src (a loop over segments and halvings), reading O(log degree) of each list."""
     src, dst = np.asarray(src, np.int32), np.asarray(dst, np.int32)
-    if not len(src):
-        return np.zeros(0, bool)
-    verts = np.unique(src)
-    owner, nb = lists_in(p.seg_ids, p.first_src, p.last_src, get, verts)
-    return np.isin(pair_keys(src, dst), pair_keys(verts[owner], nb))
+    out = np.zeros(len(src), bool)
+    if not len(src) or not len(p.seg_ids):
+        return out
+    o = np.argsort(src, kind="stable")
+    ss = src[o]
+    lo_k = np.searchsorted(ss, p.first_src, "left")
+    hi_k = np.searchsorted(ss, np.asarray(p.last_src, np.int64) + 1, "left")
+    for k in np.flatnonzero(hi_k > lo_k):
+        seg = int(p.seg_ids[k])
+        groups, ci, *hidden = get(seg)
+        rows = o[int(lo_k[k]):int(hi_k[k])]
+        try:
+            lo, en = pcsr.lookup(groups, src[rows])
+        except IndexError:
+            lo = en = np.full(1, -1)
+        if int(lo.min(initial=0)) < 0 or int((en - lo).min(initial=0)) < 0 or int(en.max(initial=0)) > len(ci):
+            raise StoreError(f"damaged store: PCSR segment {seg} holds values out of range "
+                             f"(run `sgsi info --verify` on it)")
+        if hidden and hidden[0] is not None:
+            en = np.where(np.isin(src[rows], hidden[0]), lo, en)
+        ci = np.asarray(ci)
+        d, hi = dst[rows], en.copy()
+        while True:                                        # a loop over halvings
+            act = np.flatnonzero(lo < hi)
+            if not act.size:
+                break
+            mid = (lo[act] + hi[act]) // 2
+            less = ci[mid] < d[act]
+            lo[act[less]] = mid[less] + 1
+            hi[act[~less]] = mid[~less]
+        hit = lo < en
+        hit[hit] = ci[lo[hit]] == d[hit]
+        out[rows] |= hit
+    return out
 
 
 def segment_pairs(groups, ci):
