@@ -17,6 +17,7 @@ import sys
 import threading
 
 import duckdb
+import mmh3
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -27,9 +28,12 @@ from oracle import oracle_count, random_graph, random_pattern, write_graph_files
 from sgsi.cli import main as cli_main
 from sgsi.errors import InputError, StoreError
 from sgsi.join.backends import gpu_available
+from sgsi.partition.signatures import pair_group
 from sgsi.storage import delta as delta_mod
-from sgsi.storage.lists import partition_lists
-from sgsi.storage.store import Store
+from sgsi.storage import overlay, pairhash, touched
+from sgsi.partition import pcsr
+from sgsi.storage.lists import has_pairs_in, lists_in, partition_lists
+from sgsi.storage.store import Partition, Store
 
 BUDGET = "16KB"
 
@@ -330,6 +334,75 @@ def test_readers_go_on_during_updates_and_compaction(tmp_path):
     assert first.count(pattern, device="cpu", progress=False) == counts[1]
     first.close()
     g.close()
+
+
+def test_update_signatures_in_blocks_match_a_fresh_build(tmp_path, monkeypatch):
+    """An update reads base lists plus the net change since the base, never an overlay; its
+    signatures, counted in blocks of 4 vertices, equal a fresh build's after three batches."""
+    g, model, rng = _small(tmp_path, seed=21)
+    with monkeypatch.context() as m:
+        m.setattr(touched, "_BLOCK", 4)
+        m.setattr(overlay.VersionView, "_build", lambda *a: pytest.fail("an update built an overlay"))
+        for step in range(3):
+            ins, dele = _random_batch(rng, model, list(model.vlabels), ["E0", "E1"], [900 + step, 950 + step])
+            model.apply(ins, dele)
+            g.update(insert=_write_edges(tmp_path / f"i{step}.parquet", ins),
+                     delete=_write_edges(tmp_path / f"d{step}.parquet", dele))
+    fresh = _fresh(tmp_path, model, "fresh")
+    assert_same(g.store, fresh, model)
+    fresh.close()
+    st = g.store                                          # masked base segments: an LRU within a bound
+    for sid in list(st._virtual):
+        st.segment(sid)
+    held = sum(x[0].nbytes for x in st._masked.values())
+    assert st._masked and (len(st._masked) == 1 or held <= max(2 * st._base_max_segment_bytes, st.build_budget // 4))
+    g.close()
+
+
+def test_unchanged_vertex_labels_are_not_repeated_per_version(tmp_path):
+    g, model, rng = _small(tmp_path, seed=23)
+    g.update(insert=_write_edges(tmp_path / "a.parquet", [(0, 1, "E1")]))
+    g.update(insert=_write_edges(tmp_path / "b.parquet", [(2, 3, "E0"), (4, 999, "E0")]))   # a new vertex
+    entries = g.store.versions
+    assert "vertex_labels" not in entries[1] and "vertex_labels" in entries[2]
+    base = Store(g.path, version=1).manifest["vertex_labels"]
+    assert Store(g.path, version=2).manifest["vertex_labels"] == base
+    assert g.store.manifest["vertex_labels"]["unlabeled"] == base.get("unlabeled", 0) + 1
+    g.close()
+
+
+def test_lists_read_unchecked_check_their_offsets():
+    """An update reads base segments without the whole-segment check; the offsets it uses are checked."""
+    groups, ci = pcsr.build(np.array([1, 1, 2], np.int32), np.array([5, 6, 7], np.int32), 4)
+    owner, nb = lists_in([0], [1], [2], lambda k: (groups, ci), np.array([1, 2], np.int32))
+    assert owner.tolist() == [0, 0, 1] and nb.tolist() == [5, 6, 7]
+    bad = groups.copy()
+    bad[:, :-1, 1] = np.where(bad[:, :-1, 0] >= 0, 99, bad[:, :-1, 1])
+    with pytest.raises(StoreError, match="segment 0 holds values out of range"):
+        lists_in([0], [1], [2], lambda k: (bad, ci), np.array([1, 2], np.int32))
+
+
+def test_has_pairs_searches_lists_across_segments():
+    rng = np.random.default_rng(1)
+    k = np.unique((rng.integers(0, 50, 2000) << 32) | rng.integers(0, 500, 2000))
+    s, d = (k >> 32).astype(np.int32), (k & 0xFFFFFFFF).astype(np.int32)
+    segs = [pcsr.build(s[:1000], d[:1000], 4), pcsr.build(s[1000:], d[1000:], 4)]     # a list spans both
+    z = np.zeros(0, np.int64)
+    p = Partition("0:out", len(s), 0, 0, np.array([0, 1]), np.array([s[0], s[1000]]), np.array([s[999], s[-1]]),
+                  np.array([1000, len(s) - 1000]), z, z, z)
+    qs, qd = rng.integers(0, 55, 3000).astype(np.int32), rng.integers(0, 500, 3000).astype(np.int32)
+    want = np.isin((qs.astype(np.int64) << 32) | qd, k)
+    assert want.any() and (has_pairs_in(p, lambda i: segs[i], qs, qd) == want).all()
+
+
+def test_pair_groups_hash_as_pair_group():
+    rng = np.random.default_rng(3)
+    e, n = rng.integers(0, 5000, 3000), rng.integers(-1, 20000, 3000)
+    d = rng.choice(["o", "i", "u"], 3000)
+    want = [pair_group(int(a), b, int(c), 56) for a, b, c in zip(e, d, n)]
+    assert pairhash.pair_groups(e, d, n, 56).tolist() == want
+    words = ["", "a", "ab", "abc", "abcd", "abcde", "x|o|12345678"]
+    assert pairhash.murmur3(pa.array(words)).tolist() == [mmh3.hash(w, signed=False) for w in words]
 
 
 STEPS = ["delta-file", "delta-rename", "manifest-write", "manifest-rename"]

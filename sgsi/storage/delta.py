@@ -187,7 +187,7 @@ def write_manifest_atomic(path, manifest):
     tmp = os.path.join(path, f".{fmt.MANIFEST}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}")
     try:
         with open(tmp, "w") as f:
-            json.dump(manifest, f, indent=1, sort_keys=True)
+            f.write(json.dumps(manifest, sort_keys=True, separators=(",", ":")))    # the C encoder: no indent
             f.write("\n")
             f.flush()
             os.fsync(f.fileno())

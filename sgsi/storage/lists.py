@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..errors import StoreError
 from ..partition import pcsr
 
 _LOW = np.int64(0xFFFFFFFF)
@@ -22,6 +23,12 @@ def split_keys(keys):
     """(src, dst) int32 of :func:`pair_keys`."""
     keys = np.asarray(keys, np.int64)
     return (keys >> 32).astype(np.int32), (keys & _LOW).astype(np.int32)
+
+
+def sorted_unique(keys):
+    """``np.unique`` of int keys by a stable sort (linear on sorted runs) and a neighbour test."""
+    k = np.sort(np.asarray(keys), kind="stable")
+    return k[np.r_[True, k[1:] != k[:-1]]] if k.size else k
 
 
 def edge_order(s, d, l):
@@ -87,9 +94,11 @@ def net_events(versions):
 def lists_in(seg_ids, first, last, get, vertices):
     """Neighbour lists of sorted distinct ``vertices`` in the given segments.
 
-    ``get(seg)`` returns a segment's (groups, ci). Returns (owner, nb): for
-    each list entry the index into ``vertices`` of its vertex and the
-    neighbour, by owner (each list sorted, segments in order).
+    ``get(seg)`` returns a segment's (groups, ci), or (groups, ci, hidden):
+    the lists of the sorted vertices ``hidden`` are not there (a masked
+    segment read from its base). Returns (owner, nb): for each list entry
+    the index into ``vertices`` of its vertex and the neighbour, by owner
+    (each list sorted, segments in order).
     """
     vertices = np.asarray(vertices, np.int32)
     owners, nbs = [], []
@@ -97,10 +106,18 @@ def lists_in(seg_ids, first, last, get, vertices):
         lo = np.searchsorted(vertices, first, "left")
         hi = np.searchsorted(vertices, np.asarray(last, np.int64) + 1, "left")
         for k in np.flatnonzero(hi > lo):
-            groups, ci = get(int(seg_ids[k]))
+            groups, ci, *hidden = get(int(seg_ids[k]))
             a, b = int(lo[k]), int(hi[k])
-            st, en = pcsr.lookup(groups, vertices[a:b])
+            try:
+                st, en = pcsr.lookup(groups, vertices[a:b])
+            except IndexError:
+                st = en = np.full(1, -1)
             cnt = (en - st).astype(np.int64)
+            if int(st.min(initial=0)) < 0 or int(cnt.min(initial=0)) < 0 or int(en.max(initial=0)) > len(ci):
+                raise StoreError(f"damaged store: PCSR segment {int(seg_ids[k])} holds values out of range "
+                                 f"(run `sgsi info --verify` on it)")
+            if hidden and hidden[0] is not None:
+                cnt[np.isin(vertices[a:b], hidden[0])] = 0
             if not cnt.sum():
                 continue
             nbs.append(np.asarray(ci)[pcsr.ragged_indices(st, cnt)])
@@ -114,17 +131,53 @@ def lists_in(seg_ids, first, last, get, vertices):
 
 def partition_lists(store, p, vertices):
     """:func:`lists_in` over partition ``p`` of ``store`` (as the store presents it)."""
-    return lists_in(p.seg_ids, p.first_src, p.last_src, store.segment, vertices)
+    return lists_in(p.seg_ids, p.first_src, p.last_src, store.segment_lists, vertices)
 
 
 def has_pairs(store, p, src, dst):
     """Whether partition ``p`` of ``store`` holds each pair (src, dst)."""
+    return has_pairs_in(p, store.segment_lists, src, dst)
+
+
+def has_pairs_in(p, get, src, dst):
+    """Whether partition ``p``, its segments read with ``get(seg)`` (as :func:`lists_in`), holds
+    each pair (src, dst): a binary search of dst in src's sorted list, in each segment whose
+    range holds src (a loop over segments and halvings), reading O(log degree) of each list."""
     src, dst = np.asarray(src, np.int32), np.asarray(dst, np.int32)
-    if not len(src):
-        return np.zeros(0, bool)
-    verts = np.unique(src)
-    owner, nb = partition_lists(store, p, verts)
-    return np.isin(pair_keys(src, dst), pair_keys(verts[owner], nb))
+    out = np.zeros(len(src), bool)
+    if not len(src) or not len(p.seg_ids):
+        return out
+    o = np.argsort(src, kind="stable")
+    ss = src[o]
+    lo_k = np.searchsorted(ss, p.first_src, "left")
+    hi_k = np.searchsorted(ss, np.asarray(p.last_src, np.int64) + 1, "left")
+    for k in np.flatnonzero(hi_k > lo_k):
+        seg = int(p.seg_ids[k])
+        groups, ci, *hidden = get(seg)
+        rows = o[int(lo_k[k]):int(hi_k[k])]
+        try:
+            lo, en = pcsr.lookup(groups, src[rows])
+        except IndexError:
+            lo = en = np.full(1, -1)
+        if int(lo.min(initial=0)) < 0 or int((en - lo).min(initial=0)) < 0 or int(en.max(initial=0)) > len(ci):
+            raise StoreError(f"damaged store: PCSR segment {seg} holds values out of range "
+                             f"(run `sgsi info --verify` on it)")
+        if hidden and hidden[0] is not None:
+            en = np.where(np.isin(src[rows], hidden[0]), lo, en)
+        ci = np.asarray(ci)
+        d, hi = dst[rows], en.copy()
+        while True:                                        # a loop over halvings
+            act = np.flatnonzero(lo < hi)
+            if not act.size:
+                break
+            mid = (lo[act] + hi[act]) // 2
+            less = ci[mid] < d[act]
+            lo[act[less]] = mid[less] + 1
+            hi[act[~less]] = mid[~less]
+        hit = lo < en
+        hit[hit] = ci[lo[hit]] == d[hit]
+        out[rows] |= hit
+    return out
 
 
 def segment_pairs(groups, ci):

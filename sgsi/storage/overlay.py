@@ -31,7 +31,7 @@ import pyarrow as pa
 from ..errors import PatternError, StoreError
 from ..partition import pcsr
 from . import format as fmt
-from .lists import has_pairs, lists_in, net_events, pair_keys, split_keys
+from .lists import has_pairs, lists_in, net_events, pair_keys, sorted_unique, split_keys
 
 
 class VersionView:
@@ -115,20 +115,22 @@ class VersionView:
     def _build(self, key):
         st = self.store
         base = st._base_partition(key)
-        ak = np.unique(pair_keys(*self.pairs(key, *self.added)))
-        rk = np.setdiff1d(pair_keys(*self.pairs(key, *self.removed)), ak)
+        ak = sorted_unique(pair_keys(*self.pairs(key, *self.added)))
+        rk = sorted_unique(pair_keys(*self.pairs(key, *self.removed)))
+        rk = rk[~np.isin(rk, ak)]
         lab, direction = key.split(":")
         simple = lab != "any" and (st.undirected or direction != "both")
         if not simple and rk.size:
             rk = rk[~self._supported(key, rk)]
-        changed = np.unique(np.concatenate([ak >> 32, rk >> 32])).astype(np.int32)
+        changed = sorted_unique(np.concatenate([ak >> 32, rk >> 32])).astype(np.int32)
         if base is None:
             base = st._empty_partition(key)
         if not changed.size:
             return base
         owner, nb = lists_in(base.seg_ids, base.first_src, base.last_src, st._base_segment, changed)
         old_deg = np.bincount(owner, minlength=changed.size)
-        final = np.union1d(np.setdiff1d(pair_keys(changed[owner], nb), rk, assume_unique=True), ak)
+        kept = pair_keys(changed[owner], nb)                 # sorted: lists by owner, each sorted
+        final = sorted_unique(np.concatenate([kept[~np.isin(kept, rk)], ak]))
         fs, fd = split_keys(final)
         new_deg = np.bincount(np.searchsorted(changed, fs), minlength=changed.size)
         seg_ids, first, last, seg_edges = self._segments(base, changed, fs, fd)

@@ -226,7 +226,7 @@ class Store:
             raise StoreError(f"store {self.path} has no version {version} (it holds versions "
                              f"{self.base_version}..{newest})")
         self.version = version
-        self._virtual, self._vindex = {}, {}
+        self._virtual, self._vindex, self._masked = {}, {}, {}
         self._next_segment, self._next_index = self._n_base_segments, self._n_base_index
         self._base_parts = {}
         self._view = None
@@ -256,10 +256,14 @@ class Store:
         self.max_segment_bytes = max(self.max_segment_bytes, step * (4 + 8 * self.theta))
 
     def version_entry(self, version) -> dict:
-        """The manifest's entry of one version (counts, label dictionaries, its delta's files)."""
-        for e in self.versions:
+        """The manifest's entry of one version (counts, label dictionaries, its delta's files); an
+        update leaves out ``vertex_labels`` when unchanged: the latest entry before it that has them."""
+        for i, e in enumerate(self.versions):
             if int(e["version"]) == int(version):
-                return e
+                if "vertex_labels" in e:
+                    return e
+                had = [x for x in self.versions[:i] if "vertex_labels" in x]
+                return {**e, "vertex_labels": (had[-1] if had else self._base_manifest)["vertex_labels"]}
         raise StoreError(f"store {self.path} has no version {version}")
 
     def at_version(self, version):
@@ -479,13 +483,23 @@ class Store:
             groups, ci, base, verts, ng, ne = self._virtual[seg_id]
         except KeyError:
             raise StoreError(f"store {self.path} has no segment {seg_id}") from None
-        if groups is None:
-            groups, ci = self._base_segment(base)
-            groups = groups.copy()
-            ids = groups[:, :-1, 0]
-            ids[np.isin(ids, verts)] = -1
-            with self._lock:
-                self._virtual[seg_id] = (groups, ci, base, verts, ng, ne)
+        if groups is not None:
+            return groups, ci
+        with self._lock:
+            hit = self._masked.pop(seg_id, None)
+            if hit is not None:
+                self._masked[seg_id] = hit                  # the most recent
+                return hit
+        groups, ci = self._base_segment(base)
+        groups = groups.copy()
+        ids = groups[:, :-1, 0]
+        ids[np.isin(ids, verts)] = -1
+        with self._lock:
+            self._masked[seg_id] = (groups, ci)
+            # Masked copies are kept within a quarter of the build's budget (at least two segments).
+            cap = max(2 * self._base_max_segment_bytes, self.build_budget // 4)
+            while len(self._masked) > 1 and sum(g.nbytes for g, _c in self._masked.values()) > cap:
+                self._masked.pop(next(iter(self._masked)))  # the least recent
         return groups, ci
 
     def reads_direct_segment(self, seg_id: int) -> bool:
@@ -496,18 +510,25 @@ class Store:
     def vertex_label_ids(self, dense) -> np.ndarray:
         """Label ids (int32, -1: none) of dense vertex ids, read by vertex segment."""
         dense = np.asarray(dense, np.int64)
-        out = np.full(dense.size, -1, np.int32)
         if not dense.size:
-            return out
+            return np.zeros(0, np.int32)
         step = self.sig_segment_vertices
         seg = dense // step
-        order = np.argsort(seg, kind="stable")
-        cuts = np.flatnonzero(np.r_[True, seg[order][1:] != seg[order][:-1]])
-        for a, b in zip(cuts.tolist(), np.r_[cuts[1:], order.size].tolist()):    # a loop over segments
-            rows = order[a:b]
-            k = int(seg[rows[0]])
-            out[rows] = self.vertex_labels(k)[dense[rows] - k * step]
-        return out
+        used = np.flatnonzero(np.bincount(seg))
+        parts = [self.vertex_labels(k) for k in used.tolist()]           # a loop over segments
+        at = np.zeros(int(used[-1]) + 1, np.int64)
+        at[used] = np.cumsum([0] + [len(p) for p in parts[:-1]])
+        return np.concatenate(parts).astype(np.int32, copy=False)[at[seg] + dense - seg * step]
+
+    def segment_lists(self, seg_id: int):
+        """(groups, ci, hidden) to read a segment's lists with: a masked one is its base segment,
+        less the lists of the sorted vertices ``hidden`` (None for the others); no masked copy."""
+        if seg_id >= self._n_base_segments:
+            groups, ci, base, verts, _ng, _ne = self._virtual[int(seg_id)]
+            if base is not None:
+                return (*self._base_segment(base), verts)
+            return groups, ci, None
+        return (*self._base_segment(seg_id), None)
 
     def segment(self, seg_id: int):
         """(groups, ci) of a segment: views over the memory-mapped files, or arrays in memory
@@ -520,7 +541,9 @@ class Store:
             return self._virtual_segment(int(seg_id))
         return self._base_segment(seg_id)
 
-    def _base_segment(self, seg_id: int):
+    def _base_segment(self, seg_id: int, check=True):
+        """``check=False``: not checked whole (nor kept) when first read, for a few lists whose
+        offsets :func:`~.lists.lists_in` checks (an update: a whole check would read every segment)."""
         hit = self._segments.get(seg_id)
         if hit is not None:
             return hit
@@ -528,6 +551,8 @@ class Store:
         groups = self._column("pcsr_groups.arrow", seg_id, rows=group_rows)
         ci = self._column("pcsr_ci.arrow", seg_id, rows=ci_rows)
         groups = groups.reshape(-1, self.theta, 2)
+        if not check:
+            return groups, ci
         self.check_segment(seg_id, groups)
         self._segments[seg_id] = (groups, ci)   # views: they cost no memory of their own
         return groups, ci

@@ -1,10 +1,11 @@
 """Applying one batch of updates: the net change against the newest version, written as a delta.
 
 Deletions apply before insertions. The net edges come from looking the
-batch's edges up in the store (the lists of their sources only); the new
-signatures from the lists of the vertices whose neighbourhood changed, in
-each label's ``out`` and ``in`` partitions, less the deleted edges plus the
-inserted ones. The delta and the manifest are written by :mod:`.delta`.
+batch's edges up in the store (the base lists of their sources, and the net
+change since the base); the new signatures from the lists of the vertices
+whose neighbourhood changed, in each label's ``out`` and ``in`` partitions,
+read the same way (:mod:`.touched`). The delta and the manifest are written
+by :mod:`.delta`.
 """
 
 from __future__ import annotations
@@ -15,13 +16,9 @@ import time
 import numpy as np
 
 from ..errors import InputError
-from ..partition import signatures
-from . import delta
-from .lists import canonical, edge_isin, has_pairs, pair_keys, partition_lists, unique_edges
+from . import delta, touched
+from .lists import canonical, edge_isin, unique_edges
 from .update_inputs import Inputs
-
-#: Vertices whose signatures are counted at once.
-_SIGNATURE_BLOCK = 1 << 16
 
 
 def update_store(path, insert=None, delete=None, vertices=None, *, src="src", dst="dst", label=None, id="id",
@@ -48,6 +45,8 @@ class _Update:
         self.st, self.inp = store, inputs
         self.n = store.n_vertices
         self.n_labels = len(inputs.elabels) if inputs.has_labels else 1
+        v = store._view                                  # the net change since the base
+        self.net = (v.added, v.removed) if v is not None else ((np.zeros(0, np.int32),) * 3,) * 2
 
     def run(self, insert, delete, vertices):
         st, inp = self.st, self.inp
@@ -64,9 +63,13 @@ class _Update:
         n_new = len(inp.new_ids)
         changed = np.unique(np.concatenate([ins_net[0], ins_net[1], del_net[0], del_net[1],
                                             np.arange(self.n, self.n + n_new, dtype=np.int32)])).astype(np.int32)
-        words = self._signatures(changed, ins_net, del_net, self._labels_of, len(inp.vlabels) + len(inp.new_vlabels))
+        n_lab = max(self.n_labels, int(ins_net[2].max()) + 1 if len(ins_net[2]) else 0)
+        words = touched.signatures_of(st, changed, self.net, (ins_net, del_net), n_lab, self._labels_of,
+                                      len(inp.vlabels) + len(inp.new_vlabels))
         version = int(st.versions[-1]["version"]) + 1
         entry = self._entry(version, ins_net, del_net)
+        if entry["vertex_labels"] == st.manifest["vertex_labels"]:
+            del entry["vertex_labels"]              # unchanged: the manifest grows by the batch, not the labels
         summary = {"version": version, **entry["changes"], "new_edge_labels": len(inp.new_elabels),
                    "vertices": entry["vertices"], "edges": entry["edges"]}
         entry["changes"].update(already_present=int(i_there.sum()) + len(edges["ins"][0]) - len(i_s),
@@ -114,12 +117,9 @@ class _Update:
 
     def _present(self, s, d, l):
         """Whether each edge is in the store at this version."""
-        st = self.st
         out = np.zeros(len(s), bool)
         known = (s < self.n) & (d < self.n) & (l < self.n_labels)
-        for lab in np.unique(l[known]).tolist():              # a loop over labels
-            rows = np.flatnonzero(known & (l == lab))
-            out[rows] = has_pairs(st, st.partition(lab, "out"), s[rows], d[rows])
+        out[known] = touched.present(self.st, self.net, s[known], d[known], l[known])
         return out
 
     def _labels_of(self, v):
@@ -130,60 +130,3 @@ class _Update:
         out[old] = self.st.vertex_label_ids(v[old])
         out[~old] = self.inp.new_labels[v[~old] - self.n]
         return out
-
-    def _signatures(self, changed, ins, dele, labels_of, n_vlabels):
-        """The signatures (rows of words) of ``changed`` after the update: per label and direction,
-        their lists now (only theirs are read), less the deleted edges, plus the inserted ones."""
-        st = self.st
-        und = st.undirected
-        known = changed[changed < self.n]
-        n_old = self.n_labels
-        n_lab = max(n_old, int(ins[2].max()) + 1 if len(ins[2]) else 0)
-        groups = signatures.n_groups(st.signature_bits, st.label_bits)
-        dirs = (("out", signatures.UNDIRECTED),) if und else (("out", signatures.OUT), ("in", signatures.IN))
-        parts = []
-        for lab in range(n_lab):                                      # a loop over labels
-            im, dm = ins[2] == lab, dele[2] == lab
-            for direction, code in dirs:
-                if lab < n_old:
-                    owner, nb = partition_lists(st, st.partition(lab, direction), known)
-                    v = known[owner]
-                else:
-                    v = nb = np.zeros(0, np.int32)
-                dv, dn = _orient(dele[0][dm], dele[1][dm], direction, und)
-                if dv.size:
-                    keep = ~np.isin(pair_keys(v, nb), pair_keys(dv, dn))
-                    v, nb = v[keep], nb[keep]
-                iv, inb = _orient(ins[0][im], ins[1][im], direction, und)
-                v, nb = np.concatenate([v, iv]), np.concatenate([nb, inb])
-                if v.size:
-                    table = np.array([signatures.pair_group(lab, code, x - 1, groups)      # per vertex label
-                                      for x in range(n_vlabels + 1)], np.int64)
-                    parts.append((np.searchsorted(changed, v), nb, table))
-        words = np.zeros((changed.size, st.n_signature_words), np.uint32)
-        vl = labels_of(changed)
-        table_bits = signatures.label_bit_table(n_vlabels, st.label_bits)
-        if not parts:
-            return signatures.words_from_counts(np.zeros((changed.size, groups), np.int64), vl, st.signature_bits,
-                                                st.label_bits, table_bits) if changed.size else words
-        nl = labels_of(np.concatenate([p[1] for p in parts])) + 1     # the neighbours' labels, at once
-        cuts = np.cumsum([0] + [p[1].size for p in parts])
-        key = np.concatenate([p[0] * groups + p[2][nl[a:b]] for p, a, b in zip(parts, cuts[:-1], cuts[1:])])
-        block = max(1, min(changed.size, _SIGNATURE_BLOCK))
-        if block < changed.size:
-            key = np.sort(key)
-        for a0 in range(0, changed.size, block):                      # blocks of vertices
-            b0 = min(changed.size, a0 + block)
-            lo, hi = (0, key.size) if block == changed.size else np.searchsorted(key, [a0 * groups, b0 * groups])
-            counts = np.bincount(key[lo:hi] - a0 * groups, minlength=(b0 - a0) * groups)
-            words[a0:b0] = signatures.words_from_counts(counts.reshape(b0 - a0, groups), vl[a0:b0],
-                                                        st.signature_bits, st.label_bits, table_bits)
-        return words
-
-
-def _orient(s, d, direction, undirected):
-    """Edges (s, d) as (vertex, neighbour) of the lists of ``direction`` (both ends when undirected)."""
-    if undirected:
-        loop = s == d
-        return np.concatenate([s, d[~loop]]), np.concatenate([d, s[~loop]])
-    return (s, d) if direction == "out" else (d, s)
