@@ -158,8 +158,8 @@ class Graph:
     def _check_newest(self):
         """Sharded queries open the store by path on the workers, at its newest version."""
         newest = int(self.store.versions[-1]["version"])
-        from .storage.store import _read_manifest
-        versions = _read_manifest(self.path, check_files=False).get("versions")
+        from .storage.manifest import read_manifest
+        versions = read_manifest(self.path, check_files=False).get("versions")
         if versions:
             newest = int(versions[-1]["version"])
         if self.store.version != newest:

@@ -422,7 +422,7 @@ def test_seeded_and_unseeded_anchors(tmp_path, patched):
     loops = [(3, 3, "E0"), (5, 5, "E1"), (7, 7, "E0")]
     v.close()
     v = Versions(tmp_path / "l", v.old_edges + loops[:2], v.new_edges + loops[1:], v.vlabels_old, v.vlabels_new)
-    g = patched(v)
+    patched(v)
     try:
         for p in ["(a)-[:E0]->(b)<-[:E1]-(a)", "(a)-[:E0]->(b)-->(a), (b)-->(c)", "(a)-[:E0]->(b)-->(c)",
                   "(a)-->(b)-->(c)-->(a), (c)-[:E1]->(d)"]:

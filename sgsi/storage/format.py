@@ -25,7 +25,9 @@ from __future__ import annotations
 import json
 import os
 import zlib
+from dataclasses import dataclass
 
+import numpy as np
 import pyarrow as pa
 
 FORMAT_VERSION = 1
@@ -38,6 +40,37 @@ DIRECTIONS = ("out", "in", "both")
 
 def partition_key(label_id: int, direction: str) -> str:
     return f"{'any' if label_id == ANY_LABEL else label_id}:{direction}"
+
+
+#: The Arrow files a store needs, with the columns each must have.
+ARROW_FILES = {
+    "segments.arrow": ("partition", "first_src", "last_src", "edges", "groups"),
+    "pcsr_groups.arrow": None,
+    "pcsr_ci.arrow": None,
+    "vindex.arrow": None,
+    "vindex_batches.arrow": ("partition", "first_vertex", "last_vertex", "rows"),
+    "vertex_ids.arrow": None,
+    "vertex_labels.arrow": None,
+    "signatures.arrow": None,
+}
+#: Every file a store needs.
+STORE_FILES = tuple(sorted(ARROW_FILES)) + ("vertices.parquet",)
+
+@dataclass
+class Partition:
+    """The segments of one edge-label partition P(G, l) in one direction."""
+
+    key: str
+    edges: int
+    vertices: int
+    max_degree: int
+    seg_ids: np.ndarray      # global segment numbers, in order
+    first_src: np.ndarray    # per segment
+    last_src: np.ndarray
+    seg_edges: np.ndarray
+    idx_batches: np.ndarray  # global vindex batch numbers, in order
+    idx_first: np.ndarray
+    idx_last: np.ndarray
 
 
 def file_crc32(path: str, chunk: int = 1 << 22) -> str:

@@ -135,8 +135,7 @@ class VersionView:
         new_deg = np.bincount(np.searchsorted(changed, fs), minlength=changed.size)
         seg_ids, first, last, seg_edges = self._segments(base, changed, fs, fd)
         idx_ids, idx_first, idx_last = self._index(base, changed, new_deg)
-        from .store import Partition
-        return Partition(key, int(base.edges + new_deg.sum() - old_deg.sum()),
+        return fmt.Partition(key, int(base.edges + new_deg.sum() - old_deg.sum()),
                          int(base.vertices + (new_deg > 0).sum() - (old_deg > 0).sum()),
                          int(max(base.max_degree, new_deg.max(initial=0))), seg_ids, first, last, seg_edges,
                          idx_ids, idx_first, idx_last)

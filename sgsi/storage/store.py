@@ -28,60 +28,36 @@ from __future__ import annotations
 
 import copy
 import itertools
-import json
 import os
 import threading
-from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
 
 from ..errors import PatternError, StoreError
 from . import format as fmt
+from .format import ARROW_FILES, Partition
+from .manifest import count_field as _count
+from .manifest import first_line as _first_line
+from .manifest import identity as _identity
+from .manifest import int_column as _ints
+from .manifest import label_key as _label_key
+from .manifest import read_manifest as _read_manifest
+from .manifest import verify_files  # noqa: F401 - the CLI's and tests' import
+from .manifest import what_field as _what
+from .reads import READ_ERRORS as _READ_ERRORS
+from .reads import Reading as _Reading
+from .reads import pread as _pread
+from .reads import pread_threads as _pread_threads
 
 
-@dataclass
-class Partition:
-    """The segments of one edge-label partition P(G, l) in one direction."""
-
-    key: str
-    edges: int
-    vertices: int
-    max_degree: int
-    seg_ids: np.ndarray      # global segment numbers, in order
-    first_src: np.ndarray    # per segment
-    last_src: np.ndarray
-    seg_edges: np.ndarray
-    idx_batches: np.ndarray  # global vindex batch numbers, in order
-    idx_first: np.ndarray
-    idx_last: np.ndarray
-
-
-#: The Arrow files a store needs, with the columns each must have.
-ARROW_FILES = {
-    "segments.arrow": ("partition", "first_src", "last_src", "edges", "groups"),
-    "pcsr_groups.arrow": None,
-    "pcsr_ci.arrow": None,
-    "vindex.arrow": None,
-    "vindex_batches.arrow": ("partition", "first_vertex", "last_vertex", "rows"),
-    "vertex_ids.arrow": None,
-    "vertex_labels.arrow": None,
-    "signatures.arrow": None,
-}
-#: Every file a store needs.
-STORE_FILES = tuple(sorted(ARROW_FILES)) + ("vertices.parquet",)
 #: Files whose batches can also be read with pread(2) instead of through the memory map.
 _READ_DIRECT = ("pcsr_groups.arrow", "pcsr_ci.arrow")
 #: Bytes one pread(2) call reads; larger reads are cut into pieces read by several threads.
 _PREAD_PIECE = 8 << 20
-_pread_pool = None
 _OPENINGS = itertools.count()
-_pread_lock = threading.Lock()
 #: Files read whole on open, so checked against their checksums then.
 _CHECKED_ON_OPEN = ("segments.arrow", "vindex_batches.arrow")
-#: Errors of reading a damaged file (Arrow raises several kinds).
-_READ_ERRORS = (pa.ArrowException, OSError, ValueError, KeyError, IndexError, TypeError, SystemError,
-                UnicodeDecodeError, OverflowError)
 
 
 class Store:
@@ -800,139 +776,3 @@ class Store:
         self._partitions = {}
         self._segments = {}
         self._vid = None
-
-
-def _pread_threads():
-    global _pread_pool
-    with _pread_lock:
-        if _pread_pool is None:
-            from concurrent.futures import ThreadPoolExecutor
-            _pread_pool = ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1),
-                                             thread_name_prefix="sgsi-pread")
-        return _pread_pool
-
-
-def _pread(out, fd, offset, at, n):
-    """Read n bytes of file ``fd`` at ``offset`` into ``out[at:at+n]`` (all of them, or an OSError)."""
-    view = memoryview(out)[at:at + n]
-    while len(view):
-        got = os.preadv(fd, [view], offset)
-        if got <= 0:
-            raise OSError(f"short read at offset {offset}")
-        view, offset = view[got:], offset + got
-
-
-class _Reading:
-    """``with store._reading(name):`` turns errors of reading ``name`` into a StoreError naming it."""
-
-    __slots__ = ("name", "store")
-
-    def __init__(self, store, name):
-        self.store, self.name = store, name
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, kind, exc, tb):
-        if exc is not None and isinstance(exc, _READ_ERRORS) and not isinstance(exc, StoreError):
-            raise StoreError(f"damaged store {self.store.path}: cannot read {self.name}: "
-                             f"{_first_line(exc)}") from None
-        return False
-
-
-def verify_files(path, manifest=None):
-    """Check every file of the store at ``path`` against the sizes and checksums of its manifest.
-
-    Works on a store too damaged to open; raises StoreError naming the
-    first bad file.
-    """
-    path = os.fspath(path)
-    if manifest is None:
-        manifest = _read_manifest(path, check_files=False)
-    for name, info in manifest["files"].items():
-        fp = os.path.join(path, name)
-        try:
-            size = os.path.getsize(fp)
-            crc = fmt.file_crc32(fp)
-        except OSError as e:
-            raise StoreError(f"damaged store {path}: cannot read {name}: {e.strerror or e}") from None
-        if size != info["bytes"]:
-            raise StoreError(f"damaged store {path}: {name} has {size} bytes, manifest says {info['bytes']}")
-        if crc != info["crc32"]:
-            raise StoreError(f"damaged store {path}: {name} fails its checksum "
-                             f"(crc32 {crc}, manifest says {info['crc32']})")
-
-
-def _identity(path):
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return st.st_dev, st.st_ino
-
-
-def _first_line(e) -> str:
-    text = str(e).strip()
-    return text.splitlines()[0] if text else type(e).__name__
-
-
-def _what(e) -> str:
-    if isinstance(e, KeyError):
-        return repr(e.args[0]) if e.args else "a field"
-    return f"a field ({_first_line(e)})"
-
-
-def _count(value, what) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ValueError(f"{what} = {value!r}")
-    return value
-
-
-def _ints(column) -> np.ndarray:
-    if column.null_count:
-        raise ValueError("null values")
-    return column.to_numpy()
-
-
-def _label_key(v) -> str:
-    return str(v)
-
-
-def _read_manifest(path, check_files=True):
-    if not os.path.isdir(path):
-        raise StoreError(f"no graph store at {path}" + (" (it is a file)" if os.path.exists(path) else ""))
-    mpath = os.path.join(path, fmt.MANIFEST)
-    if not os.path.isfile(mpath):
-        raise StoreError(f"{path} is not a graph store: {fmt.MANIFEST} is missing")
-    try:
-        with open(mpath, encoding="utf-8") as f:
-            m = json.load(f)
-    except (ValueError, UnicodeDecodeError, RecursionError) as e:
-        raise StoreError(f"damaged store {path}: {fmt.MANIFEST} is not valid JSON ({_first_line(e)})") from None
-    except OSError as e:
-        raise StoreError(f"cannot read {os.path.join(path, fmt.MANIFEST)}: {e.strerror or e}") from None
-    if not isinstance(m, dict) or m.get("format") != "sgsi-store":
-        raise StoreError(f"{path} is not a graph store: {fmt.MANIFEST} is not an sgsi manifest")
-    if m.get("version") != fmt.FORMAT_VERSION:
-        raise StoreError(f"store {path} has format version {m.get('version')}; this sgsi reads version "
-                         f"{fmt.FORMAT_VERSION} (rebuild the store)")
-    files = m.get("files")
-    if not isinstance(files, dict):
-        raise StoreError(f"damaged store {path}: {fmt.MANIFEST} lists no files")
-    for name in STORE_FILES:
-        if name not in files:
-            raise StoreError(f"damaged store {path}: {fmt.MANIFEST} does not list {name}")
-    for name, info in files.items():
-        if (not isinstance(name, str) or os.path.basename(name) != name or name in (".", "..")
-                or not isinstance(info, dict) or not isinstance(info.get("bytes"), int)
-                or not isinstance(info.get("crc32"), str)):
-            raise StoreError(f"damaged store {path}: {fmt.MANIFEST} has a bad entry for file {name!r}")
-        if not check_files:
-            continue
-        fp = os.path.join(path, name)
-        if not os.path.isfile(fp):
-            raise StoreError(f"damaged store {path}: {name} is missing")
-        size = os.path.getsize(fp)
-        if size != info["bytes"]:
-            raise StoreError(f"damaged store {path}: {name} has {size} bytes, manifest says {info['bytes']}")
-    return m

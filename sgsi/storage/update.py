@@ -24,12 +24,13 @@ from .update_inputs import Inputs
 def update_store(path, insert=None, delete=None, vertices=None, *, src="src", dst="dst", label=None, id="id",
                  vertex_label=None):
     """Apply one batch of updates to the store at ``path``; returns a summary dict (see :meth:`sgsi.Graph.update`)."""
-    from .store import Store, _read_manifest
+    from .manifest import read_manifest
+    from .store import Store
     path = os.fspath(path)
     if insert is None and delete is None and vertices is None:
         raise InputError("nothing to update: give insert, delete or vertices files")
     t0 = time.perf_counter()
-    _read_manifest(path, check_files=False)          # no store there: a StoreError before any lock
+    read_manifest(path, check_files=False)          # no store there: a StoreError before any lock
     with delta.writer_lock(path):
         store = Store(path)
         try:

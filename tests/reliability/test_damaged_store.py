@@ -22,7 +22,7 @@ import reliability_helpers as rh
 import sgsi
 from sgsi.cli import main as cli_main
 from sgsi.errors import StoreError
-from sgsi.storage.store import STORE_FILES
+from sgsi.storage.format import STORE_FILES
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PATTERNS = ["(a)-[:E0]->(b)", "(a:0)-[:E0]->(b)-[:E1]->(c:1)", "(a)--(b)--(c), (a)--(c)", "(x:1)"]
