@@ -175,6 +175,31 @@ def test_seeded_shards_partition_the_first_steps_matches(graphs):
     assert len(full) > 4
 
 
+def test_seed_depth_deepens_to_ample_rows(monkeypatch):
+    """The least depth with AMPLE_ROWS_PER_TASK a task; else the deepest with SEED_ROWS_PER_TASK
+    within MAX_SEED_ROWS; each depth joined from the last one's rows."""
+    from types import SimpleNamespace
+    monkeypatch.setattr(shard_mod, "SEED_ROWS_PER_TASK", 2)
+    monkeypatch.setattr(shard_mod, "AMPLE_ROWS_PER_TASK", 10)
+    plan = SimpleNamespace(order=list(range(8)), factored=0)
+
+    def run(counts):
+        seen = []
+
+        def prefix(depth, seed):
+            seen.append(len(seed))
+            n = counts[depth - 1]
+            yield {u: np.arange(n, dtype=np.int32) for u in range(depth + 1)}
+        out = shard_mod.split_rows(plan, prefix, 4)
+        assert seen == [0] + list(range(2, len(seen) + 1))          # depth d from depth d - 1's rows
+        return out if not out else (len(out[0].seed), sum(s.seed[0][1].size for s in out))
+    assert run([3, 30, 9, 500, 7]) == (5, 500)                      # 40 rows ample: stops at 500
+    assert run([3, 9, 12, 30, 20, 10]) == (7, 10)                   # none ample: the deepest with 8
+    monkeypatch.setattr(shard_mod, "MAX_SEED_ROWS", 100)
+    assert run([3, 12, 101]) == (3, 12)                             # too many: the depth before
+    assert run([3, 101]) is None and run([3, 0]) == []
+
+
 # ---------------------------------------------------------------------------
 # Exact: counts and rows
 # ---------------------------------------------------------------------------
