@@ -16,6 +16,7 @@ after (other jobs may share it).
     python bench/scale_out.py --device gpu --workers 1 2 4 --set yeast --set hprd-hard --long 8 \\
         --pick-from bench/results/hard_yeast_gpu.csv --pick-from bench/results/hard_hprd-hard_gpu.csv \\
         --out bench/results/scale_out_gpu.md                            # dask-cuda, one worker a GPU
+    ... --tasks-per-worker 8 --rows-per-task 16     # the split before e942b68, for a before/after
 
 Data sets: ``$SGSI_BENCHMARKS/<set>``, else /work/shared/benchmarks/<set>, else tests/data/benchmarks/<set>.
 """
@@ -38,6 +39,8 @@ C.ensure_importable()
 import sgsi  # noqa: E402
 from hard import data_dir, group_of, pick  # noqa: E402
 from sgsi.errors import Cancelled  # noqa: E402
+from sgsi.join import shard  # noqa: E402
+from sgsi.shard import driver  # noqa: E402
 from sgsi.shard.cluster import connect  # noqa: E402
 
 FIELDS = ["set", "query", "group", "kind", "count", "expected", "one_process_s", "tasks"]
@@ -126,9 +129,15 @@ def main(argv=None):
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--repeat", type=int, default=2, help="runs a query and size; the least time is kept")
     p.add_argument("--memory-budget", default=None)
+    p.add_argument("--tasks-per-worker", type=int, help="the driver's tasks a worker (default: sgsi's, by device)")
+    p.add_argument("--rows-per-task", type=int, help="partial matches a task where the driver can (default: sgsi's)")
     p.add_argument("--out", default=None, help="markdown (default bench/results/scale_out_<device>.md)")
     args = p.parse_args(argv)
     args.out = args.out or os.path.join(C.RESULTS_DIR, f"scale_out_{args.device}.md")
+    if args.tasks_per_worker:
+        driver.TASKS_PER_WORKER = dict.fromkeys(driver.TASKS_PER_WORKER, args.tasks_per_worker)
+    if args.rows_per_task:
+        shard.AMPLE_ROWS_PER_TASK = args.rows_per_task
     start = C.machine()
     cores = {k: capacity(k) for k in args.workers}
     C.say(f"cores available to k processes: {cores}")
@@ -196,7 +205,8 @@ def report(args, rows, starts, m, cores, cores_after):
            "`python bench/scale_out.py " + " ".join(sys.argv[1:]) + "`", "", C.machine_md(m),
            f"- clusters: `LocalCluster` of single-threaded worker processes (GPU: dask-cuda's LocalCUDACluster), "
            f"started in {', '.join(f'{starts[k]:.1f} s ({k})' for k in ks if k in starts)} and not in the times; "
-           f"{rows[0]['tasks'] if rows else '?'} tasks a query on the last; one process and each cluster in "
+           f"{rows[0]['tasks'] if rows else '?'} tasks a query on the last ({driver.tasks_per_worker(args.device)} a "
+           f"worker, seeds deepened to {shard.AMPLE_ROWS_PER_TASK} partial matches a task); one process and each cluster in "
            f"turn, query by query, the least of {args.repeat} rounds",
            f"- budget: {args.memory_budget or 'the default'} per process; every count equal to one process's "
            f"and to the set's expected count",

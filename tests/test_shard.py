@@ -166,11 +166,38 @@ def test_seeded_shards_partition_the_first_steps_matches(graphs):
     assert set(got.values()) == {1}
     # Between the prefix's own matches and the full matches' prefixes (refined sets prune some).
     names = [parse_pattern(p).vertices[u].name for u in vertices]
-    sub = ", ".join(f"({x})-->({y})" for x, y in zip(names, names[1:]))      # the path's first vertices
+    path = "abcd"
+    sub = ", ".join(f"({x})-->({y})" for x, y in zip(path, path[1:]) if x in names and y in names)
+    at = [[v.name for v in parse_pattern(sub).vertices].index(x) for x in names]     # sub's tuples, as seeds
     seeds = {tuple(g.store.vertex_ids(np.array(row, np.int32)).to_pylist()) for row in got}
     full = {tuple(m[u] for u in vertices) for m in oracle_matches(edges, vlabels, p)}
-    assert full <= seeds <= set(oracle_matches(edges, vlabels, sub))       # sub's vertices: names, in order
+    assert full <= seeds <= {tuple(m[i] for i in at) for m in oracle_matches(edges, vlabels, sub)}
     assert len(full) > 4
+
+
+def test_seed_depth_deepens_to_ample_rows(monkeypatch):
+    """The least depth with AMPLE_ROWS_PER_TASK a task; else the deepest with SEED_ROWS_PER_TASK
+    within MAX_SEED_ROWS; each depth joined from the last one's rows."""
+    from types import SimpleNamespace
+    monkeypatch.setattr(shard_mod, "SEED_ROWS_PER_TASK", 2)
+    monkeypatch.setattr(shard_mod, "AMPLE_ROWS_PER_TASK", 10)
+    plan = SimpleNamespace(order=list(range(8)), factored=0)
+
+    def run(counts):
+        seen = []
+
+        def prefix(depth, seed):
+            seen.append(len(seed))
+            n = counts[depth - 1]
+            yield {u: np.arange(n, dtype=np.int32) for u in range(depth + 1)}
+        out = shard_mod.split_rows(plan, prefix, 4)
+        assert seen == [0] + list(range(2, len(seen) + 1))          # depth d from depth d - 1's rows
+        return out if not out else (len(out[0].seed), sum(s.seed[0][1].size for s in out))
+    assert run([3, 30, 9, 500, 7]) == (5, 500)                      # 40 rows ample: stops at 500
+    assert run([3, 9, 12, 30, 20, 10]) == (7, 10)                   # none ample: the deepest with 8
+    monkeypatch.setattr(shard_mod, "MAX_SEED_ROWS", 100)
+    assert run([3, 12, 101]) == (3, 12)                             # too many: the depth before
+    assert run([3, 101]) is None and run([3, 0]) == []
 
 
 # ---------------------------------------------------------------------------

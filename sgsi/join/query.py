@@ -262,8 +262,9 @@ class Query:
 
     def _split(self, backend, plan, budget, tasks):
         """By the partial matches of the first vertices where they cut well, else by candidate ranges."""
-        engine = Engine(self.store, plan, backend, budget)
-        out = split_rows(plan, engine.prefix, tasks)
+        def prefix(depth, seed):
+            return Engine(self.store, plan, backend, budget, seed=seed).prefix(depth)
+        out = split_rows(plan, prefix, tasks)
         return split(self.store, plan, backend, tasks) if out is None else out
 
     # -- the parts --------------------------------------------------------------------

@@ -31,8 +31,11 @@ from .stream import degree_index
 
 #: Fewest candidates (refined) a second vertex needs to be cut by.
 MIN_CANDIDATES = 4
-#: Partial matches a task gets at least when a query is split by them (more: a finer balance).
+#: Partial matches a task gets at least when a query is split by them.
 SEED_ROWS_PER_TASK = 16
+#: Partial matches a task gets where the driver can: it joins deeper until it has these, so that
+#: a heavy partial match splits over the tasks (at 16 a task, one held 27% of a query's work).
+AMPLE_ROWS_PER_TASK = 512
 #: Most partial matches the driver makes to split a query by them (else it cuts candidate ranges).
 MAX_SEED_ROWS = 1 << 20
 
@@ -77,30 +80,40 @@ def split_rows(plan, prefix, tasks: int):
     """``tasks`` shards of ``plan`` (a refined one) by the partial matches of its order's first
     vertices, or None where those are too few or too many to cut.
 
-    ``prefix(depth)`` yields the partial matches of the first ``depth + 1`` vertices in host
-    chunks (:meth:`~sgsi.join.engine.Engine.prefix`); the least depth that gives
-    :data:`SEED_ROWS_PER_TASK` a task is taken, at most the core's last but one, so that every
-    task joins. The rows are shuffled (with a fixed seed) before they are cut into equal
-    slices: a heavy vertex's rows are spread over the tasks. Each match extends exactly one
-    partial match, so the tasks partition the matches."""
+    ``prefix(depth, seed)`` yields the partial matches of the first ``depth + 1`` vertices in
+    host chunks, joined from ``seed``, those of the first ``depth`` (``()``: from the roots;
+    :meth:`~sgsi.join.engine.Engine.prefix`); the least depth that gives
+    :data:`AMPLE_ROWS_PER_TASK` a task is taken, else the deepest with
+    :data:`SEED_ROWS_PER_TASK` a task and at most :data:`MAX_SEED_ROWS` in all, at most the
+    core's last but one, so that every task joins. The rows are shuffled (with a fixed seed)
+    before they are cut into equal slices: a heavy vertex's rows are spread over the tasks.
+    Each match extends exactly one partial match, so the tasks partition the matches."""
     core = len(plan.order) - plan.factored
+    rows, best = (), None           # ((u, column), ...) of the last depth; (rows, n) of the deepest that cuts
     for depth in range(1, core - 1):
         chunks, n = [], 0
-        for chunk in prefix(depth):
+        for chunk in prefix(depth, rows):
             chunks.append(chunk)
             n += int(next(iter(chunk.values())).size)
             if n > MAX_SEED_ROWS:
-                return None
+                break
         if n == 0:
             return []
+        if n > MAX_SEED_ROWS:
+            break
+        rows = tuple((u, np.concatenate([c[u] for c in chunks])) for u in plan.order[:depth + 1])
         if n >= SEED_ROWS_PER_TASK * tasks:
-            vertices = plan.order[:depth + 1]
-            perm = np.random.default_rng(0).permutation(n)
-            cols = [np.concatenate([c[u] for c in chunks])[perm] for u in vertices]
-            cuts = np.linspace(0, n, tasks + 1).astype(np.int64)
-            return [Shard((), i, (b - a) / n, tuple(plan.order), tuple(zip(vertices, (c[a:b] for c in cols))))
-                    for i, (a, b) in enumerate(zip(cuts[:-1].tolist(), cuts[1:].tolist()))]
-    return None
+            best = (rows, n)
+            if n >= AMPLE_ROWS_PER_TASK * tasks:
+                break
+    if best is None:
+        return None
+    rows, n = best
+    perm = np.random.default_rng(0).permutation(n)
+    rows = [(u, c[perm]) for u, c in rows]
+    cuts = np.linspace(0, n, tasks + 1).astype(np.int64).tolist()
+    return [Shard((), i, (b - a) / n, tuple(plan.order), tuple((u, c[a:b]) for u, c in rows))
+            for i, (a, b) in enumerate(zip(cuts[:-1], cuts[1:]))]
 
 
 def split(store, plan, backend, tasks: int) -> list[Shard]:

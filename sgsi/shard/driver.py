@@ -1,7 +1,7 @@
 """The driver of a sharded query: split it, submit a task a shard, sum the counts or read the parts.
 
 The query is planned here (on the CPU, with refined candidate sets) and cut
-into about :data:`TASKS_PER_WORKER` tasks a worker (:func:`sgsi.join.shard.split`),
+into about :data:`TASKS_PER_WORKER` tasks a worker (:func:`sgsi.join.shard.split_rows`),
 the most costly submitted first with the highest priority, so that Dask's
 work stealing evens out the heavy ones. A cancel, an error in a task, or a
 match reader closed early stops the query's tasks (:meth:`_Run.stop`),
@@ -25,8 +25,9 @@ from ..join.query import Query, cancel_check
 from . import parts, tasks
 from .cluster import check_device, connect, gpu_wanted, slots
 
-#: Tasks a worker gets (Dask steals the queued ones from busy workers).
-TASKS_PER_WORKER = 8
+#: Tasks a worker gets, by device (Dask steals the queued ones from busy workers): each task
+#: pays a plan and a chain of join steps of its own (and on a GPU, their launches).
+TASKS_PER_WORKER = {"cpu": 4, "gpu": 2}
 #: Seconds between two looks at the caller's cancel and the tasks.
 POLL = 0.02
 
@@ -36,12 +37,13 @@ def count(graph, pattern, *, device, memory_budget, injective, cancel, progress,
     check_device(device)                        # before any work (the workers may have the GPUs)
     check = cancel_check(cancel)
     planner = Query(graph.store, graph._backends, pattern, "cpu", memory_budget, injective, progress=False)
-    shards = planner.shards(TASKS_PER_WORKER * workers, count=True) if workers else None
+    per = tasks_per_worker(device)
+    shards = planner.shards(per * workers, count=True) if workers else None
     total, stats = 0, {}
     if shards != []:
         with connect(workers, scheduler, client, device) as c, _Run(c) as run:
             if shards is None:
-                shards = planner.shards(TASKS_PER_WORKER * slots(c), count=True)
+                shards = planner.shards(per * slots(c), count=True)
             options = _options(device, memory_budget, injective, workers, scheduler, client)
             run.submit(shards, tasks.count, (os.path.abspath(graph.path), planner.pattern, options),
                        sets=planner.split_sets)
@@ -64,14 +66,15 @@ def match(graph, pattern, *, device, memory_budget, injective, limit, cancel, pr
     failure = []
     if limit == 0 or not schema.names:
         return _reader(schema, iter(())), failure
-    shards = planner.shards(TASKS_PER_WORKER * workers) if workers else None
+    per = tasks_per_worker(device)
+    shards = planner.shards(per * workers) if workers else None
     if shards == []:
         return _reader(schema, iter(())), failure
     stack = contextlib.ExitStack()
     try:
         c = stack.enter_context(connect(workers, scheduler, client, device))
         if shards is None:
-            shards = planner.shards(TASKS_PER_WORKER * slots(c))
+            shards = planner.shards(per * slots(c))
         run = stack.enter_context(_Run(c))
         run.submit(shards, tasks.match, (os.path.abspath(graph.path), planner.pattern,
                                          _options(device, memory_budget, injective, workers, scheduler, client)),
@@ -125,6 +128,13 @@ def _reader(schema, batches):
     reader = pa.RecordBatchReader.from_batches(schema, batches)
     from_stream = getattr(pa.RecordBatchReader, "from_stream", None)
     return from_stream(reader) if from_stream is not None else reader    # close() ends the generator at once
+
+
+def tasks_per_worker(device) -> int:
+    """:data:`TASKS_PER_WORKER` of ``device`` (``auto``: the GPU's where this host has one)."""
+    from ..join.backends import gpu_available
+    gpu = device == "gpu" or (device == "auto" and gpu_available())
+    return TASKS_PER_WORKER["gpu" if gpu else "cpu"]
 
 
 def _options(device, memory_budget, injective, workers, scheduler, client):
