@@ -193,6 +193,7 @@ class Store:
         self._set_version(newest if self._want_version is None else self._want_version)
 
     def _set_version(self, version):
+        self._changed = {}              # changed_pairs' answers at this version
         from .overlay import VersionView
         newest = int(self.versions[-1]["version"])
         if not self.base_version <= version <= newest:
@@ -260,9 +261,17 @@ class Store:
     def changed_pairs(self, since, label_id, direction):
         """(added_src, added_dst, removed_src, removed_dst), int32: the pairs of partition
         (``label_id``, ``direction``) present at this version and not at version ``since``, and
-        the reverse. ``since`` must be a version this store holds (not one compacted away)."""
-        from .overlay import changed_pairs
-        return changed_pairs(self, since, label_id, direction)
+        the reverse. ``since`` must be a version this store holds (not one compacted away).
+        Kept per (since, label, direction), read-only: every query of a batch asks the same."""
+        key = (int(since), int(label_id), direction)
+        hit = self._changed.get(key)
+        if hit is None:
+            from .overlay import changed_pairs
+            hit = tuple(changed_pairs(self, since, label_id, direction))
+            for a in hit:
+                a.flags.writeable = False
+            self._changed[key] = hit
+        return hit
 
     # -- checks ---------------------------------------------------------------------
 
