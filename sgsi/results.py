@@ -14,6 +14,7 @@ import os
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from .storage.atomic import fsync_path as _fsync
 from .storage.atomic import replacing_file
 
 #: Rows per Parquet row group (the unit DuckDB reads in parallel).
@@ -92,13 +93,6 @@ def write_parquet(reader: pa.RecordBatchReader, path, *, compression="snappy", f
         _fsync(os.path.dirname(os.path.abspath(path)))
     return out.rows
 
-
-def _fsync(path):
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def write_parquet_parts(reader: pa.RecordBatchReader, directory, *, rows_per_file=1 << 22,

@@ -35,6 +35,7 @@ import pyarrow as pa
 from ..errors import StoreError
 from . import atomic
 from . import format as fmt
+from .atomic import fsync_path as _fsync
 
 DELTAS = "deltas"
 EDGE_FILES = ("inserted.arrow", "deleted.arrow")
@@ -198,11 +199,3 @@ def write_manifest_atomic(path, manifest):
             os.remove(tmp)
         raise
     _fsync(path)
-
-
-def _fsync(path):
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
