@@ -90,6 +90,7 @@ class Query:
         self.store, self.backends = store, backends
         self.shard = shard              # a Shard: this query is one task of a sharded one
         self.shard_sets = shard_sets    # its driver's refined candidate sets (SplitSets), or None
+        self.split_sets = None          # shards(): the refined sets the query was split on
         self.anchor = anchor            # an Anchor: this query is one of an incremental match's
         self.pattern = load(pattern)
         self.check = cancel_check(cancel)
@@ -100,12 +101,17 @@ class Query:
     # -- count ------------------------------------------------------------------------
 
     def count(self) -> int:
+        return self._on_backend(self._count)
+
+    def _on_backend(self, fn):
+        """``fn(backend)`` on a backend taken for this query, given back after (as failed, where
+        ``fn`` raised)."""
         backend = self.backends.take(self.device)
         failed = True
         try:
-            n = self._count(backend)
+            out = fn(backend)
             failed = False
-            return n
+            return out
         except BaseException as e:
             drop_frames(e)
             raise
@@ -223,42 +229,27 @@ class Query:
         (:func:`~sgsi.join.shard.split_rows` or :func:`~sgsi.join.shard.split` of its refined
         plan), after the budget check; none where a benchmark query's label matches nothing.
         The refined plan's candidate sets are left in ``split_sets``, for the tasks."""
-        backend = self.backends.take(self.device)
-        failed = True
-        try:
+        def split_on(backend):
             budget = self._begin(backend)
             plan = self._guard(backend.run, lambda: make_plan(self.store, self.pattern, backend,
                                                               injective=self.injective,
                                                               refine_rounds=REFINE_ROUNDS, factor_leaves=count))
-            out = [] if plan.empty else self._guard(backend.run, lambda: self._split(backend, plan, budget, tasks))
-            if not plan.empty:
-                self.split_sets = SplitSets(tuple(backend.to_host(b) for b in plan.candidates))
-            failed = False
-            return out
-        except BaseException as e:
-            drop_frames(e)
-            raise
-        finally:
-            self.backends.give_back(self.device, backend, failed)
+            if plan.empty:
+                return []
+            self.split_sets = SplitSets(tuple(backend.to_host(b) for b in plan.candidates))
+            return self._guard(backend.run, lambda: self._split(backend, plan, budget, tasks))
+        return self._on_backend(split_on)
 
     def candidates(self):
         """The filtered candidate bitsets of the pattern's vertices on the host (unrefined: the
         signature filter's and degree tests'), after the budget check; None where a benchmark
         query's label matches nothing."""
-        backend = self.backends.take(self.device)
-        failed = True
-        try:
+        def sets_on(backend):
             self._begin(backend)
             plan = self._guard(backend.run, lambda: make_plan(self.store, self.pattern, backend,
                                                               injective=self.injective, refine_rounds=0))
-            out = None if plan.empty else [backend.to_host(b) for b in plan.candidates]
-            failed = False
-            return out
-        except BaseException as e:
-            drop_frames(e)
-            raise
-        finally:
-            self.backends.give_back(self.device, backend, failed)
+            return None if plan.empty else [backend.to_host(b) for b in plan.candidates]
+        return self._on_backend(sets_on)
 
     def _split(self, backend, plan, budget, tasks):
         """By the partial matches of the first vertices where they cut well, else by candidate ranges."""

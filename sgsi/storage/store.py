@@ -37,18 +37,9 @@ import pyarrow as pa
 from ..errors import PatternError, StoreError
 from . import format as fmt
 from .format import ARROW_FILES, Partition
-from .manifest import count_field as _count
-from .manifest import first_line as _first_line
-from .manifest import identity as _identity
-from .manifest import int_column as _ints
-from .manifest import label_key as _label_key
-from .manifest import read_manifest as _read_manifest
-from .manifest import verify_files  # noqa: F401 - the CLI's and tests' import
-from .manifest import what_field as _what
-from .reads import READ_ERRORS as _READ_ERRORS
-from .reads import Reading as _Reading
-from .reads import pread as _pread
-from .reads import pread_threads as _pread_threads
+from .manifest import (count_field, first_line, identity, int_column, label_key, read_manifest,  # noqa: F401
+                       verify_files, what_field)       # verify_files: the CLI's and tests' import
+from .reads import READ_ERRORS, Reading, pread, pread_threads
 
 
 #: Files whose batches can also be read with pread(2) instead of through the memory map.
@@ -90,14 +81,14 @@ class Store:
         # a manifest of one and files of the other: open again if the
         # directory changed under us.
         for _attempt in range(3):
-            before = _identity(self.path)
+            before = identity(self.path)
             try:
                 self._open()
             except StoreError:
-                if _identity(self.path) == before:
+                if identity(self.path) == before:
                     raise
                 continue
-            if _identity(self.path) == before:
+            if identity(self.path) == before:
                 return
             self.close()
         raise StoreError(f"store {self.path} kept changing while it was opened (is it being rebuilt?)")
@@ -107,11 +98,11 @@ class Store:
         self._maps = {}
         self._views = {}
         self._close_hooks = []
-        self.manifest = _read_manifest(self.path)
+        self.manifest = read_manifest(self.path)
         m = self.manifest
         try:
-            self.n_vertices = _count(m["vertices"], "vertices")
-            self.n_edges = _count(m["edges"], "edges")
+            self.n_vertices = count_field(m["vertices"], "vertices")
+            self.n_edges = count_field(m["edges"], "edges")
             self.undirected = bool(m["undirected"])
             p = m["parameters"]
             self.theta = int(p["theta"])
@@ -122,17 +113,17 @@ class Store:
             self.build_budget = int(p["memory_budget"])
             self.lean = bool(p.get("lean", False))
             present = bool(m["edge_labels"]["present"])
-            self._edge_label_ids = {_label_key(v): i for i, v in enumerate(m["edge_labels"]["values"]) if present}
-            self._vertex_label_ids = {_label_key(v): i for i, v in enumerate(m["vertex_labels"]["values"])}
+            self._edge_label_ids = {label_key(v): i for i, v in enumerate(m["edge_labels"]["values"]) if present}
+            self._vertex_label_ids = {label_key(v): i for i, v in enumerate(m["vertex_labels"]["values"])}
             self.edge_label_freq = np.asarray(m["edge_labels"]["frequency"], np.int64)
             parts = m["partitions"]
             for info in parts.values():
                 target = parts[info["alias"]] if "alias" in info else info
                 for field in ("segments", "vindex"):
                     a, n = target[field]
-                    _count(a, field), _count(n, field)
+                    count_field(a, field), count_field(n, field)
                 for field in ("edges", "vertices", "max_degree"):
-                    _count(target[field], field)
+                    count_field(target[field], field)
             if not 2 <= self.theta <= 16 or self.signature_bits % 32 or self.signature_bits <= 0 \
                     or self.bucket_columns <= 0 or (self.signature_bits // 32) % self.bucket_columns \
                     or self.sig_segment_vertices <= 0:
@@ -141,7 +132,7 @@ class Store:
             raise
         except (KeyError, TypeError, ValueError, AttributeError, IndexError) as e:
             raise StoreError(f"damaged store {self.path}: {fmt.MANIFEST} lacks or has a bad value for "
-                             f"{_what(e)}") from None
+                             f"{what_field(e)}") from None
 
         files = m["files"]
         for name in _CHECKED_ON_OPEN:
@@ -156,15 +147,15 @@ class Store:
         idx = self._read_table("vindex_batches.arrow")
         with self._reading("segments.arrow"):
             self._seg_partition = np.asarray(seg.column("partition").to_pylist(), dtype=object)
-            self._seg_first = _ints(seg.column("first_src"))
-            self._seg_last = _ints(seg.column("last_src"))
-            self._seg_edges = _ints(seg.column("edges"))
-            self._seg_groups = _ints(seg.column("groups"))
+            self._seg_first = int_column(seg.column("first_src"))
+            self._seg_last = int_column(seg.column("last_src"))
+            self._seg_edges = int_column(seg.column("edges"))
+            self._seg_groups = int_column(seg.column("groups"))
         with self._reading("vindex_batches.arrow"):
             self._idx_partition = np.asarray(idx.column("partition").to_pylist(), dtype=object)
-            self._idx_first = _ints(idx.column("first_vertex"))
-            self._idx_last = _ints(idx.column("last_vertex"))
-            self._idx_rows = _ints(idx.column("rows"))
+            self._idx_first = int_column(idx.column("first_vertex"))
+            self._idx_last = int_column(idx.column("last_vertex"))
+            self._idx_rows = int_column(idx.column("rows"))
         self._check_structure()
         self._partitions = {}
         self._segments = {}
@@ -214,16 +205,16 @@ class Store:
                 for field in ("vertices", "edges", "edge_labels", "vertex_labels"):
                     m[field] = e[field]
             self.manifest = m
-            self.n_vertices, self.n_edges = _count(m["vertices"], "vertices"), _count(m["edges"], "edges")
+            self.n_vertices, self.n_edges = count_field(m["vertices"], "vertices"), count_field(m["edges"], "edges")
             present = bool(m["edge_labels"]["present"])
-            self._edge_label_ids = {_label_key(v): i for i, v in enumerate(m["edge_labels"]["values"]) if present}
-            self._vertex_label_ids = {_label_key(v): i for i, v in enumerate(m["vertex_labels"]["values"])}
+            self._edge_label_ids = {label_key(v): i for i, v in enumerate(m["edge_labels"]["values"]) if present}
+            self._vertex_label_ids = {label_key(v): i for i, v in enumerate(m["vertex_labels"]["values"])}
             self.edge_label_freq = np.asarray(m["edge_labels"]["frequency"], np.int64)
             if self.n_vertices < self._base_n:
                 raise ValueError("fewer vertices than the base")
         except (KeyError, TypeError, ValueError, AttributeError) as e:
             raise StoreError(f"damaged store {self.path}: {fmt.MANIFEST} has a bad entry for version {version} "
-                             f"({_what(e)})") from None
+                             f"({what_field(e)})") from None
         self.max_segment_bytes = self._base_max_segment_bytes
         if version == self.base_version:
             return
@@ -295,8 +286,8 @@ class Store:
         try:
             reader = pa.ipc.open_file(mm)
             names = reader.schema.names
-        except _READ_ERRORS as e:
-            raise StoreError(f"damaged store {self.path}: cannot read {name}: {_first_line(e)}") from None
+        except READ_ERRORS as e:
+            raise StoreError(f"damaged store {self.path}: cannot read {name}: {first_line(e)}") from None
         if columns is not None and list(names) != list(columns):
             raise StoreError(f"damaged store {self.path}: {name} has columns {', '.join(names)}, expected "
                              f"{', '.join(columns)}")
@@ -307,7 +298,7 @@ class Store:
             return self._readers[name].read_all()
 
     def _reading(self, name):
-        return _Reading(self, name)
+        return Reading(self, name)
 
     def _check_structure(self):
         """Counts and ranges that tie the files to each other and to the manifest (metadata only)."""
@@ -648,9 +639,9 @@ class Store:
             at += nbytes
         try:
             if len(pieces) == 1:
-                _pread(out, *pieces[0])
+                pread(out, *pieces[0])
             elif pieces:
-                list(_pread_threads().map(lambda p: _pread(out, *p), pieces))
+                list(pread_threads().map(lambda p: pread(out, *p), pieces))
         except OSError as e:
             raise self._damaged("pcsr_groups.arrow or pcsr_ci.arrow", f"cannot be read at segment {seg_id} ({e})")
         g_bytes, c_bytes = self.segment_sizes(seg_id)
