@@ -16,7 +16,7 @@ after (other jobs may share it).
     python bench/scale_out.py --device gpu --workers 1 2 4 --set yeast --set hprd-hard --long 8 \\
         --pick-from bench/results/hard_yeast_gpu.csv --pick-from bench/results/hard_hprd-hard_gpu.csv \\
         --out bench/results/scale_out_gpu.md                            # dask-cuda, one worker a GPU
-    ... --tasks-per-worker 8 --rows-per-task 16     # the split before e942b68, for a before/after
+    ... --tasks-per-worker 8 --rows-per-task 16     # the split before df247a3, for a before/after
 
 Data sets: ``$SGSI_BENCHMARKS/<set>``, else /work/shared/benchmarks/<set>, else tests/data/benchmarks/<set>.
 """

@@ -10,7 +10,7 @@ update's own time (``update_s``), and the first use at the new version: opening 
 same touch on the updating Graph's store (``same_parts_s``: partitions derived from the previous
 version's, built there at the batch before).
 
-    python bench/update_cost.py --edges 2e6 --before 5e6a71a --out update_cost   # bench/results/<out>.md
+    python bench/update_cost.py --edges 2e6 --before b66b25c --out update_cost   # bench/results/<out>.md
     python bench/update_cost.py --edges 2e6 --profile 10000              # cProfile of one batch size
 
 ``--before REV`` first runs the same batches with the sgsi of commit REV (``git archive``, in a
