@@ -131,6 +131,11 @@ def main(argv=None):
     p.add_argument("--memory-budget", default=None)
     p.add_argument("--tasks-per-worker", type=int, help="the driver's tasks a worker (default: sgsi's, by device)")
     p.add_argument("--rows-per-task", type=int, help="partial matches a task where the driver can (default: sgsi's)")
+    p.add_argument("--beyond", type=int, default=0,
+                   help="also count N queries that one process did not finish (cancelled in --pick-from, those "
+                        "with a known count first) on the largest cluster only, within --beyond-timeout")
+    p.add_argument("--beyond-timeout", type=float, default=30.0)
+    p.add_argument("--beyond-queries", help="comma-separated query files for --beyond instead of the first N")
     p.add_argument("--out", default=None, help="markdown (default bench/results/scale_out_<device>.md)")
     args = p.parse_args(argv)
     args.out = args.out or os.path.join(C.RESULTS_DIR, f"scale_out_{args.device}.md")
@@ -139,9 +144,11 @@ def main(argv=None):
     if args.rows_per_task:
         shard.AMPLE_ROWS_PER_TASK = args.rows_per_task
     start = C.machine()
+    if args.device == "gpu":        # CuPy compiles each kernel at its first use: not in the screen's times
+        C.say(f"warm-up: {len(C.warm_up_kernels('gpu'))} yeast queries")
     cores = {k: capacity(k) for k in args.workers}
     C.say(f"cores available to k processes: {cores}")
-    rows = []
+    rows, beyond = [], []
     graphs = []
     for set_name in args.set or ["yeast", "hprd-hard"]:
         args.set = set_name
@@ -152,6 +159,10 @@ def main(argv=None):
         graphs.append(g)
         expected = C.expected_counts(base) if os.path.exists(os.path.join(base, "expected.txt")) else {}
         long_, short = screen(g, base, candidates(args, base, set_name), args)
+        named = args.beyond_queries.split(",") if args.beyond_queries else None
+        for name in named or unfinished(args, set_name, expected)[:args.beyond]:
+            beyond.append({"set": set_name, "query": name, "expected": expected.get(name),
+                           "path": os.path.join(base, "queries", name), "graph": g})
         for kind, found in (("long", long_), ("short", short)):
             for name, n, s in found:
                 rows.append({"set": set_name, "query": name, "group": group_of(name), "kind": kind, "count": n,
@@ -168,10 +179,9 @@ def main(argv=None):
                 g.count("(a)--(b)", device=args.device, client=clients[k], progress=False)
         for r in rows:              # one process and each cluster in turn, --repeat rounds: the least time
             best = {"one": r["one_process_s"], **{k: math.inf for k in args.workers}}
-            for i in range(args.repeat):
-                if i:
-                    best["one"] = min(best["one"], timed(lambda ev: r["graph"].count(
-                        r["path"], device=args.device, memory_budget=args.memory_budget, progress=False))[1])
+            for _ in range(args.repeat):    # one process again beside the clusters (the screen ran first)
+                best["one"] = min(best["one"], timed(lambda ev: r["graph"].count(
+                    r["path"], device=args.device, memory_budget=args.memory_budget, progress=False))[1])
                 for k, client in clients.items():
                     n, s = timed(lambda ev: r["graph"].count(r["path"], device=args.device, client=client,
                                                             memory_budget=args.memory_budget, progress=False))
@@ -183,14 +193,56 @@ def main(argv=None):
                 r[f"w{k}_s"] = round(best[k], 4)
             C.say(f"{r['query']}: one process {best['one']:.3f} s, " +
                   ", ".join(f"{k} workers {best[k]:.3f} s" for k in args.workers))
+        for r in beyond:            # one process did not finish these in --pick-from's timeout
+            for k in [None] + args.workers:
+                n, s = timed(lambda ev: r["graph"].count(r["path"], device=args.device, cancel=ev, progress=False,
+                                                         client=clients.get(k), memory_budget=args.memory_budget),
+                             args.beyond_timeout)
+                assert n is None or r["expected"] is None or n == r["expected"], (r["query"], n, r["expected"])
+                found = [x for x in (r.get("count"), n) if x is not None]
+                assert len(set(found)) <= 1, (r["query"], found)
+                r["count"] = found[0] if found else None
+                r["one" if k is None else f"w{k}"] = None if n is None else round(s, 4)
+                C.say(f"beyond {r['query']}: {n} in {s:.2f} s on " + ("one process" if k is None else f"{k} workers"))
     for g in graphs:
         g.close()
     fields = FIELDS + [f"w{k}_s" for k in args.workers]
     C.write_csv(os.path.splitext(args.out)[0] + ".csv", rows, fields)
     cores_after = {k: capacity(k) for k in args.workers}
-    C.write_text(args.out, report(args, rows, starts, C.machine_at_end(start), cores, cores_after))
+    C.write_text(args.out, report(args, rows, starts, C.machine_at_end(start), cores, cores_after)
+                 + report_beyond(args, beyond))
     print(open(args.out).read())
     return 1 if any(r["expected"] is not None and r["count"] != r["expected"] for r in rows) else 0
+
+
+def unfinished(args, set_name, expected):
+    """Queries cancelled in this set's --pick-from CSV: those with a known count first."""
+    for path in args.pick_from or []:
+        if f"_{set_name}_" in os.path.basename(path):
+            names = [r["query"] for r in csv.DictReader(open(path)) if r.get("status") == "cancelled"]
+            return sorted(names, key=lambda n: expected.get(n) is None)
+    return []
+
+
+def report_beyond(args, beyond):
+    if not beyond:
+        return ""
+    ks = args.workers
+    out = ["", f"## Beyond: queries one process did not finish in --pick-from, within {args.beyond_timeout:g} s", "",
+           "| set | query | expected | count | one process (s) | " + " | ".join(f"{k} w (s)" for k in ks)
+           + " | " + " | ".join(f"{k} w / 1 w" for k in ks[1:]) + " |", "|---" * (4 + 2 * len(ks)) + "|"]
+
+    def cell(x):
+        return "cancelled" if x is None else f"{x:.3f}"
+    for r in beyond:
+        exp = "-" if r["expected"] is None else f"{r['expected']:,}"
+        got = "-" if r["count"] is None else f"{r['count']:,}"
+        one, base = r["one"], r[f"w{ks[0]}"]
+        speed = ["-" if base is None or r[f"w{k}"] is None else f"{base / r[f'w{k}']:.2f}x" for k in ks[1:]]
+        out.append(f"| {r['set']} | {r['query']} | {exp} | {got} | {cell(one)} | "
+                   + " | ".join(cell(r[f"w{k}"]) for k in ks) + " | " + " | ".join(speed) + " |")
+    out += ["", "- every finished count equal to the others' and to the expected one where known"]
+    return "\n".join(out) + "\n"
 
 
 def geomean(xs):
