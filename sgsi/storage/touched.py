@@ -1,10 +1,11 @@
-"""What an update reads: the touched vertices' lists at the newest version, without its overlay.
+"""What an update reads: whether its edges are there, and the signatures of the vertices it touches.
 
 A version's lists are the base lists, less the pairs of the edges removed
 since the base, plus those of the edges added (:func:`~.lists.net_events`:
-removed edges are in the base, added ones are not). So an update reads the
-base segments that hold the vertices it touches, and filters the net change
-since the base; it never builds a version's overlay (:mod:`.overlay`).
+removed edges are in the base, added ones are not). So the presence test
+reads the base segments that hold the edges' sources and the net change
+since the base, and never builds a version's overlay (:mod:`.overlay`);
+signatures come from the touched vertices' current words and the batch.
 Vectorized over vertices and edges; loops run over labels and segments.
 """
 
@@ -12,11 +13,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import StoreError
 from ..partition import signatures
 from . import format as fmt
 from . import pairhash
-from .lists import edge_isin, has_pairs_in, lists_in, net_events
+from .lists import edge_isin, has_pairs_in
 
 #: Vertices whose signatures are counted at once.
 _BLOCK = 1 << 16
@@ -46,56 +46,23 @@ def entries(s, d, l, undirected):
             np.repeat(np.array([0, 1], np.int8), len(s)))
 
 
-def signatures_of(st, changed, net, batch, n_labels, labels_of, n_vlabels):
+def signatures_of(st, changed, batch, labels_of, n_vlabels):
     """Signature words of sorted ``changed`` after ``batch`` = (inserted, deleted), net against the
-    version ``st`` reads, whose net change since the base is ``net``.
+    version ``st`` reads, from their current words: no list is read.
 
-    A signature holds each group's pair count capped at 2, so a vertex the batch only adds pairs
-    to gets its words from its current ones plus the inserted pairs (no list is read); the ends
-    of deleted edges are counted again from their lists (:func:`_recount`)."""
+    A signature holds each group's pair count capped at 2. Below the cap the count is exact, so
+    the batch's pairs are added to it and its deleted ones taken from it; a saturated group (two
+    pairs or more) stays saturated, whatever was deleted. So a version's signatures may pass a
+    vertex that lost pairs in a saturated group where a fresh build's would not (never the
+    reverse: a filter, not an answer), and compaction, which rebuilds them, makes them exact.
+    Recounting instead read the whole lists of the deleted edges' ends, hubs above all (100K
+    mixed edges on 100M-edge R-MAT: 25.5 s against 1.1 s for 100K inserted)."""
     ins, dele = batch
-    recount = np.intersect1d(changed, np.concatenate([dele[0], dele[1]]))
-    grow = changed[~np.isin(changed, recount)]
-    words = np.zeros((changed.size, st.n_signature_words), np.uint32)
-    if recount.size:
-        words[np.searchsorted(changed, recount)] = _words(st, recount, _recount(st, recount, net, batch, n_labels),
-                                                          None, labels_of, n_vlabels)
-    if grow.size:
-        v, nb, lab, code = entries(*ins, st.undirected)
-        keep = np.isin(v, grow)
-        part = (v[keep], nb[keep], lab[keep], code[keep], np.ones(int(keep.sum()), np.int8))
-        words[np.searchsorted(changed, grow)] = _words(st, grow, [part], signature_rows(st, grow), labels_of,
-                                                       n_vlabels)
-    return words
-
-
-def _recount(st, verts, net, batch, n_labels):
-    """List entries (vertex, neighbour, label, code, sign) of ``verts`` after the batch: their base
-    lists (only the base segments holding them are read), less the entries of the edges removed
-    since the base, plus those added."""
-    und = st.undirected
-    known = verts[verts < st._base_n]
-    dirs = ("out",) if und else ("out", "in")
     parts = []
-    for lab in range(n_labels):                            # a loop over labels and directions
-        for code, direction in enumerate(dirs):
-            base = st._base_partition(fmt.partition_key(lab, direction))
-            if base is None:
-                continue
-            owner, nb = lists_in(base.seg_ids, base.first_src, base.last_src,
-                                 lambda k: st._base_segment(k, check=False), known)
-            if nb.size and (int(nb.min()) < 0 or int(nb.max()) >= st._base_n):
-                raise StoreError(f"damaged store {st.path}: partition {base.key} holds vertex ids out of range")
-            if owner.size:
-                parts.append((known[owner], nb, np.full(owner.size, lab, np.int32), np.full(owner.size, code, np.int8),
-                              np.ones(owner.size, np.int8)))
-    added, removed = net_events([net, batch])
-    for edges, sign in ((added, 1), (removed, -1)):
-        v, nb, lab, code = entries(*edges, und)
-        keep = np.isin(v, verts)
-        if keep.any():
-            parts.append((v[keep], nb[keep], lab[keep], code[keep], np.full(int(keep.sum()), sign, np.int8)))
-    return parts
+    for edges, sign in ((ins, 1), (dele, -1)):
+        v, nb, lab, code = entries(*edges, st.undirected)
+        parts.append((v, nb, lab, code, np.full(v.size, sign, np.int8)))
+    return _words(st, changed, parts, signature_rows(st, changed), labels_of, n_vlabels)
 
 
 def signature_rows(st, verts):
@@ -149,7 +116,8 @@ def _words(st, verts, parts, old, labels_of, n_vlabels):
         lo, hi = (0, key.size) if one else np.searchsorted(key, [a * groups, b * groups])
         counts = np.bincount(key[lo:hi] - a * groups, weights=sign[lo:hi], minlength=(b - a) * groups)
         counts = counts.astype(np.int64).reshape(b - a, groups)
-        if old is not None:
-            counts += _counts_of(old[a:b], st.label_bits, groups)
+        if old is not None:         # a saturated group stays so (its count past 2 is unknown)
+            before = _counts_of(old[a:b], st.label_bits, groups)
+            counts = np.where(before >= 2, 2, counts + before)
         words[a:b] = signatures.words_from_counts(counts, vl[a:b], st.signature_bits, st.label_bits, table_bits)
     return words

@@ -64,8 +64,7 @@ class _Update:
         n_new = len(inp.new_ids)
         changed = np.unique(np.concatenate([ins_net[0], ins_net[1], del_net[0], del_net[1],
                                             np.arange(self.n, self.n + n_new, dtype=np.int32)])).astype(np.int32)
-        n_lab = max(self.n_labels, int(ins_net[2].max()) + 1 if len(ins_net[2]) else 0)
-        words = touched.signatures_of(st, changed, self.net, (ins_net, del_net), n_lab, self._labels_of,
+        words = touched.signatures_of(st, changed, (ins_net, del_net), self._labels_of,
                                       len(inp.vlabels) + len(inp.new_vlabels))
         version = int(st.versions[-1]["version"]) + 1
         entry = self._entry(version, ins_net, del_net)
