@@ -618,3 +618,16 @@ def test_deleting_from_a_saturated_group_keeps_it_until_compaction(tmp_path):
     assert g.count(two, device="cpu") == 2
     fresh.close()
     g.close()
+
+
+def test_edge_isin_matches_a_set():
+    """Same pair, other label: not in; repeats on both sides; an empty side."""
+    from sgsi.storage.lists import edge_isin
+    rng = np.random.default_rng(3)
+    a = [rng.integers(0, 9, 400).astype(np.int32) for _ in range(2)] + [rng.integers(0, 3, 400).astype(np.int32)]
+    b = [rng.integers(0, 9, 300).astype(np.int32) for _ in range(2)] + [rng.integers(0, 3, 300).astype(np.int32)]
+    theirs = set(zip(*(x.tolist() for x in b)))
+    want = [e in theirs for e in zip(*(x.tolist() for x in a))]
+    got = edge_isin(*a, *b)
+    assert got.tolist() == want and 0 < got.sum() < len(want)
+    assert not edge_isin(*a, *(x[:0] for x in b)).any() and edge_isin(*(x[:0] for x in a), *b).size == 0

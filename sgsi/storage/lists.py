@@ -56,12 +56,18 @@ def edge_isin(s, d, l, ts, td, tl):
     """Whether each edge (s, d, l) is among the edges (ts, td, tl)."""
     if not len(s) or not len(ts):
         return np.zeros(len(s), bool)
-    # Labels and ids are int32: two int64 keys, compared as one structured value.
-    a = np.empty(len(s), [("k", np.int64), ("l", np.int32)])
-    b = np.empty(len(ts), a.dtype)
-    a["k"], a["l"] = pair_keys(s, d), l
-    b["k"], b["l"] = pair_keys(ts, td), tl
-    return np.isin(a, b)
+    # Both sets sorted together by (pair key, label): an edge is in where its run of equal
+    # edges holds one of the second set's (6x np.isin over a structured dtype at 100K + 450K).
+    key = np.concatenate([pair_keys(s, d), pair_keys(ts, td)])
+    lab = np.concatenate([np.asarray(l, np.int32), np.asarray(tl, np.int32)])
+    o = np.lexsort((lab, key))
+    key, lab = key[o], lab[o]
+    run = np.cumsum(np.r_[True, (key[1:] != key[:-1]) | (lab[1:] != lab[:-1])]) - 1
+    theirs = o >= len(s)
+    held = np.bincount(run[theirs], minlength=int(run[-1]) + 1) > 0
+    out = np.empty(len(s), bool)
+    out[o[~theirs]] = held[run[~theirs]]
+    return out
 
 
 def net_events(versions):
