@@ -5,7 +5,8 @@ Builds a store from 90% of an R-MAT graph's edges, applies ``--history`` batches
 ``--history-size`` inserted edges (deltas that pile up before the measured ones), then the measured
 batches (``--batches`` insertions, ``--mixed`` half insertions, half deletions of edges in the
 store). Per batch: ``Graph.update``'s wall time (``apply_s``, with the Graph's reopening), the
-update's own time (``update_s``), and the first use at the new version: opening the store
+update's own time (``update_s``; ``write_s`` of it writes the delta: files, fsyncs, the
+manifest), and the first use at the new version: opening the store
 (``open_s``) and every labelled ``out`` and ``in`` partition's first touch (``parts_s``), and the
 same touch on the updating Graph's store (``same_parts_s``: partitions derived from the previous
 version's, built there at the batch before).
@@ -44,6 +45,7 @@ import sgsi  # noqa: E402
 from sgsi.storage.store import Store  # noqa: E402
 
 FIELDS = ["code", "phase", "batch", "kind", "inserted", "deleted", "version", "apply_s", "apply_cpu_s", "update_s",
+          "write_s",
           "open_s", "parts_s", "parts_cpu_s", "same_parts_s", "net_inserted", "net_deleted"]
 
 
@@ -134,7 +136,8 @@ def run(args):
                 pstats.Stats(fprof, stream=sys.stderr).sort_stats("cumulative").print_stats(args.profile_lines)
             rows.append({"code": args.code, "phase": phase, "batch": C_label(size), "kind": kind,
                          "inserted": n_ins, "deleted": n_del, "version": s["version"], "apply_s": round(apply_s, 4),
-                         "apply_cpu_s": round(apply_cpu, 4), "update_s": s["seconds"], "open_s": round(o, 4),
+                         "apply_cpu_s": round(apply_cpu, 4), "update_s": s["seconds"],
+                         "write_s": s.get("write_seconds"), "open_s": round(o, 4),
                          "parts_s": round(p, 4), "parts_cpu_s": round(pc, 4), "same_parts_s": round(same, 4),
                          "net_inserted": s["inserted"],
                          "net_deleted": s["deleted"]})
@@ -166,11 +169,12 @@ def write(args, old, rows, start, n, n_base, build_s, compact_s):
     def pair(r, k):
         o = was.get((r["phase"], r["version"]), {}).get(k)
         return f"{o} → {r[k]}" if o is not None else f"{r[k]}"
-    head = ("| phase | batch | kind | +edges | -edges | version | apply s | apply CPU s | open s | "
-            "partitions s | partitions CPU s | partitions s, updating Graph |\n"
-            "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+    head = ("| phase | batch | kind | +edges | -edges | version | apply s | apply CPU s | update s | of which "
+            "writing the delta s | open s | partitions s | partitions CPU s | partitions s, updating Graph |\n"
+            "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
     body = "".join(f"| {r['phase']} | {r['batch']} | {r['kind']} | {r['inserted']:,} | {r['deleted']:,} | "
-                   f"{r['version']} | {pair(r, 'apply_s')} | {pair(r, 'apply_cpu_s')} | {pair(r, 'open_s')} | "
+                   f"{r['version']} | {pair(r, 'apply_s')} | {pair(r, 'apply_cpu_s')} | {pair(r, 'update_s')} | "
+                   f"{r['write_s']} | {pair(r, 'open_s')} | "
                    f"{pair(r, 'parts_s')} | {pair(r, 'parts_cpu_s')} | {pair(r, 'same_parts_s')} |\n" for r in rows)
     cmd = (f"python bench/update_cost.py {C.walk_options(args)} --history {args.history} --history-size "
            f"{args.history_size} --batches {' '.join(map(str, args.batches))} --mixed "

@@ -75,8 +75,10 @@ class _Update:
         entry["changes"].update(already_present=int(i_there.sum()) + len(edges["ins"][0]) - len(i_s),
                                 absent=int((~d_present).sum()) + len(edges["del"][0]) - len(d_s))
         summary.update(entry["changes"])
+        t = time.perf_counter()
         delta.write_version(st, version, entry, delta.delta_tables(ins_net, del_net, inp.new_ids, inp.new_labels,
                                                                    changed, words))
+        summary["write_seconds"] = round(time.perf_counter() - t, 6)       # of ``seconds``: the delta's writing
         return summary
 
     def _clean(self, s, d, l):
