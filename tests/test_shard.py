@@ -450,7 +450,8 @@ try:
 except sgsi.SgsiError as e:
     print(e)
 """
-    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + str(REPO / "tests"))
+    path = [str(REPO), str(REPO / "tests")] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(path))        # a --target site of wheels kept
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert out.returncode == 0, out.stderr
     assert "pip install 'sgsi[dask]'" in out.stdout
