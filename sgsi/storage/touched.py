@@ -88,17 +88,16 @@ def _counts_of(words, label_bits, groups):
 
 
 def _words(st, verts, parts, old, labels_of, n_vlabels):
-    """Signature words of sorted ``verts`` from list entries ``parts`` (vertex, neighbour, label,
-    code, sign), added to the counts of their words ``old`` (None: none)."""
+    """Signature words of sorted ``verts``: the pair counts of their words ``old`` moved by list
+    entries ``parts`` (vertex, neighbour, label, code, sign), a saturated group kept saturated."""
     und = st.undirected
     groups = signatures.n_groups(st.signature_bits, st.label_bits)
     vl = labels_of(verts)
     table_bits = signatures.label_bit_table(n_vlabels, st.label_bits)
     parts = [p for p in parts if p[0].size]
     if not parts:
-        counts = _counts_of(old, st.label_bits, groups) if old is not None else np.zeros((verts.size, groups),
-                                                                                            np.int64)
-        return signatures.words_from_counts(counts, vl, st.signature_bits, st.label_bits, table_bits)
+        return signatures.words_from_counts(_counts_of(old, st.label_bits, groups), vl, st.signature_bits,
+                                            st.label_bits, table_bits)
     v, nb, lab, code, sign = (np.concatenate(c) for c in zip(*parts))
     combo = (lab.astype(np.int64) * 2 + code) * (n_vlabels + 1) + labels_of(nb) + 1
     uniq, inv = np.unique(combo, return_inverse=True)
@@ -116,8 +115,7 @@ def _words(st, verts, parts, old, labels_of, n_vlabels):
         lo, hi = (0, key.size) if one else np.searchsorted(key, [a * groups, b * groups])
         counts = np.bincount(key[lo:hi] - a * groups, weights=sign[lo:hi], minlength=(b - a) * groups)
         counts = counts.astype(np.int64).reshape(b - a, groups)
-        if old is not None:         # a saturated group stays so (its count past 2 is unknown)
-            before = _counts_of(old[a:b], st.label_bits, groups)
-            counts = np.where(before >= 2, 2, counts + before)
+        before = _counts_of(old[a:b], st.label_bits, groups)
+        counts = np.where(before >= 2, 2, counts + before)      # past 2, a count is unknown
         words[a:b] = signatures.words_from_counts(counts, vl[a:b], st.signature_bits, st.label_bits, table_bits)
     return words
