@@ -66,9 +66,9 @@ def candidates(args, base, set_name):
     """Query names to screen: from ``--pick-from`` CSVs of this set (by their times: the likely long
     ones first, then the likely short ones), else a sample."""
     names = sorted(n for n in os.listdir(os.path.join(base, "queries")) if n.endswith(".graph"))
-    for path in args.pick_from or []:
-        rows = [r for r in csv.DictReader(open(path)) if r.get("status") == "ok" and r["query"] in names]
-        if f"_{set_name}_" not in os.path.basename(path) or not rows:
+    for found in picked(args, set_name):
+        rows = [r for r in found if r.get("status") == "ok" and r["query"] in names]
+        if not rows:
             continue
         long_ = [r["query"] for r in rows if args.min_seconds <= float(r["seconds"]) <= args.max_seconds]
         short = sorted((r for r in rows if 0.02 <= float(r["seconds"]) < args.min_seconds),
@@ -215,13 +215,19 @@ def main(argv=None):
     return 1 if any(r["expected"] is not None and r["count"] != r["expected"] for r in rows) else 0
 
 
-def unfinished(args, set_name, expected):
-    """Queries cancelled in this set's --pick-from CSV: those with a known count first."""
+def picked(args, set_name):
+    """The rows of each of this set's --pick-from CSVs (hard.py's, named ``..._<set>_...``)."""
     for path in args.pick_from or []:
         if f"_{set_name}_" in os.path.basename(path):
-            names = [r["query"] for r in csv.DictReader(open(path)) if r.get("status") == "cancelled"]
-            return sorted(names, key=lambda n: expected.get(n) is None)
-    return []
+            with open(path) as f:
+                yield list(csv.DictReader(f))
+
+
+def unfinished(args, set_name, expected):
+    """Queries cancelled in this set's first --pick-from CSV: those with a known count first."""
+    rows = next(picked(args, set_name), [])
+    names = [r["query"] for r in rows if r.get("status") == "cancelled"]
+    return sorted(names, key=lambda n: expected.get(n) is None)
 
 
 def report_beyond(args, beyond):
