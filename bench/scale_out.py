@@ -17,6 +17,7 @@ after (other jobs may share it).
         --pick-from bench/results/hard_yeast_gpu.csv --pick-from bench/results/hard_hprd-hard_gpu.csv \\
         --out bench/results/scale_out_gpu.md                            # dask-cuda, one worker a GPU
     ... --tasks-per-worker 8 --rows-per-task 16     # the split before df247a3, for a before/after
+    ... --round-ratio 1                             # tasks of one size, as before this session's rounds
 
 Data sets: ``$SGSI_BENCHMARKS/<set>``, else /work/shared/benchmarks/<set>, else tests/data/benchmarks/<set>.
 """
@@ -131,6 +132,7 @@ def main(argv=None):
     p.add_argument("--memory-budget", default=None)
     p.add_argument("--tasks-per-worker", type=int, help="the driver's tasks a worker (default: sgsi's, by device)")
     p.add_argument("--rows-per-task", type=int, help="partial matches a task where the driver can (default: sgsi's)")
+    p.add_argument("--round-ratio", type=float, help="how much smaller each round of tasks is (default: sgsi's)")
     p.add_argument("--beyond", type=int, default=0,
                    help="also count N queries that one process did not finish (cancelled in --pick-from, those "
                         "with a known count first) on the largest cluster only, within --beyond-timeout")
@@ -143,6 +145,8 @@ def main(argv=None):
         driver.TASKS_PER_WORKER = dict.fromkeys(driver.TASKS_PER_WORKER, args.tasks_per_worker)
     if args.rows_per_task:
         shard.AMPLE_ROWS_PER_TASK = args.rows_per_task
+    if args.round_ratio:
+        shard.ROUND_RATIO = args.round_ratio
     start = C.machine()
     if args.device == "gpu":        # CuPy compiles each kernel at its first use: not in the screen's times
         C.say(f"warm-up: {len(C.warm_up_kernels('gpu'))} yeast queries")
@@ -264,7 +268,8 @@ def report(args, rows, starts, m, cores, cores_after):
            f"- clusters: `LocalCluster` of single-threaded worker processes (GPU: dask-cuda's LocalCUDACluster), "
            f"started in {', '.join(f'{starts[k]:.1f} s ({k})' for k in ks if k in starts)} and not in the times; "
            f"{rows[0]['tasks'] if rows else '?'} tasks a query on the last ({driver.tasks_per_worker(args.device)} a "
-           f"worker, seeds deepened to {shard.AMPLE_ROWS_PER_TASK} partial matches a task); one process and each cluster in "
+           f"worker in rounds each {shard.ROUND_RATIO:g}x smaller, seeds deepened to {shard.AMPLE_ROWS_PER_TASK} partial "
+           f"matches a task); one process and each cluster in "
            f"turn, query by query, the least of {args.repeat} rounds",
            f"- budget: {args.memory_budget or 'the default'} per process; every count equal to one process's "
            f"and to the set's expected count",

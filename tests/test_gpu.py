@@ -1229,6 +1229,46 @@ def test_device_memory_comes_from_the_devices_limited_pool(monkeypatch):
     assert be.pool.total_bytes() - be.pool.used_bytes() == 0      # free blocks given back
 
 
+def test_a_query_that_keeps_its_memory_gives_it_back_at_release():
+    """``end(keep=True)`` after a query that ended well leaves the pool's free blocks for the next
+    (a sharded query's tasks); ``release`` gives them back, but not while a query runs; a failed
+    query gives them back whatever ``keep`` says."""
+    import cupy as cp
+    from sgsi.join.backends.gpu import backend as gpu_mod
+
+    class Store:
+        token = ("no store", -2)
+
+        def on_close(self, fn):
+            pass
+
+    be = gpu_mod.GpuBackend()
+    mem = be.memory
+
+    def free():
+        return mem.pool.total_bytes() - mem.pool.used_bytes()
+
+    def query(size, failed, keep):
+        be.begin(Store(), "1GB")
+        be.run(lambda: cp.zeros(size, cp.uint8))            # freed at once: a free block
+        be.end(failed=failed, keep=keep)
+
+    mem.trim()
+    query(256 << 20, failed=False, keep=True)
+    assert free() >= 256 << 20                               # kept for the next task
+    other = gpu_mod.GpuBackend()
+    other.begin(Store(), "1GB")                              # a query running: release waits
+    be.release()
+    assert free() >= 256 << 20
+    other.end()                                              # keeps nothing: trims the pool
+    assert free() == 0
+    query(256 << 20, failed=False, keep=True)
+    be.release()
+    assert free() == 0
+    query(256 << 20, failed=True, keep=True)
+    assert free() == 0
+
+
 def test_default_budget_counts_what_sgsi_holds():
     """The default budget is half of the device's free memory plus what sgsi's pool holds: blocks
     the pool keeps do not shrink it."""

@@ -200,6 +200,19 @@ def test_seed_depth_deepens_to_ample_rows(monkeypatch):
     assert run([3, 101]) is None and run([3, 0]) == []
 
 
+def test_row_cuts_come_in_rounds_of_shrinking_slices():
+    """Slices tile [0, n); one round (no workers) cuts equal ones; with workers, each round of
+    one slice a worker is ROUND_RATIO times smaller than the one before, the largest first."""
+    for n, tasks, workers in [(1000, 8, 4), (1000, 12, 4), (997, 7, 3), (5, 8, 2), (1000, 4, None)]:
+        cuts = shard_mod.row_cuts(n, tasks, workers)
+        assert cuts[0] == 0 and cuts[-1] == n and len(cuts) == tasks + 1
+        sizes = np.diff(cuts)
+        assert (sizes >= 0).all() and (np.diff(sizes) <= 1).all()         # never growing (but rounding)
+    sizes = np.diff(shard_mod.row_cuts(7000, 12, 4))
+    assert sizes.tolist() == [1000] * 4 + [500] * 4 + [250] * 4
+    assert np.diff(shard_mod.row_cuts(800, 8)).tolist() == [100] * 8
+
+
 # ---------------------------------------------------------------------------
 # Exact: counts and rows
 # ---------------------------------------------------------------------------
@@ -389,6 +402,25 @@ def test_a_task_run_twice_replaces_its_part(graphs, client, monkeypatch, tmp_pat
 # ---------------------------------------------------------------------------
 # Interfaces
 # ---------------------------------------------------------------------------
+
+
+def test_tasks_keep_their_memory_until_the_query_ends(graphs, client, monkeypatch):
+    """A task that ends well leaves its free memory to the query's next task on its worker (no
+    trim at its end); the driver has the workers give it back when the query ends."""
+    import threading
+    from sgsi.join.backends import cpu
+    trims = []          # per trim: (a task running, on a worker's thread: not the driver's)
+    monkeypatch.setattr(cpu, "trim_heap", lambda: trims.append(
+        (bool(tasks._RUNNING), threading.current_thread() is not threading.main_thread())))
+    edges, vlabels, stores = graphs
+    p = "(a)-->(b)-->(c)"
+    assert stores[None].count(p, device="cpu", client=client, progress=False) == len(oracle_matches(edges, vlabels, p))
+    assert stores[None].last_stats["tasks"] > 2
+    t0 = time.monotonic()
+    while sum(worker for _running, worker in trims) < 2 and time.monotonic() - t0 < STOP_BOUND:
+        time.sleep(0.01)                        # tasks.release runs on the workers, not awaited
+    assert not any(running for running, _worker in trims), trims        # none at a task's end
+    assert sum(worker for _running, worker in trims) >= 2, trims        # each worker's, at the end
 
 
 def test_options_are_checked(graphs, client):

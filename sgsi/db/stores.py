@@ -75,6 +75,11 @@ class OpenStores:
         if entry.users == 0:
             entry.graph.close()
 
+    def entries(self):
+        """The open stores (Graphs) now."""
+        with self.lock:
+            return [entry.graph for entry in self.open.values()]
+
     def close_idle(self, forever=False):
         """Close the stores no query uses (those in use close when their queries end)."""
         with self.lock:

@@ -67,11 +67,19 @@ class Backends:
         backend.stats = dict.fromkeys(backend.stats, 0)
         return backend
 
-    def give_back(self, device, backend, failed):
-        """The query on ``backend`` ended: what it took goes back (``backend.end``)."""
-        backend.end(failed)
+    def give_back(self, device, backend, failed, keep=False):
+        """The query on ``backend`` ended: what it took goes back (``backend.end``; ``keep``:
+        its free memory stays for the next query, until :meth:`release`)."""
+        backend.end(failed, keep)
         with self._lock:
             self._idle.setdefault(device, backend)
+
+    def release(self):
+        """The free memory kept by the queries given back with ``keep`` goes back."""
+        with self._lock:
+            idle = list(self._idle.values())
+        for backend in idle:
+            backend.release()
 
     def clear(self):
         with self._lock:
@@ -83,10 +91,13 @@ class Query:
 
     ``publish(stats)`` receives the query's stats when it ends well (and for a stream, when it
     ends at all). ``shard``: a :class:`~sgsi.join.shard.Shard`, the part of the query to run.
-    ``anchor``: a :class:`~sgsi.join.delta.Anchor`, the anchored query of an incremental match."""
+    ``anchor``: a :class:`~sgsi.join.delta.Anchor`, the anchored query of an incremental match.
+    ``keep_memory``: the free memory of a query that ends well stays for the next one, until
+    ``backends.release()`` (a sharded query's tasks on one worker)."""
 
     def __init__(self, store, backends, pattern, device="auto", memory_budget=None, injective=True,
-                 cancel=None, publish=None, progress=True, shard=None, shard_sets=None, anchor=None):
+                 cancel=None, publish=None, progress=True, shard=None, shard_sets=None, anchor=None,
+                 keep_memory=False):
         self.store, self.backends = store, backends
         self.shard = shard              # a Shard: this query is one task of a sharded one
         self.shard_sets = shard_sets    # its driver's refined candidate sets (SplitSets), or None
@@ -97,6 +108,7 @@ class Query:
         self.report = reporter(progress)
         self.device, self.memory_budget, self.injective = device, memory_budget, injective
         self.publish = publish or (lambda stats: None)
+        self.keep_memory = keep_memory
 
     # -- count ------------------------------------------------------------------------
 
@@ -116,7 +128,7 @@ class Query:
             drop_frames(e)
             raise
         finally:
-            self.backends.give_back(self.device, backend, failed)
+            self.backends.give_back(self.device, backend, failed, self.keep_memory)
 
     def _count(self, backend):
         self.progress = Progress(self.report, "matches")
@@ -220,15 +232,16 @@ class Query:
                 self._publish(backend, engine, settled=not failed)
             finally:        # this frame outlives the stream in the error's traceback: let its arrays go
                 chunks = chunk = engine = None
-                self.backends.give_back(self.device, backend, failed)
+                self.backends.give_back(self.device, backend, failed, self.keep_memory)
 
     # -- a sharded query's split ---------------------------------------------------------
 
-    def shards(self, tasks, count=False):
+    def shards(self, tasks, count=False, workers=None):
         """About ``tasks`` :class:`~sgsi.join.shard.Shard` of this query, the most costly first
         (:func:`~sgsi.join.shard.split_rows` or :func:`~sgsi.join.shard.split` of its refined
         plan), after the budget check; none where a benchmark query's label matches nothing.
-        The refined plan's candidate sets are left in ``split_sets``, for the tasks."""
+        The refined plan's candidate sets are left in ``split_sets``, for the tasks; ``workers``:
+        those that will run them (partial matches are cut in rounds of one task a worker)."""
         def split_on(backend):
             budget = self._begin(backend)
             plan = self._guard(backend.run, lambda: make_plan(self.store, self.pattern, backend,
@@ -237,7 +250,7 @@ class Query:
             if plan.empty:
                 return []
             self.split_sets = SplitSets(tuple(backend.to_host(b) for b in plan.candidates))
-            return self._guard(backend.run, lambda: self._split(backend, plan, budget, tasks))
+            return self._guard(backend.run, lambda: self._split(backend, plan, budget, tasks, workers))
         return self._on_backend(split_on)
 
     def candidates(self):
@@ -251,11 +264,11 @@ class Query:
             return None if plan.empty else [backend.to_host(b) for b in plan.candidates]
         return self._on_backend(sets_on)
 
-    def _split(self, backend, plan, budget, tasks):
+    def _split(self, backend, plan, budget, tasks, workers):
         """By the partial matches of the first vertices where they cut well, else by candidate ranges."""
         def prefix(depth, seed):
             return Engine(self.store, plan, backend, budget, seed=seed).prefix(depth)
-        out = split_rows(plan, prefix, tasks)
+        out = split_rows(plan, prefix, tasks, workers)
         return split(self.store, plan, backend, tasks) if out is None else out
 
     # -- the parts --------------------------------------------------------------------

@@ -38,6 +38,10 @@ SEED_ROWS_PER_TASK = 16
 AMPLE_ROWS_PER_TASK = 512
 #: Most partial matches the driver makes to split a query by them (else it cuts candidate ranges).
 MAX_SEED_ROWS = 1 << 20
+#: Where a query is split by partial matches for ``workers`` workers, its tasks come in rounds of
+#: one a worker, each round's tasks this many times smaller than the round's before (the last
+#: tasks are small, so the workers finish together; 1: all of one size).
+ROUND_RATIO = 2.0
 
 
 @dataclass(frozen=True)
@@ -76,7 +80,7 @@ def restrict(xp, bits, lo, hi):
     return bits & mask.astype(xp.uint32)
 
 
-def split_rows(plan, prefix, tasks: int):
+def split_rows(plan, prefix, tasks: int, workers=None):
     """``tasks`` shards of ``plan`` (a refined one) by the partial matches of its order's first
     vertices, or None where those are too few or too many to cut.
 
@@ -86,8 +90,9 @@ def split_rows(plan, prefix, tasks: int):
     :data:`AMPLE_ROWS_PER_TASK` a task is taken, else the deepest with
     :data:`SEED_ROWS_PER_TASK` a task and at most :data:`MAX_SEED_ROWS` in all, at most the
     core's last but one, so that every task joins. The rows are shuffled (with a fixed seed)
-    before they are cut into equal slices: a heavy vertex's rows are spread over the tasks.
-    Each match extends exactly one partial match, so the tasks partition the matches."""
+    before they are cut into slices (:func:`row_cuts`, for ``workers``): a heavy vertex's rows
+    are spread over the tasks. Each match extends exactly one partial match, so the tasks
+    partition the matches."""
     core = len(plan.order) - plan.factored
     rows, best = (), None           # ((u, column), ...) of the last depth; (rows, n) of the deepest that cuts
     for depth in range(1, core - 1):
@@ -111,9 +116,18 @@ def split_rows(plan, prefix, tasks: int):
     rows, n = best
     perm = np.random.default_rng(0).permutation(n)
     rows = [(u, c[perm]) for u, c in rows]
-    cuts = np.linspace(0, n, tasks + 1).astype(np.int64).tolist()
+    cuts = row_cuts(n, tasks, workers)
+    bounds = [(a, b) for a, b in zip(cuts[:-1], cuts[1:]) if b > a]
     return [Shard((), i, (b - a) / n, tuple(plan.order), tuple((u, c[a:b]) for u, c in rows))
-            for i, (a, b) in enumerate(zip(cuts[:-1], cuts[1:]))]
+            for i, (a, b) in enumerate(bounds)]
+
+
+def row_cuts(n: int, tasks: int, workers=None) -> list:
+    """The bounds of ``tasks`` slices of ``n`` rows, the largest first: in rounds of ``workers``
+    slices (None: one round), each round's :data:`ROUND_RATIO` times smaller than the one before."""
+    workers = min(workers or tasks, tasks)
+    sizes = ROUND_RATIO ** -(np.arange(tasks) // workers).astype(np.float64)
+    return np.round(np.concatenate([[0.0], np.cumsum(sizes)]) * n / sizes.sum()).astype(np.int64).tolist()
 
 
 def split(store, plan, backend, tasks: int) -> list[Shard]:

@@ -38,12 +38,12 @@ def count(graph, pattern, *, device, memory_budget, injective, cancel, progress,
     check = cancel_check(cancel)
     planner = Query(graph.store, graph._backends, pattern, "cpu", memory_budget, injective, progress=False)
     per = tasks_per_worker(device)
-    shards = planner.shards(per * workers, count=True) if workers else None
+    shards = planner.shards(per * workers, count=True, workers=workers) if workers else None
     total, stats = 0, {}
     if shards != []:
         with connect(workers, scheduler, client, device) as c, _Run(c) as run:
             if shards is None:
-                shards = planner.shards(per * slots(c), count=True)
+                shards = planner.shards(per * slots(c), count=True, workers=slots(c))
             options = _options(device, memory_budget, injective, workers, scheduler, client)
             run.submit(shards, tasks.count, (os.path.abspath(graph.path), planner.pattern, options),
                        sets=planner.split_sets)
@@ -67,14 +67,14 @@ def match(graph, pattern, *, device, memory_budget, injective, limit, cancel, pr
     if limit == 0 or not schema.names:
         return _reader(schema, iter(())), failure
     per = tasks_per_worker(device)
-    shards = planner.shards(per * workers) if workers else None
+    shards = planner.shards(per * workers, workers=workers) if workers else None
     if shards == []:
         return _reader(schema, iter(())), failure
     stack = contextlib.ExitStack()
     try:
         c = stack.enter_context(connect(workers, scheduler, client, device))
         if shards is None:
-            shards = planner.shards(per * slots(c))
+            shards = planner.shards(per * slots(c), workers=slots(c))
         run = stack.enter_context(_Run(c))
         run.submit(shards, tasks.match, (os.path.abspath(graph.path), planner.pattern,
                                          _options(device, memory_budget, injective, workers, scheduler, client)),
@@ -180,6 +180,8 @@ class _Run:
     def __exit__(self, *exc):
         try:
             self.stop()
+            with contextlib.suppress(Exception):        # the memory the tasks kept goes back
+                self.client.run(tasks.release, wait=False)
         finally:
             parts.remove(self.directory)
         return False

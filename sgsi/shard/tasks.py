@@ -2,7 +2,10 @@
 
 A worker opens a store once and keeps it, with its backend and caches, for
 the tasks after (the last :data:`KEPT_STORES` stores, known by path and
-manifest identity: :class:`sgsi.db.stores.OpenStores`). A task stops with
+manifest identity: :class:`sgsi.db.stores.OpenStores`). A task that ends well
+keeps its free memory (the GPU pool's blocks) for the next task of its query,
+which would allocate it again; the driver gives it back with :func:`release`
+when the query ends. A task stops with
 :class:`~sgsi.errors.Cancelled` at the engine's next check once its query's
 marker file is gone (:mod:`.parts`), or, on a host that does not see the
 query's directory, once :func:`cancel` of its query has run on its worker.
@@ -54,7 +57,7 @@ def count(path, pattern, options, shard, name, directory, sets=None):
     stats = {}
     with _watch(name, directory) as stop, _STORES.use(path) as g:
         n = Query(g.store, g.backends, pattern, cancel=stop, publish=stats.update, progress=False,
-                  shard=shard, shard_sets=sets, **options).count()
+                  shard=shard, shard_sets=sets, keep_memory=True, **options).count()
     return n, stats
 
 
@@ -63,7 +66,7 @@ def match(path, pattern, options, shard, name, directory, limit, sets=None):
     stats = {}
     with _watch(name, directory) as stop, _STORES.use(path) as g:
         reader, failure = Query(g.store, g.backends, pattern, cancel=stop, publish=stats.update, progress=False,
-                                shard=shard, shard_sets=sets, **options).stream(limit)
+                                shard=shard, shard_sets=sets, keep_memory=True, **options).stream(limit)
         try:
             rows = parts.write(reader, parts.path(directory, shard.index))
         except BaseException as e:
@@ -126,3 +129,13 @@ async def cancel(name):
             _CANCELLED.popitem(last=False)
         for stop in _RUNNING.get(name, ()):
             stop.set()
+
+
+async def release():
+    """Give back the free memory this worker's tasks kept (the driver runs it on every worker
+    when a query ends, as :func:`cancel`); nothing while a task runs here."""
+    with _LOCK:
+        if _RUNNING:
+            return
+    for opened in _STORES.entries():             # _Opened
+        opened.backends.release()

@@ -29,8 +29,12 @@ class Backend(Protocol):
     def begin(self, store, memory_budget=None) -> int:
         """Start a query of ``store``; returns its memory budget in bytes."""
 
-    def end(self, failed=False):
-        """The query ended (``failed``: by an error or a cancel); what it took is released."""
+    def end(self, failed=False, keep=False):
+        """The query ended (``failed``: by an error or a cancel); what it took is released, but
+        for ``keep`` after one that ended well: its free memory stays for the next (:meth:`release`)."""
+
+    def release(self):
+        """The free memory kept by :meth:`end` (``keep``) goes back, where no query runs."""
 
     def recover(self):
         """After a MemoryShortage: the failed run's memory given back before the query runs again."""

@@ -57,11 +57,16 @@ class CpuBackend:
         self._derived.resize(self.budget // DERIVED_CACHE_SHARE)
         return self.budget
 
-    def end(self, failed=False):
+    def end(self, failed=False, keep=False):
         """The query ended (``failed``: by an error or a cancel, its arrays collected first); the
-        heap's free memory goes back to the system (:func:`trim_heap`)."""
+        heap's free memory goes back to the system (:func:`trim_heap`), at :meth:`release` for
+        ``keep`` after one that ended well."""
         if failed:
             gc.collect()
+        if failed or not keep:
+            trim_heap()
+
+    def release(self):
         trim_heap()
 
     def recover(self):

@@ -171,16 +171,21 @@ class GpuBackend(ArrayOps, SegmentCopies, FilterSteps, JoinSteps, ExpandSteps):
         self.memory.begin(self.budget, store)
         return self.budget
 
-    def end(self, failed=False):
+    def end(self, failed=False, keep=False):
         """The query that :meth:`begin` started ended; ``failed``: by an error or a cancel, whose
-        copies and work may be in flight (waited for) and whose arrays are collected first."""
+        copies and work may be in flight (waited for) and whose arrays are collected first.
+        ``keep``: the pool's free blocks stay for the next query (:meth:`release`), unless failed."""
         if failed:
             try:
                 self.synchronize()
             except cp.cuda.runtime.CUDARuntimeError:
                 pass
             self._pinned_busy = [None, None]
-        self.memory.end(self.budget, failed)
+        self.memory.end(self.budget, failed, keep)
+
+    def release(self):
+        """The free blocks kept by :meth:`end` (``keep``) go back, where no query runs on the device."""
+        self.memory.release()
 
     def recover(self):
         """After a :class:`~sgsi.errors.MemoryShortage`: the failed run's arrays collected and

@@ -15,7 +15,9 @@ once per process, however many Graphs, connections, threads or budgets:
   its budget: ``Graph``);
 - after each query the pool gives its free blocks back to the driver where
   they pass :data:`KEEP_FREE` (after a failed or cancelled one always, once
-  the query's arrays have been collected).
+  the query's arrays have been collected); a query that ends well may keep
+  them for the next one instead (a sharded query's tasks on a worker), until
+  :meth:`DeviceMemory.release`.
 
 The default budget is half of what the device has for sgsi: its free memory
 plus what sgsi's own pool holds (never the free memory alone, which sgsi's
@@ -94,8 +96,9 @@ class DeviceMemory:
                 self.cache.resize(int(budget * CACHE_FRACTION))
                 self.pool.set_limit(size=budget - self.cache.limit + POOL_ALLOWANCE)
 
-    def end(self, budget: int, failed: bool):
-        """A query with ``budget`` ended (``failed``: error or cancel); its free blocks go back."""
+    def end(self, budget: int, failed: bool, keep=False):
+        """A query with ``budget`` ended (``failed``: error or cancel); its free blocks go back,
+        unless ``keep`` (and it ended well): then at :meth:`release`."""
         with self._lock:
             self._running[budget] -= 1
             if self._running[budget] <= 0:
@@ -106,7 +109,16 @@ class DeviceMemory:
                 self.pool.set_limit(size=0)
         if failed:
             gc.collect()                    # cycles through the query's generators hold arrays
-        self.trim(0 if failed else KEEP_FREE)
+        if failed or not keep:
+            self.trim(0 if failed else KEEP_FREE)
+
+    def release(self):
+        """The free blocks kept past :data:`KEEP_FREE` go back, where no query runs."""
+        with self._lock:
+            if self._running:
+                return
+        with cp.cuda.Device(self.device_id):    # the caller's thread may be on another device
+            self.trim(KEEP_FREE)
 
     def trim(self, keep=0):
         """Give the pools' free blocks back to the driver where they pass ``keep`` bytes."""
