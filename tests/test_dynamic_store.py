@@ -631,3 +631,33 @@ def test_edge_isin_matches_a_set():
     got = edge_isin(*a, *b)
     assert got.tolist() == want and 0 < got.sum() < len(want)
     assert not edge_isin(*a, *(x[:0] for x in b)).any() and edge_isin(*(x[:0] for x in a), *b).size == 0
+
+
+@pytest.mark.parametrize("offset", [0, 2 ** 30])
+def test_edge_sets_match_python_sets(offset):
+    """unique_edges, edge_isin and net_events against Python sets, with ids that fit one int64
+    key with the label (offset 0) and ids that do not (2**30: the columns are sorted instead)."""
+    from sgsi.storage.lists import EdgeKeys, edge_isin, net_events, unique_edges
+    rng = np.random.default_rng(5)
+
+    def edges(n):
+        return tuple(np.array(x, np.int32) for x in (rng.integers(0, 9, n) + offset, rng.integers(0, 9, n) + offset,
+                                                     rng.integers(0, 3, n)))
+
+    def triples(e):
+        return list(zip(*(x.tolist() for x in e)))
+    a, b = edges(400), edges(300)
+    assert (EdgeKeys.of(a, b) is None) == (offset > 0)
+    theirs = set(triples(b))
+    assert edge_isin(*a, *b).tolist() == [e in theirs for e in triples(a)]
+    assert triples(unique_edges(*a)) == sorted(set(triples(a)))
+    now = start = set(triples(a))
+    versions = []
+    for _ in range(4):                            # each version net against the one before
+        gone = {e for e in now if rng.random() < 0.3}
+        new = set(triples(edges(60))) - now
+        versions.append(tuple(tuple(np.array(c, np.int32).reshape(-1) for c in zip(*sorted(x))) if x else
+                              (np.zeros(0, np.int32),) * 3 for x in (new, gone)))
+        now = (now - gone) | new
+    added, removed = net_events(versions)
+    assert triples(added) == sorted(now - start) and triples(removed) == sorted(start - now)

@@ -36,11 +36,48 @@ def edge_order(s, d, l):
     return np.lexsort((l, d, s))
 
 
+class EdgeKeys:
+    """One int64 key per edge (s, d, l), ordered as the triples: s, d and l in bit fields just wide
+    enough for the edges it was made for (:meth:`of`). One sort or searchsorted of keys replaces a
+    lexsort of three columns (100K edges: 1.3 ms against 23 ms)."""
+
+    def __init__(self, vertex_bits, label_bits):
+        self.vb, self.lb = vertex_bits, label_bits
+
+    @classmethod
+    def of(cls, *sets):
+        """A coding for every edge of the (s, d, l) ``sets``; None where 63 bits are too few (or a
+        value is negative): then sort the columns (:func:`edge_order`)."""
+        cols = [np.asarray(x) for e in sets for x in e]
+        if any(c.size and int(c.min()) < 0 for c in cols):
+            return None
+        top = [int(c.max(initial=0)) for c in cols]
+        vb = max([t for i, t in enumerate(top) if i % 3 < 2] + [0]).bit_length()
+        lb = max(top[2::3] + [0]).bit_length()
+        return cls(vb, lb) if 2 * vb + lb <= 63 else None
+
+    def encode(self, s, d, l):
+        k = np.asarray(s, np.int64) << (self.vb + self.lb)
+        k |= np.asarray(d, np.int64) << self.lb
+        k |= np.asarray(l, np.int64)
+        return k
+
+    def decode(self, k):
+        """(s, d, l) int32 of keys."""
+        s = (k >> (self.vb + self.lb)).astype(np.int32)
+        d = ((k >> self.lb) & ((1 << self.vb) - 1)).astype(np.int32)
+        return s, d, (k & ((1 << self.lb) - 1)).astype(np.int32)
+
+
 def unique_edges(s, d, l):
     """Distinct (src, dst, label) edges, sorted."""
     s, d, l = (np.asarray(x, np.int32) for x in (s, d, l))
     if not len(s):
         return s, d, l
+    code = EdgeKeys.of((s, d, l))
+    if code is not None:
+        k = np.sort(code.encode(s, d, l))
+        return code.decode(k[np.r_[True, k[1:] != k[:-1]]])
     o = edge_order(s, d, l)
     s, d, l = s[o], d[o], l[o]
     keep = np.r_[True, (s[1:] != s[:-1]) | (d[1:] != d[:-1]) | (l[1:] != l[:-1])]
@@ -56,6 +93,11 @@ def edge_isin(s, d, l, ts, td, tl):
     """Whether each edge (s, d, l) is among the edges (ts, td, tl)."""
     if not len(s) or not len(ts):
         return np.zeros(len(s), bool)
+    code = EdgeKeys.of((s, d, l), (ts, td, tl))
+    if code is not None:
+        # A searchsorted of the keys in the sorted other set's (fast where they come sorted).
+        theirs, mine = np.sort(code.encode(ts, td, tl)), code.encode(s, d, l)
+        return theirs[np.minimum(np.searchsorted(theirs, mine), theirs.size - 1)] == mine
     # Both sets sorted together by (pair key, label): an edge is in where its run of equal
     # edges holds one of the second set's (6x np.isin over a structured dtype at 100K + 450K).
     key = np.concatenate([pair_keys(s, d), pair_keys(ts, td)])
@@ -86,14 +128,22 @@ def net_events(versions):
     d = np.concatenate([np.asarray(e[1], np.int32) for e, _ in parts])
     l = np.concatenate([np.asarray(e[2], np.int32) for e, _ in parts])
     kind = np.concatenate([np.full(len(e[0]), t, np.int8) for e, t in parts])
-    pos = np.arange(len(s))
-    o = np.lexsort((pos, l, d, s))
-    s, d, l, kind = s[o], d[o], l[o], kind[o]
-    first = np.r_[True, (s[1:] != s[:-1]) | (d[1:] != d[:-1]) | (l[1:] != l[:-1])]
+    code = EdgeKeys.of((s, d, l))
+    if code is not None:            # stable: a merge of the parts' sorted runs, events in order
+        k = code.encode(s, d, l)
+        o = np.argsort(k, kind="stable")
+        k, kind = k[o], kind[o]
+        first = np.r_[True, k[1:] != k[:-1]]
+    else:
+        o = np.lexsort((np.arange(len(s)), l, d, s))
+        s, d, l, kind = s[o], d[o], l[o], kind[o]
+        first = np.r_[True, (s[1:] != s[:-1]) | (d[1:] != d[:-1]) | (l[1:] != l[:-1])]
     starts = np.flatnonzero(first)
-    ends = np.r_[starts[1:], len(s)] - 1
+    ends = np.r_[starts[1:], len(kind)] - 1
     a, b = kind[starts], kind[ends]
     add, rem = starts[(a == 1) & (b == 1)], starts[(a == -1) & (b == -1)]
+    if code is not None:
+        return code.decode(k[add]), code.decode(k[rem])
     return (s[add], d[add], l[add]), (s[rem], d[rem], l[rem])
 
 
