@@ -37,13 +37,16 @@ class Inputs:
         the rows of each; sets :attr:`new_ids`, :attr:`new_labels`, :attr:`new_elabels`, :attr:`new_vlabels`."""
         files = {"ins": self._edges(insert, "insert"), "del": self._edges(delete, "delete")}
         vin = self._vertices(vertices)
-        dense = {t: (self._dense(p[1], p[0]), self._dense(p[2], p[0])) for t, p in files.items() if p is not None}
+        cols = [(p[i], p[0]) for p in files.values() if p is not None for i in (1, 2)]
+        found = iter(self._dense_all(cols + ([(vin[1], vin[0])] if vin is not None else [])))
+        dense = {t: (next(found), next(found)) for t, p in files.items() if p is not None}
         unknown = []
         if files["ins"] is not None:
             p, (s, d) = files["ins"], dense["ins"]
             unknown += [p[1].filter(pa.array(s < 0)), p[2].filter(pa.array(d < 0))]
         if vin is not None:
-            unknown.append(vin[1].filter(pa.array(self._dense(vin[1], vin[0]) < 0)))
+            vd = next(found)
+            unknown.append(vin[1].filter(pa.array(vd < 0)))
         self._new_vertices(unknown)
         edges = {}
         for tag, p in files.items():
@@ -53,7 +56,7 @@ class Inputs:
             s, d = self._resolve(p[1], dense[tag][0]), self._resolve(p[2], dense[tag][1])
             edges[tag] = (s, d, self._edge_labels(p, tag == "ins") if self.has_labels else np.zeros(len(s), np.int64))
         if vin is not None:
-            self._vertex_labels(vin)
+            self._vertex_labels(vin, vd)
         return edges
 
     def _new_vertices(self, unknown):
@@ -86,12 +89,13 @@ class Inputs:
             lab = self._label_ids(part[3], self.elabels + self.new_elabels, part[0])
         return lab
 
-    def _vertex_labels(self, vin):
-        """Labels of the new vertices from the vertex files; known vertices must keep theirs."""
+    def _vertex_labels(self, vin, dense):
+        """Labels of the new vertices from the vertex files (``dense``: their :meth:`_dense` ids);
+        known vertices must keep theirs."""
         where, ids, labels = vin
         if labels is None or pa.types.is_null(labels.type):
             return
-        vd = self._resolve(ids, self._dense(ids, where))
+        vd = self._resolve(ids, dense.copy())
         lab = self._label_ids(labels, self.vlabels, where)
         has = labels.is_valid().to_numpy(zero_copy_only=False)
         if ((lab < 0) & has).any():
@@ -156,6 +160,16 @@ class Inputs:
                              f"the store's are {'integers' if pa.types.is_integer(t) else 'strings'}")
         return t
 
+    def _dense_all(self, parts):
+        """:meth:`_dense` of each (array, where) of ``parts``, looked up at once."""
+        if not parts:
+            return []
+        t = self.st.vertex_id_type
+        for arr, where in parts:
+            self._id_type(arr, where)
+        one = pa.concat_arrays([a.cast(pa.int64() if pa.types.is_integer(t) else t) for a, _ in parts])
+        return np.split(self._dense(one, parts[0][1]), np.cumsum([len(a) for a, _ in parts])[:-1])
+
     def _dense(self, arr, where):
         """Dense ids at this version of original ids (-1: not in the store)."""
         st = self.st
@@ -166,17 +180,20 @@ class Inputs:
         nb = st._base_n
         new = st._view.new_ids if st._view is not None else pa.array([], t)
         if pa.types.is_integer(t) and st._base_manifest.get("vertex_ids_sorted", True):
-            # The base ids are sorted (dense ids are their ranks): a binary search in each batch of
-            # the memory-mapped file, which reads a few pages.
+            # The base ids are sorted (dense ids are their ranks): the sorted ids searched in each
+            # batch of the memory-mapped file, those in its range only, which reads a few pages.
             x = arr.cast(pa.int64()).to_numpy()
+            o = np.argsort(x)
+            xs = x[o]
             reader, at = st._reader("vertex_ids.arrow"), 0
             for i in range(reader.num_record_batches):          # a loop over batches of the file
                 with st._reading("vertex_ids.arrow"):
                     b = reader.get_batch(i).column(0).to_numpy()
                 if b.size:
-                    pos = np.minimum(np.searchsorted(b, x), b.size - 1)
-                    hit = (b[pos] == x) & (out < 0)
-                    out[hit] = pos[hit] + at
+                    lo, hi = np.searchsorted(xs, b[0]), np.searchsorted(xs, b[-1], "right")
+                    pos = np.searchsorted(b, xs[lo:hi])               # all in b's range
+                    hit = b[pos] == xs[lo:hi]
+                    out[o[lo:hi][hit]] = pos[hit] + at
                 at += b.size
             ids, first = new, nb
         else:
