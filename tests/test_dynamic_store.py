@@ -361,12 +361,11 @@ def test_readers_go_on_during_updates_and_compaction(tmp_path):
     g.close()
 
 
-def test_update_signatures_in_blocks_match_a_fresh_build(tmp_path, monkeypatch):
+def test_update_signatures_match_a_fresh_build(tmp_path, monkeypatch):
     """An update reads base lists plus the net change since the base, never an overlay; its
-    signatures, counted in blocks of 4 vertices, equal a fresh build's after three batches."""
+    signatures equal a fresh build's after three batches."""
     g, model, rng = _small(tmp_path, seed=21)
     with monkeypatch.context() as m:
-        m.setattr(touched, "_BLOCK", 4)
         m.setattr(overlay.VersionView, "_build", lambda *a: pytest.fail("an update built an overlay"))
         for step in range(3):
             ins, dele = _random_batch(rng, model, list(model.vlabels), ["E0", "E1"], [900 + step, 950 + step])

@@ -18,9 +18,6 @@ from . import format as fmt
 from . import pairhash
 from .lists import edge_isin, has_pairs_in
 
-#: Vertices whose signatures are counted at once.
-_BLOCK = 1 << 16
-
 
 def present(st, net, s, d, l):
     """Whether each edge (s, d, l) (ids and labels known to ``st``) is there at ``st``'s version;
@@ -66,16 +63,23 @@ def signatures_of(st, changed, batch, labels_of, n_vlabels):
 
 
 def signature_rows(st, verts):
-    """The current signature words of sorted ``verts`` (zeros for ids past ``st``'s vertices)."""
+    """The current signature words of sorted ``verts`` (zeros for ids past ``st``'s vertices): the
+    base file's rows, then the newest a delta wrote (no version's columns are built)."""
     out = np.zeros((verts.size, st.n_signature_words), np.uint32)
     step = st.sig_segment_vertices
-    old = verts[verts < st.n_vertices]
+    old = verts[verts < st._base_n]
     seg = old // step
     cuts = np.flatnonzero(np.r_[True, seg[1:] != seg[:-1]]) if old.size else np.zeros(0, np.int64)
     for a, b in zip(cuts.tolist(), np.r_[cuts[1:], old.size].tolist()):     # a loop over vertex segments
         k = int(seg[a])
-        cols = [c for bucket in range(st.n_buckets) for c in st.signature_columns(k, bucket)]
-        out[a:b] = np.stack(cols, 1)[old[a:b] - k * step]
+        at = old[a:b] - k * step
+        cols = [c[at] for bucket in range(st.n_buckets) for c in st._base_signature_columns(k, bucket)]
+        out[a:b] = np.stack(cols, 1)
+    v = st._view
+    if v is not None and v.sig_vertex.size:
+        pos = np.minimum(np.searchsorted(v.sig_vertex, verts), v.sig_vertex.size - 1)
+        hit = v.sig_vertex[pos] == verts
+        out[hit] = v.sig_words[pos[hit]]
     return out
 
 
@@ -88,34 +92,54 @@ def _counts_of(words, label_bits, groups):
 
 
 def _words(st, verts, parts, old, labels_of, n_vlabels):
-    """Signature words of sorted ``verts``: the pair counts of their words ``old`` moved by list
-    entries ``parts`` (vertex, neighbour, label, code, sign), a saturated group kept saturated."""
-    und = st.undirected
-    groups = signatures.n_groups(st.signature_bits, st.label_bits)
-    vl = labels_of(verts)
-    table_bits = signatures.label_bit_table(n_vlabels, st.label_bits)
+    """Signature words of sorted ``verts``: their words ``old`` with the groups that list entries
+    ``parts`` (vertex, neighbour, label, code, sign) touch moved by them, a saturated group kept
+    saturated, and new vertices' label bits set; the other groups' bits stay as they are."""
+    words = old.copy()
+    new = np.flatnonzero(verts >= st.n_vertices)
+    vl = labels_of(verts[new])
+    if (vl >= 0).any():
+        has = new[vl >= 0]
+        lb = signatures.label_bit_table(n_vlabels, st.label_bits)[vl[vl >= 0]]
+        words[has, lb // 32] |= np.uint32(1) << (lb % 32).astype(np.uint32)
     parts = [p for p in parts if p[0].size]
     if not parts:
-        return signatures.words_from_counts(_counts_of(old, st.label_bits, groups), vl, st.signature_bits,
-                                            st.label_bits, table_bits)
+        return words
     v, nb, lab, code, sign = (np.concatenate(c) for c in zip(*parts))
-    combo = (lab.astype(np.int64) * 2 + code) * (n_vlabels + 1) + labels_of(nb) + 1
-    uniq, inv = np.unique(combo, return_inverse=True)
-    names = np.array([signatures.UNDIRECTED] if und else [signatures.OUT, signatures.IN], object)
-    m = n_vlabels + 1
-    grp = pairhash.pair_groups(uniq // (2 * m), names[(uniq // m) % 2], uniq % m - 1, groups)
-    key = np.searchsorted(verts, v) * groups + grp[inv.reshape(-1)]
-    one = verts.size <= _BLOCK
-    if not one:
-        o = np.argsort(key)
-        key, sign = key[o], sign[o]
-    words = np.zeros((verts.size, st.n_signature_words), np.uint32)
-    for a in range(0, verts.size, _BLOCK):               # blocks of vertices
-        b = min(verts.size, a + _BLOCK)
-        lo, hi = (0, key.size) if one else np.searchsorted(key, [a * groups, b * groups])
-        counts = np.bincount(key[lo:hi] - a * groups, weights=sign[lo:hi], minlength=(b - a) * groups)
-        counts = counts.astype(np.int64).reshape(b - a, groups)
-        before = _counts_of(old[a:b], st.label_bits, groups)
-        counts = np.where(before >= 2, 2, counts + before)      # past 2, a count is unknown
-        words[a:b] = signatures.words_from_counts(counts, vl[a:b], st.signature_bits, st.label_bits, table_bits)
+    slot, net = _slot_changes(st, v, _groups_of(st, lab, code, labels_of(nb), n_vlabels), sign)
+    groups = signatures.n_groups(st.signature_bits, st.label_bits)
+    row = np.searchsorted(verts, slot // groups)
+    bit = st.label_bits + 2 * (slot % groups)
+    flat = row * words.shape[1] + bit // 32             # ascending: slots are sorted
+    shift = (bit % 32).astype(np.uint32)
+    now = (words.reshape(-1)[flat] >> shift) & np.uint32(3)
+    count = np.minimum(now, 2).astype(np.int64)          # 00 -> 0, 01 -> 1, 11 -> 2
+    count = np.where(count >= 2, 2, np.clip(count + net, 0, 2)).astype(np.uint32)
+    flip = (now ^ (count | count >> np.uint32(1))) << shift
+    first = np.flatnonzero(np.r_[True, flat[1:] != flat[:-1]])
+    words.reshape(-1)[flat[first]] ^= np.bitwise_or.reduceat(flip, first)
     return words
+
+
+def _groups_of(st, lab, code, nb_label, n_vlabels):
+    """The two-bit group of each list entry's (edge label, direction code, neighbour label) key."""
+    groups = signatures.n_groups(st.signature_bits, st.label_bits)
+    m = n_vlabels + 1
+    combo = (lab.astype(np.int64) * 2 + code) * m + nb_label + 1
+    k = np.sort(combo)
+    uniq = k[np.r_[True, k[1:] != k[:-1]]]                # a few thousand keys at most
+    names = np.array([signatures.UNDIRECTED] if st.undirected else [signatures.OUT, signatures.IN], object)
+    grp = pairhash.pair_groups(uniq // (2 * m), names[(uniq // m) % 2], uniq % m - 1, groups)
+    return grp[np.searchsorted(uniq, combo)]
+
+
+def _slot_changes(st, v, grp, sign):
+    """The (vertex, group) slots ``vertex * groups + group`` that entries touch, sorted, and the
+    net change of each slot's pair count (one sort of the entries' slots and signs)."""
+    groups = signatures.n_groups(st.signature_bits, st.label_bits)
+    k = np.sort((v.astype(np.int64) * groups + grp) * 2 + (sign < 0))
+    first = np.flatnonzero(np.r_[True, k[1:] != k[:-1]])
+    runs = np.diff(np.r_[first, k.size]) * np.where(k[first] & 1, -1, 1)
+    slot = k[first] >> 1
+    one = np.flatnonzero(np.r_[True, slot[1:] != slot[:-1]])
+    return slot[one], np.add.reduceat(runs, one)
