@@ -361,11 +361,13 @@ def test_readers_go_on_during_updates_and_compaction(tmp_path):
     g.close()
 
 
-def test_update_signatures_match_a_fresh_build(tmp_path, monkeypatch):
+@pytest.mark.parametrize("table_keys", [touched._TABLE_KEYS, 0])
+def test_update_signatures_match_a_fresh_build(tmp_path, monkeypatch, table_keys):
     """An update reads base lists plus the net change since the base, never an overlay; its
-    signatures equal a fresh build's after three batches."""
+    signatures equal a fresh build's after three batches (pair groups by table or by np.unique)."""
     g, model, rng = _small(tmp_path, seed=21)
     with monkeypatch.context() as m:
+        m.setattr(touched, "_TABLE_KEYS", table_keys)
         m.setattr(overlay.VersionView, "_build", lambda *a: pytest.fail("an update built an overlay"))
         for step in range(3):
             ins, dele = _random_batch(rng, model, list(model.vlabels), ["E0", "E1"], [900 + step, 950 + step])

@@ -18,15 +18,20 @@ from . import format as fmt
 from . import pairhash
 from .lists import edge_isin, has_pairs_in
 
+#: Keys (edge label, direction, neighbour label) below this many: their groups come from a table.
+_TABLE_KEYS = 1 << 20
+
 
 def present(st, net, s, d, l):
     """Whether each edge (s, d, l) (ids and labels known to ``st``) is there at ``st``'s version;
     ``net`` = (added, removed) since the base."""
     out = np.zeros(len(s), bool)
-    for lab in np.unique(l).tolist():                      # a loop over labels
-        base = st._base_partition(fmt.partition_key(lab, "out"))
+    by = np.argsort(l, kind="stable")                      # each label's rows, in their order
+    cut = np.flatnonzero(np.r_[True, l[by][1:] != l[by][:-1]]) if len(l) else np.zeros(0, np.int64)
+    for a, b in zip(cut.tolist(), np.r_[cut[1:], len(l)].tolist()):     # a loop over labels
+        base = st._base_partition(fmt.partition_key(int(l[by[a]]), "out"))
         if base is not None:
-            rows = np.flatnonzero(l == lab)
+            rows = by[a:b]
             out[rows] = has_pairs_in(base, lambda k: st._base_segment(k, check=False), s[rows], d[rows])
     added, removed = net
     return (out & ~edge_isin(s, d, l, *removed)) | edge_isin(s, d, l, *added)
@@ -126,11 +131,14 @@ def _groups_of(st, lab, code, nb_label, n_vlabels):
     groups = signatures.n_groups(st.signature_bits, st.label_bits)
     m = n_vlabels + 1
     combo = (lab.astype(np.int64) * 2 + code) * m + nb_label + 1
-    k = np.sort(combo)
-    uniq = k[np.r_[True, k[1:] != k[:-1]]]                # a few thousand keys at most
     names = np.array([signatures.UNDIRECTED] if st.undirected else [signatures.OUT, signatures.IN], object)
-    grp = pairhash.pair_groups(uniq // (2 * m), names[(uniq // m) % 2], uniq % m - 1, groups)
-    return grp[np.searchsorted(uniq, combo)]
+    if int(combo.max(initial=0)) < _TABLE_KEYS:          # a table by key (0.6 ms against 18 for 300K)
+        uniq = np.flatnonzero(np.bincount(combo))
+        table = np.zeros(uniq[-1] + 1 if uniq.size else 0, np.int64)
+        table[uniq] = pairhash.pair_groups(uniq // (2 * m), names[(uniq // m) % 2], uniq % m - 1, groups)
+        return table[combo]
+    uniq, inv = np.unique(combo, return_inverse=True)
+    return pairhash.pair_groups(uniq // (2 * m), names[(uniq // m) % 2], uniq % m - 1, groups)[inv.reshape(-1)]
 
 
 def _slot_changes(st, v, grp, sign):

@@ -17,7 +17,7 @@ import numpy as np
 
 from ..errors import InputError
 from . import delta, touched
-from .lists import canonical, edge_isin, unique_edges
+from .lists import canonical, edge_isin, sorted_unique, unique_edges
 from .update_inputs import Inputs
 
 
@@ -53,8 +53,8 @@ class _Update:
         st, inp = self.st, self.inp
         edges = inp.encode(insert, delete, vertices)
         (i_s, i_d, i_l), (d_s, d_d, d_l) = self._clean(*edges["ins"]), self._clean(*edges["del"])
-        d_present = self._present(d_s, d_d, d_l)
-        i_there = self._present(i_s, i_d, i_l)                       # before the batch
+        there = self._present(*(np.concatenate(x) for x in ((d_s, i_s), (d_d, i_d), (d_l, i_l))))
+        d_present, i_there = there[:len(d_s)], there[len(d_s):]      # before the batch
         del_net = tuple(x[d_present] for x in (d_s, d_d, d_l))
         ins_net = tuple(x[~(i_there & ~edge_isin(i_s, i_d, i_l, *del_net))] for x in (i_s, i_d, i_l))
         back = edge_isin(*del_net, *ins_net)          # deleted, then inserted again: no change
@@ -62,8 +62,9 @@ class _Update:
             keep = ~edge_isin(*ins_net, *del_net)
             del_net, ins_net = tuple(x[~back] for x in del_net), tuple(x[keep] for x in ins_net)
         n_new = len(inp.new_ids)
-        changed = np.unique(np.concatenate([ins_net[0], ins_net[1], del_net[0], del_net[1],
-                                            np.arange(self.n, self.n + n_new, dtype=np.int32)])).astype(np.int32)
+        changed = sorted_unique(np.concatenate([ins_net[0], ins_net[1], del_net[0], del_net[1],
+                                                np.arange(self.n, self.n + n_new, dtype=np.int32)]),
+                                kind=None).astype(np.int32)
         words = touched.signatures_of(st, changed, (ins_net, del_net), self._labels_of,
                                       len(inp.vlabels) + len(inp.new_vlabels))
         version = int(st.versions[-1]["version"]) + 1
