@@ -491,6 +491,9 @@ class Store:
         step = self.sig_segment_vertices
         seg = dense // step
         used = np.flatnonzero(np.bincount(seg))
+        if used.size == 1:                  # one segment: its labels as read, not a copy
+            k = int(used[0])
+            return np.asarray(self.vertex_labels(k), np.int32)[dense - k * step]
         parts = [self.vertex_labels(k) for k in used.tolist()]           # a loop over segments
         at = np.zeros(int(used[-1]) + 1, np.int64)
         at[used] = np.cumsum([0] + [len(p) for p in parts[:-1]])
