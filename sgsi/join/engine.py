@@ -130,7 +130,8 @@ class Engine(Counting):
         self._entries = []             # device sums of entries not yet added to stats (no read per step)
         self._stats = {"chunks": 0, "steps": 0, "light_steps": 0, "replanned": 0, "entries": 0,
                        "subtrees_weighted": 0, "leaves_factored": plan.factored,
-                       "leaf_groups": _shared_groups(plan), "subtrees": len(plan.subtrees)}
+                       "leaf_groups": _shared_groups(plan), "subtrees": len(plan.subtrees),
+                       "symmetry": plan.symmetry}
         # Adaptive planning: run on the cheap plan first; if the join's work
         # outgrows the candidate sets by far before any result has left, start
         # again on the plan ``replan()`` gives (refined candidate sets).
@@ -154,15 +155,16 @@ class Engine(Counting):
     # -- driving -------------------------------------------------------------------
 
     def count(self) -> int:
-        """Number of embeddings, counted without materialising the last step."""
+        """Number of embeddings, counted without materialising the last step (a plan whose row
+        filters keep one embedding of each orbit of ``symmetry``: their count times it)."""
         while True:
             if self.plan.empty:
                 return 0
             try:
                 total = 0
                 for _kind, value in self._run(count_only=True):
-                    total += value
-                    self.progress.add(value)
+                    total += value * self.plan.symmetry
+                    self.progress.add(value * self.plan.symmetry)
                 return total
             except _Replan:
                 self.progress.rows = 0
@@ -193,6 +195,7 @@ class Engine(Counting):
         self._stats["leaves_factored"] = self.plan.factored
         self._stats["leaf_groups"] = _shared_groups(self.plan)
         self._stats["subtrees"] = len(self.plan.subtrees)
+        self._stats["symmetry"] = self.plan.symmetry
         self.replan = None
         self.work_limit = None
         self._stats["replanned"] = 1

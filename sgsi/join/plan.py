@@ -68,6 +68,7 @@ class QueryPlan:
     # the GPU's sum, read when first asked)
     refine_cost: object = None
     row_filters: list = field(default_factory=list)   # an anchored query's :class:`~sgsi.join.pairs.RowFilter`
+    symmetry: int = 1           # a count's row filters keep one embedding of each orbit of this many
 
 
 #: Most vertices a :class:`LeafGroup` counts together (its terms are the set partitions of

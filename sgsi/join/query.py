@@ -12,6 +12,7 @@ released (``backend.end``).
 
 from __future__ import annotations
 
+import os
 import threading
 import traceback
 
@@ -24,6 +25,7 @@ from .backends import get_backend
 from .engine import Engine
 from .plan import REFINE_ROUNDS, make_plan
 from .progress import Progress, reporter
+from . import symmetry
 from .shard import SplitSets, split, split_rows
 
 #: The most vertices a pattern may have. The engine runs one join step per
@@ -31,6 +33,8 @@ from .shard import SplitSets, split, split_rows
 #: pattern's size; far larger patterns are refused with a PatternError
 #: rather than exhausting the stack or the clock.
 MAX_PATTERN_VERTICES = 256
+#: Whether counts break the pattern's symmetry (:mod:`.symmetry`); False: every embedding joined.
+SYMMETRY = os.environ.get("SGSI_SYMMETRY", "1") != "0"
 
 #: Bytes the floor holds for one partial match and its step (beside two segments).
 PARTIAL_MATCH_BYTES = 4096
@@ -109,6 +113,7 @@ class Query:
         self.device, self.memory_budget, self.injective = device, memory_budget, injective
         self.publish = publish or (lambda stats: None)
         self.keep_memory = keep_memory
+        self.symmetry = SYMMETRY
 
     # -- count ------------------------------------------------------------------------
 
@@ -310,10 +315,13 @@ class Query:
                                                               refine_rounds=rounds, factor_leaves=count,
                                                               filtered=sets, shard=shard))
             return Engine(store, plan, backend, budget, progress=self.progress, seed=shard.seed)
-        plan = self._guard(backend.run, lambda: make_plan(store, pat, backend, injective=injective, refine_rounds=0,
-                                                          factor_leaves=count))
-        refined = lambda: make_plan(store, pat, backend, injective=injective, refine_rounds=REFINE_ROUNDS,  # noqa: E731
-                                    factor_leaves=count, filtered=plan.candidates)      # not filtered again
+        # A count joins one embedding of each orbit of the pattern's automorphisms (symmetry.py).
+        broken = symmetry.broken if count and self.symmetry else (lambda p: p)
+        plan = self._guard(backend.run, lambda: broken(make_plan(store, pat, backend, injective=injective,
+                                                                 refine_rounds=0, factor_leaves=count)))
+        refined = lambda: broken(make_plan(store, pat, backend, injective=injective,  # noqa: E731
+                                           refine_rounds=REFINE_ROUNDS, factor_leaves=count,
+                                           filtered=plan.candidates))       # not filtered again
         return Engine(store, plan, backend, budget, replan=refined, progress=self.progress)
 
     def _halved(self, backend, budget, shortage):
