@@ -203,9 +203,9 @@ def test_seed_depth_deepens_to_ample_rows(monkeypatch):
 def test_row_cuts_come_in_rounds_of_shrinking_slices():
     """Slices tile [0, n); one round (no workers) cuts equal ones; with workers, each round of
     one slice a worker is ROUND_RATIO times smaller than the one before, the largest first."""
-    for n, tasks, workers in [(1000, 8, 4), (1000, 12, 4), (997, 7, 3), (5, 8, 2), (1000, 4, None)]:
-        cuts = shard_mod.row_cuts(n, tasks, workers)
-        assert cuts[0] == 0 and cuts[-1] == n and len(cuts) == tasks + 1
+    for n, k, workers in [(1000, 8, 4), (1000, 12, 4), (997, 7, 3), (5, 8, 2), (1000, 4, None)]:
+        cuts = shard_mod.row_cuts(n, k, workers)
+        assert cuts[0] == 0 and cuts[-1] == n and len(cuts) == k + 1
         sizes = np.diff(cuts)
         assert (sizes >= 0).all() and (np.diff(sizes) <= 1).all()         # never growing (but rounding)
     sizes = np.diff(shard_mod.row_cuts(7000, 12, 4))
@@ -402,6 +402,25 @@ def test_a_task_run_twice_replaces_its_part(graphs, client, monkeypatch, tmp_pat
 # ---------------------------------------------------------------------------
 # Interfaces
 # ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("budget", [None, "16KB"], ids=["default", "16KB"])
+@pytest.mark.parametrize("split", ["rows", "ranges"])
+def test_symmetric_counts_share_the_drivers_constraints(graphs, client, budget, split, monkeypatch):
+    """Every task of a count joins one embedding per orbit of the driver's plan's automorphisms
+    (constraints among seeded vertices too) and multiplies by |H|: the sum is the oracle's."""
+    if split == "ranges":
+        monkeypatch.setattr(shard_mod, "MAX_SEED_ROWS", 0)        # no split by partial matches
+    edges, vlabels, stores = graphs
+    g = stores[budget]
+    broken = 0
+    for p in ["(a)--(b)--(c)--(a)", "(a)--(b)--(c)--(d)--(a)", "(a)-->(b)-->(c)-->(a)",
+              "(a)--(b), (a)--(c), (a)--(d), (b)--(c), (b)--(d), (c)--(d)"]:
+        want = len(oracle_matches(edges, vlabels, p))
+        assert g.count(p, device="cpu", client=client, memory_budget=budget, progress=False) == want, p
+        assert g.last_stats["tasks"] > 1
+        broken += g.last_stats["symmetry"] > 1
+    assert broken >= 3
 
 
 def test_tasks_keep_their_memory_until_the_query_ends(graphs, client, monkeypatch):

@@ -217,9 +217,10 @@ class Engine(Counting):
         """
         steps = self.plan.steps if depth is None else self.plan.steps[:depth]
         self.counting = count_only
-        filters = {}                    # level -> the row filters of its chunks (anchored queries)
+        filters = {}                    # level -> the row filters of its chunks
+        start = len(self.seed) - 1 if self.seed else 0          # a seed's chunks come in at its level
         for f in self.plan.row_filters:
-            filters.setdefault(f.level, []).append(f)
+            filters.setdefault(max(f.level, start), []).append(f)
         # A count carries past step k only the columns that the later steps (and filters) read.
         keep = [None] * len(steps)
         if count_only:                  # from the last step back: the columns read after step k

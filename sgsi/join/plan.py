@@ -195,6 +195,8 @@ def make_plan(store, pattern: Pattern, backend, injective=True, refine_rounds=RE
     else:
         order = _order(store, pattern, inc, counts, anchor.start if anchor is not None else ())
     seeded = {u for u, _c in shard.seed} if shard is not None else set()      # joined by the driver
+    if shard is not None:
+        seeded |= {v for pair in shard.symmetry[0] for v in pair}           # read by the row filters
     if anchor is not None:
         seeded |= anchor.pinned                 # read by the row filters: joined
     groups, trees = _factored_vertices(pattern, meets, injective, order, seeded) if factor_leaves else ([], [])

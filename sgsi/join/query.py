@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import threading
 import traceback
+from dataclasses import replace
 
 import pyarrow as pa
 
@@ -106,6 +107,7 @@ class Query:
         self.shard = shard              # a Shard: this query is one task of a sharded one
         self.shard_sets = shard_sets    # its driver's refined candidate sets (SplitSets), or None
         self.split_sets = None          # shards(): the refined sets the query was split on
+        self.split_symmetry = 1         # shards() of a count: the |H| its tasks multiply by
         self.anchor = anchor            # an Anchor: this query is one of an incremental match's
         self.pattern = load(pattern)
         self.check = cancel_check(cancel)
@@ -255,7 +257,12 @@ class Query:
             if plan.empty:
                 return []
             self.split_sets = SplitSets(tuple(backend.to_host(b) for b in plan.candidates))
-            return self._guard(backend.run, lambda: self._split(backend, plan, budget, tasks, workers))
+            out = self._guard(backend.run, lambda: self._split(backend, plan, budget, tasks, workers))
+            if count and self.symmetry:         # every task joins one embedding of each orbit
+                given = symmetry.of_plan(plan)
+                self.split_symmetry = given[1]
+                out = [replace(s, symmetry=(tuple(given[0]), given[1])) for s in out]
+            return out
         return self._on_backend(split_on)
 
     def candidates(self):
@@ -314,6 +321,8 @@ class Query:
             plan = self._guard(backend.run, lambda: make_plan(store, pat, backend, injective=injective,
                                                               refine_rounds=rounds, factor_leaves=count,
                                                               filtered=sets, shard=shard))
+            if count:
+                plan = symmetry.broken(plan, given=shard.symmetry)
             return Engine(store, plan, backend, budget, progress=self.progress, seed=shard.seed)
         # A count joins one embedding of each orbit of the pattern's automorphisms (symmetry.py).
         broken = symmetry.broken if count and self.symmetry else (lambda p: p)

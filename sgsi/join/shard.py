@@ -53,6 +53,7 @@ class Shard:
     cost: float = 0.0
     order: tuple = ()       # the order of the plan split: every plan of the shard keeps it
     seed: tuple = ()        # ((u, int32 column), ...): partial matches of the order's first vertices
+    symmetry: tuple = ((), 1)   # a count's (pairs m(v) < m(w), |H|): every task joins one per orbit
 
     def apply(self, xp, bits):
         """The candidate bitsets ``bits`` (a list, uint32 words) with this shard's restrictions."""

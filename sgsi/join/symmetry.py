@@ -39,16 +39,25 @@ class OrderFilter:
         return chunk[self.u] < chunk[self.w]
 
 
-def broken(plan):
+def broken(plan, given=None):
     """``plan`` (a count's, injective) with the ordering constraints of its joined vertices as
-    row filters and ``symmetry`` = |H|: its engine counts one embedding of each orbit."""
+    row filters and ``symmetry`` = |H|: its engine counts one embedding of each orbit.
+    ``given``: (pairs, |H|) of :func:`of_plan` for another plan of the query (a sharded one's
+    tasks all take their driver's, whose vertices they join)."""
     if plan.empty or not plan.injective:
         return plan
-    core = plan.order[:len(plan.order) - plan.factored]
-    pairs, size = constraints(plan.pattern, core, plan.order[len(core):])
+    pairs, size = of_plan(plan) if given is None else given
     if size == 1:
         return plan
     return replace(plan, row_filters=list(plan.row_filters) + filters(pairs, plan.order), symmetry=size)
+
+
+def of_plan(plan):
+    """(pairs, |H|) of :func:`constraints` for ``plan``'s joined vertices, its factored ones fixed."""
+    if plan.empty or not plan.injective:
+        return [], 1
+    core = plan.order[:len(plan.order) - plan.factored]
+    return constraints(plan.pattern, core, plan.order[len(core):])
 
 
 def constraints(pattern, order, fixed):

@@ -50,7 +50,7 @@ def count(graph, pattern, *, device, memory_budget, injective, cancel, progress,
             for _shard, (n, task_stats) in run.completed(check, Progress(reporter(progress), "matches")):
                 total += n
                 _merge(stats, task_stats)
-    graph._publish({**stats, "tasks": len(shards)})
+    graph._publish({**stats, "tasks": len(shards), "symmetry": planner.split_symmetry})     # not a sum
     return total
 
 
@@ -84,7 +84,7 @@ def match(graph, pattern, *, device, memory_budget, injective, limit, cancel, pr
         raise
     end = _Once(stack.close)
     batches = _batches(run, limit, failure, check, Progress(reporter(progress), "rows"), end,
-                       lambda stats: graph._publish({**stats, "tasks": len(shards)}))
+                       lambda stats: graph._publish({**stats, "tasks": len(shards), "symmetry": 1}))
     weakref.finalize(batches, end)          # a reader dropped unread ends the query too
     return _reader(schema, batches), failure
 
