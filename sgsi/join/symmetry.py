@@ -120,6 +120,9 @@ class _Search:
     def __init__(self, rel, colour, labels):
         self.rel, self.colour, self.labels, self.n = rel, colour, labels, len(labels)
         self.left = MAX_NODES
+        self.by_class = {}                  # (colour, label) -> its vertices
+        for u in range(self.n):
+            self.by_class.setdefault((colour[u], labels[u]), []).append(u)
         # Vertices in an order where each has a placed neighbour where it can (connected patterns).
         seen, self.order = set(), []
         for start in range(self.n):
@@ -137,44 +140,40 @@ class _Search:
         the search budget ran out."""
         phi = {u: u for u in fixed}
         phi[v] = w
-        if not self._consistent(phi, v):
+        inv = {y: u for u, y in phi.items()}
+        if len(inv) < len(phi) or not self._consistent(phi, inv, v):
             return False
-        used = set(phi.values())
         rest = [u for u in self.order if u not in phi]
         try:
-            return self._extend(phi, used, rest, 0)
+            return self._extend(phi, inv, rest, 0)
         except _OutOfBudget:
             return None
 
-    def _consistent(self, phi, a):
+    def _consistent(self, phi, inv, a):
         """Whether a's edges to the placed vertices match its image's, both ways."""
         ra, rb = self.rel[a], self.rel[phi[a]]
         for b, x in ra.items():
             if b in phi and rb.get(phi[b]) != x:
                 return False
-        inverse = {y: u for u, y in phi.items()}
         for y, x in rb.items():
-            if y in inverse and ra.get(inverse[y]) != x:
+            if y in inv and ra.get(inv[y]) != x:
                 return False
         return True
 
-    def _extend(self, phi, used, rest, i):
+    def _extend(self, phi, inv, rest, i):
         if i == len(rest):
             return True
         self.left -= 1
         if self.left < 0:
             raise _OutOfBudget
         a = rest[i]
-        for y in range(self.n):
-            if y in used or self.colour[y] != self.colour[a] or self.labels[y] != self.labels[a]:
+        for y in self.by_class[(self.colour[a], self.labels[a])]:
+            if y in inv:
                 continue
-            phi[a] = y
-            if self._consistent(phi, a):
-                used.add(y)
-                if self._extend(phi, used, rest, i + 1):
-                    return True
-                used.discard(y)
-            del phi[a]
+            phi[a], inv[y] = y, a
+            if self._consistent(phi, inv, a) and self._extend(phi, inv, rest, i + 1):
+                return True
+            del phi[a], inv[y]
         return False
 
 
