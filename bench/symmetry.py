@@ -10,6 +10,12 @@ Writes a CSV and a markdown summary; counts are checked against ``expected.txt``
         --timeout 10 --out bench/results/symmetry_yeast_gpu.md
     python bench/symmetry.py --set yeast --device cpu --slow-from bench/results/hard_yeast_cpu.csv \\
         --min-seconds 0.3 --max-seconds 10 --finished-only --timeout 30     # the CPU's finished ones
+    python bench/symmetry.py --delta-store /tmp/dynamic-rmat/g.sgsi --since 2 --device cpu \\
+        --pattern '(a)-[:E1]-(b)-[:E1]-(c)-[:E1]-(d)-[:E1]-(a)' --out bench/results/symmetry_delta_cpu.md
+
+``--delta-store``: count_delta of each ``--pattern`` since version ``--since`` of a versioned
+store (e.g. the one ``bench/dynamic.py --no-compact`` leaves in its --work directory), with
+symmetry breaking and without, in turn, the least of ``--repeat`` rounds.
 
 Data sets: as ``bench/hard.py``.
 """
@@ -58,7 +64,11 @@ def main(argv=None):
     p.add_argument("--set", default="yeast")
     p.add_argument("--data", help="a benchmark folder instead of --set")
     p.add_argument("--device", default="cpu", choices=["cpu", "gpu"])
-    p.add_argument("--slow-from", required=True, help="a bench/hard.py CSV of this set and device")
+    p.add_argument("--slow-from", help="a bench/hard.py CSV of this set and device")
+    p.add_argument("--delta-store", help="a versioned store: time count_delta of --pattern instead")
+    p.add_argument("--since", type=int, default=1)
+    p.add_argument("--pattern", action="append", default=[])
+    p.add_argument("--repeat", type=int, default=2)
     p.add_argument("--min-seconds", type=float, default=1.0)
     p.add_argument("--max-seconds", type=float, default=float("inf"))
     p.add_argument("--finished-only", action="store_true", help="leave out the queries the CSV did not finish")
@@ -68,6 +78,10 @@ def main(argv=None):
     p.add_argument("--memory-budget", default=None)
     p.add_argument("--out", default=None, help="markdown (default bench/results/symmetry_<set>_<device>.md)")
     args = p.parse_args(argv)
+    if args.delta_store:
+        return deltas(args)
+    if not args.slow_from:
+        p.error("--slow-from (or --delta-store) is required")
     args.out = args.out or os.path.join(C.RESULTS_DIR, f"symmetry_{args.set}_{args.device}.md")
     start = C.machine()
     base = data_dir(args)
@@ -99,6 +113,45 @@ def main(argv=None):
     g.close()
     C.write_csv(os.path.splitext(args.out)[0] + ".csv", rows, FIELDS)
     C.write_text(args.out, report(args, rows, C.machine_at_end(start)))
+    print(open(args.out).read())
+    return 0
+
+
+def deltas(args):
+    """count_delta of each --pattern with symmetry breaking and without: the least of --repeat."""
+    import time
+    args.out = args.out or os.path.join(C.RESULTS_DIR, f"symmetry_delta_{args.device}.md")
+    start = C.machine()
+    g = sgsi.open(args.delta_store)
+    rows = []
+    for pattern in args.pattern:
+        row = {"pattern": pattern}
+        for _ in range(args.repeat):
+            for side, on in (("on", True), ("off", False)):
+                query.SYMMETRY = on
+                t = time.perf_counter()
+                d = g.count_delta(pattern, since=args.since, device=args.device, memory_budget=args.memory_budget,
+                                  progress=False)
+                s = time.perf_counter() - t
+                row[f"{side}_s"] = round(min(s, row.get(f"{side}_s", s)), 4)
+                row.setdefault("symmetry", g.last_stats.get("symmetry"))
+                assert row.setdefault("delta", (d["added"], d["removed"])) == (d["added"], d["removed"]), pattern
+        query.SYMMETRY = True
+        row["speedup"] = round(row["off_s"] / row["on_s"], 2)
+        rows.append(row)
+        C.say(f"{pattern}: |H| {row['symmetry']}, on {row['on_s']:.3f} s, off {row['off_s']:.3f} s")
+    versions = g.store.version
+    g.close()
+    C.write_csv(os.path.splitext(args.out)[0] + ".csv", rows, ["pattern", "symmetry", "delta", "on_s", "off_s", "speedup"])
+    out = [f"# Symmetry breaking in count_delta ({args.device})", "",
+           "`python bench/symmetry.py " + " ".join(sys.argv[1:]) + "`", "", C.machine_md(C.machine_at_end(start)),
+           f"- store: `{args.delta_store}` at version {versions}, deltas since version {args.since}; each "
+           f"pattern counted with symmetry breaking (on) and without (off), in turn, the least of {args.repeat}",
+           "- every (added, removed) equal on both sides", "",
+           "| pattern | \\|H\\| | added, removed | on (s) | off (s) | off / on |", "|---|---:|---|---:|---:|---:|"]
+    out += [f"| `{r['pattern']}` | {r['symmetry']} | {r['delta'][0]:,}, {r['delta'][1]:,} | {r['on_s']:.3f} | "
+            f"{r['off_s']:.3f} | {r['speedup']}x |" for r in rows]
+    C.write_text(args.out, "\n".join(out) + "\n")
     print(open(args.out).read())
     return 0
 

@@ -170,6 +170,8 @@ PATTERNS = [
     "(a)--(b)--(c)--(a)",                              # automorphic
     "(a)-->(b)<--(c), (c)-[:E2]->()",                  # anonymous: rows project embeddings
     "(a)-[:E0]->(b)-[:E0]->(a)",
+    "(a)--(b)--(c)--(d)--(a)",                         # a count joins one of each 8 automorphic
+    "(a)-->(b)-->(c)-->(a), (a)--(x)",                 # a leaf fixed: no symmetry left
     "(a)<--(b)-->(c), (b)-[:E1]->(d)",                # a star: its leaves counted, not joined
 ]
 
@@ -180,6 +182,8 @@ def test_fixed_patterns_on_random_batches(tmp_path, patched, undirected):
     patched(v)
     try:
         totals = {p: check(v, p) for p in PATTERNS}
+        v.new.count_delta("(a)--(b)--(c)--(d)--(a)", since=1, device="cpu")
+        assert v.new.last_stats["symmetry"] == 8                # the anchored counts break it too
         v.new.match_delta(PATTERNS[-1], since=1, device="cpu").read_all()
         rows_queries = v.new.last_stats["anchored_queries"]
         v.new.count_delta(PATTERNS[-1], since=1, device="cpu")

@@ -33,6 +33,8 @@ import pyarrow as pa
 from ..errors import PatternError
 from ..pattern import unknown_label
 from ..storage.format import ANY_LABEL
+from . import query as query_module
+from . import symmetry
 from .pairs import RowFilter, id_bits, in_bits, pair_keys
 from .plan import REFINE_ROUNDS, make_plan
 from .query import Query, drop_frames, load, reraise_stream_error
@@ -70,6 +72,7 @@ class Anchor:
     require: tuple = ()     # (u', w', keys') whose pair must be one of keys', as the anchor's
     weight: int = 1         # what each match adds to a count (an inclusion-exclusion term's sign)
     seeded: bool = False    # the join starts from the pairs (no other pattern edge joins u and w)
+    symmetry: tuple = ((), 1)   # a count's (pairs m(v) < m(w), |H|), the same for every anchor
 
     @property
     def seed(self):
@@ -81,7 +84,8 @@ class Anchor:
     @property
     def pinned(self):
         """The vertices the row filters read: a count joins them (factors none of them)."""
-        return {self.u, self.w} | {v for u, w, _k in self.exclude + self.require for v in (u, w)}
+        return ({self.u, self.w} | {v for u, w, _k in self.exclude + self.require for v in (u, w)}
+                | {v for pair in self.symmetry[0] for v in pair})
 
     @property
     def start(self):
@@ -183,10 +187,23 @@ class Delta:
                 keys = keys[keep]
                 if keys.size:
                     seeded = sum({a, b} == {u, w} for a, b, _l, _d in self.edges) == 1
-                    anchor = Anchor(u, w, keys, tuple(earlier), span, cands, base, seeded=seeded)
+                    anchor = Anchor(u, w, keys, tuple(earlier), span, cands, base, seeded=seeded,
+                                    symmetry=self._symmetry(count))
                     out += [(sign, store, a) for a in (_leaf_terms(anchor, self.leaves) if count else [anchor])]
                     earlier.append((u, w, keys))
         return out
+
+    def _symmetry(self, count):
+        """(pairs, |H|) every anchored count joins one embedding an orbit of, and multiplies by
+        (:mod:`.symmetry`): the automorphisms fixing the pattern's leaves, whose orbits the edges'
+        changes leave whole (a match with a changed pair maps to one with the image pair)."""
+        if not count or not self.options["injective"] or not query_module.SYMMETRY:
+            return (), 1
+        if not hasattr(self, "_sym"):
+            rest = [u for u in range(len(self.pattern.vertices)) if u not in self.leaves]
+            pairs, size = symmetry.constraints(self.pattern, rest, sorted(self.leaves))
+            self._sym = (tuple(pairs), size)
+        return self._sym
 
     def count(self) -> dict:
         """{"added": matches gained, "removed": matches lost}."""
@@ -194,7 +211,7 @@ class Delta:
         stats = _Stats()
         for sign, store, anchor in self.anchors(count=True):
             out["added" if sign > 0 else "removed"] += anchor.weight * self._query(store, anchor, stats).count()
-        self.publish({**stats.total(), **self.times})
+        self.publish({**stats.total(self._symmetry(True)[1]), **self.times})
         return out
 
     def stream(self, limit=None, on_end=None):
@@ -309,5 +326,6 @@ class _Stats:
             else:
                 self.sums.setdefault(k, v)
 
-    def total(self):
-        return {**self.sums, "anchored_queries": self.n}
+    def total(self, symmetry=1):
+        """The sums; ``symmetry``: the |H| the anchored counts shared (not a sum)."""
+        return {**self.sums, "anchored_queries": self.n, "symmetry": symmetry}

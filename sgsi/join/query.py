@@ -308,9 +308,10 @@ class Query:
             # Refined only where the join outgrows its sets (refinement reads the lists of every
             # candidate); a count factors the vertices its row filters do not read.
             anchor = self.anchor
-            plan = self._guard(backend.run, lambda: anchor.plan(store, pat, backend, injective, count))
-            refined = lambda: anchor.plan(store, pat, backend, injective, count,  # noqa: E731
-                                          refine_from=plan.candidates)
+            broken = (lambda p: symmetry.broken(p, given=anchor.symmetry)) if count else (lambda p: p)
+            plan = self._guard(backend.run, lambda: broken(anchor.plan(store, pat, backend, injective, count)))
+            refined = lambda: broken(anchor.plan(store, pat, backend, injective, count,  # noqa: E731
+                                                 refine_from=plan.candidates))
             return Engine(store, plan, backend, budget, replan=refined, progress=self.progress, seed=anchor.seed)
         if shard is not None:
             # A shard of a query its driver split on refined sets: on those sets where it has them
