@@ -404,8 +404,7 @@ def test_a_task_run_twice_replaces_its_part(graphs, client, monkeypatch, tmp_pat
 # ---------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("budget", [None, "16KB"], ids=["default", "16KB"])
-@pytest.mark.parametrize("split", ["rows", "ranges"])
+@pytest.mark.parametrize("split,budget", [("rows", None), ("ranges", "16KB")], ids=["rows-default", "ranges-16KB"])
 def test_symmetric_counts_share_the_drivers_constraints(graphs, client, budget, split, monkeypatch):
     """Every task of a count joins one embedding per orbit of the driver's plan's automorphisms
     (constraints among seeded vertices too) and multiplies by |H|: the sum is the oracle's."""
