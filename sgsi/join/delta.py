@@ -147,6 +147,14 @@ class Delta:
             nbrs[e.src].add(e.dst)
             nbrs[e.dst].add(e.src)
         self.leaves = {u for u, vs in enumerate(nbrs) if len(vs) == 1}
+        # A count's (pairs, |H|): the automorphisms fixing the leaves, whose orbits the edges'
+        # changes leave whole (a match with a changed pair maps to one with the image pair);
+        # every anchored count joins one embedding an orbit and multiplies (:mod:`.symmetry`).
+        self.symmetry = ((), 1)
+        if injective and query_module.SYMMETRY:
+            rest = [u for u in range(len(self.pattern.vertices)) if u not in self.leaves]
+            pairs, size = symmetry.constraints(self.pattern, rest, sorted(self.leaves))
+            self.symmetry = (tuple(pairs), size)
 
     def anchors(self, count=False):
         """(sign, store, :class:`Anchor`) of every anchored query: the new version's, then the old's.
@@ -188,22 +196,10 @@ class Delta:
                 if keys.size:
                     seeded = sum({a, b} == {u, w} for a, b, _l, _d in self.edges) == 1
                     anchor = Anchor(u, w, keys, tuple(earlier), span, cands, base, seeded=seeded,
-                                    symmetry=self._symmetry(count))
+                                    symmetry=self.symmetry if count else ((), 1))
                     out += [(sign, store, a) for a in (_leaf_terms(anchor, self.leaves) if count else [anchor])]
                     earlier.append((u, w, keys))
         return out
-
-    def _symmetry(self, count):
-        """(pairs, |H|) every anchored count joins one embedding an orbit of, and multiplies by
-        (:mod:`.symmetry`): the automorphisms fixing the pattern's leaves, whose orbits the edges'
-        changes leave whole (a match with a changed pair maps to one with the image pair)."""
-        if not count or not self.options["injective"] or not query_module.SYMMETRY:
-            return (), 1
-        if not hasattr(self, "_sym"):
-            rest = [u for u in range(len(self.pattern.vertices)) if u not in self.leaves]
-            pairs, size = symmetry.constraints(self.pattern, rest, sorted(self.leaves))
-            self._sym = (tuple(pairs), size)
-        return self._sym
 
     def count(self) -> dict:
         """{"added": matches gained, "removed": matches lost}."""
@@ -211,7 +207,7 @@ class Delta:
         stats = _Stats()
         for sign, store, anchor in self.anchors(count=True):
             out["added" if sign > 0 else "removed"] += anchor.weight * self._query(store, anchor, stats).count()
-        self.publish({**stats.total(self._symmetry(True)[1]), **self.times})
+        self.publish({**stats.total(self.symmetry[1]), **self.times})
         return out
 
     def stream(self, limit=None, on_end=None):

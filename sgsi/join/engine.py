@@ -163,8 +163,9 @@ class Engine(Counting):
             try:
                 total = 0
                 for _kind, value in self._run(count_only=True):
-                    total += value * self.plan.symmetry
-                    self.progress.add(value * self.plan.symmetry)
+                    value *= self.plan.symmetry
+                    total += value
+                    self.progress.add(value)
                 return total
             except _Replan:
                 self.progress.rows = 0

@@ -67,7 +67,7 @@ class QueryPlan:
     # :func:`refine_cost` of this plan, where the planner found it already (or a function giving it:
     # the GPU's sum, read when first asked)
     refine_cost: object = None
-    row_filters: list = field(default_factory=list)   # an anchored query's :class:`~sgsi.join.pairs.RowFilter`
+    row_filters: list = field(default_factory=list)   # RowFilter (anchored queries), OrderFilter (symmetry)
     symmetry: int = 1           # a count's row filters keep one embedding of each orbit of this many
 
 

@@ -115,7 +115,6 @@ class Query:
         self.device, self.memory_budget, self.injective = device, memory_budget, injective
         self.publish = publish or (lambda stats: None)
         self.keep_memory = keep_memory
-        self.symmetry = SYMMETRY
 
     # -- count ------------------------------------------------------------------------
 
@@ -258,7 +257,7 @@ class Query:
                 return []
             self.split_sets = SplitSets(tuple(backend.to_host(b) for b in plan.candidates))
             out = self._guard(backend.run, lambda: self._split(backend, plan, budget, tasks, workers))
-            if count and self.symmetry:         # every task joins one embedding of each orbit
+            if count and SYMMETRY:              # every task joins one embedding of each orbit
                 given = symmetry.of_plan(plan)
                 self.split_symmetry = given[1]
                 out = [replace(s, symmetry=(tuple(given[0]), given[1])) for s in out]
@@ -326,7 +325,7 @@ class Query:
                 plan = symmetry.broken(plan, given=shard.symmetry)
             return Engine(store, plan, backend, budget, progress=self.progress, seed=shard.seed)
         # A count joins one embedding of each orbit of the pattern's automorphisms (symmetry.py).
-        broken = symmetry.broken if count and self.symmetry else (lambda p: p)
+        broken = symmetry.broken if count and SYMMETRY else (lambda p: p)
         plan = self._guard(backend.run, lambda: broken(make_plan(store, pat, backend, injective=injective,
                                                                  refine_rounds=0, factor_leaves=count)))
         refined = lambda: broken(make_plan(store, pat, backend, injective=injective,  # noqa: E731
