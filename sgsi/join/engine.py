@@ -117,8 +117,11 @@ class Limits:
 class Engine(Counting):
     """Runs a :class:`QueryPlan` over a store on one backend."""
 
-    def __init__(self, store, plan: QueryPlan, backend, budget: int, replan=None, progress=None, seed=()):
-        """``replan()`` gives the refined plan; without it the query runs on ``plan``. ``progress``:
+    def __init__(self, store, plan: QueryPlan, backend, budget: int, replan=None, progress=None, seed=(),
+                 reorder=None):
+        """``replan()`` gives the refined plan; without it the query runs on ``plan``. ``reorder(plan)``
+        gives (the refined plan on a better order, or None where its own is best; the search's
+        stats): asked once the refined plan has done ``backend.reorder_work`` (:mod:`~sgsi.join.ordering`). ``progress``:
         the query's :class:`~sgsi.join.progress.Progress` (None: not reported). ``seed``: partial
         matches of the order's first vertices to start from instead of the first vertex's
         candidates, ``((u, host int32 column), ...)`` in the order (a sharded query's task)."""
@@ -128,7 +131,7 @@ class Engine(Counting):
         self.xp = backend.xp
         self.budget = budget
         self._entries = []             # device sums of entries not yet added to stats (no read per step)
-        self._stats = {"chunks": 0, "steps": 0, "light_steps": 0, "replanned": 0, "entries": 0,
+        self._stats = {"chunks": 0, "steps": 0, "light_steps": 0, "replanned": 0, "reordered": 0, "entries": 0,
                        "subtrees_weighted": 0, "leaves_factored": plan.factored,
                        "leaf_groups": _shared_groups(plan), "subtrees": len(plan.subtrees),
                        "symmetry": plan.symmetry}
@@ -141,6 +144,9 @@ class Engine(Counting):
         self.work_limit = None if replan is None else max(
             REPLAN_MIN_WORK, REPLAN_FACTOR * sum(plan.candidate_counts))
         self.cost_checked = False
+        self.reorder = reorder
+        self.reorder_at = None          # work past which ``reorder`` is asked (set on the refined plan)
+        self._reordered = None          # the plan ``reorder`` gave, for :meth:`_switch_plan`
         self.counting = False           # a count is running (``_rows_ahead``)
         self._depth = 0                 # the stack level whose chunk the factored vertices are counted for
 
@@ -192,14 +198,20 @@ class Engine(Counting):
             yield {u: self.backend.to_host(col) for u, col in chunk.items()}
 
     def _switch_plan(self):
-        self.plan = self.replan()
+        if self._reordered is not None:         # the refined plan on the order a search found
+            self.plan, self._reordered = self._reordered, None
+            self._stats["reordered"] = 1
+        else:
+            self.plan = self.replan()
+            self.replan = None
+            self.work_limit = None
+            self._stats["replanned"] = 1
+            if self.reorder is not None:
+                self.reorder_at = self.work + self.backend.reorder_work
         self._stats["leaves_factored"] = self.plan.factored
         self._stats["leaf_groups"] = _shared_groups(self.plan)
         self._stats["subtrees"] = len(self.plan.subtrees)
         self._stats["symmetry"] = self.plan.symmetry
-        self.replan = None
-        self.work_limit = None
-        self._stats["replanned"] = 1
 
     def _run(self, count_only, depth=None):
         """Depth first over the join steps, driven by an explicit stack.
@@ -582,6 +594,11 @@ class Engine(Counting):
                 self.work_limit = max(self.work_limit,
                                       REPLAN_COST_FACTOR * refine_cost(self.store, self.backend, self.plan))
             if work > self.work_limit:
+                raise _Replan()
+        if self.reorder_at is not None and work > self.reorder_at and not self.emitted:
+            self.reorder_at = None
+            self._reordered, self._stats["order_search"] = self.reorder(self.plan)
+            if self._reordered is not None:
                 raise _Replan()
 
     def _rows_ahead(self, rows):

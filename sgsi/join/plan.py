@@ -69,6 +69,7 @@ class QueryPlan:
     refine_cost: object = None
     row_filters: list = field(default_factory=list)   # RowFilter (anchored queries), OrderFilter (symmetry)
     symmetry: int = 1           # a count's row filters keep one embedding of each orbit of this many
+    meets: object = None        # the candidate sets' Overlaps (whether two may share a data vertex)
 
 
 #: Most vertices a :class:`LeafGroup` counts together (its terms are the set partitions of
@@ -129,7 +130,7 @@ REFINE_ROUNDS = 2
 
 
 def make_plan(store, pattern: Pattern, backend, injective=True, refine_rounds=REFINE_ROUNDS,
-              factor_leaves=False, filtered=None, shard=None, anchor=None) -> QueryPlan:
+              factor_leaves=False, filtered=None, shard=None, anchor=None, order=None) -> QueryPlan:
     """Resolve, filter and order ``pattern`` on ``store``.
 
     ``factor_leaves`` (count only): the vertices that :func:`_factored_vertices`
@@ -142,6 +143,7 @@ def make_plan(store, pattern: Pattern, backend, injective=True, refine_rounds=RE
     only their candidates in its ranges (before refinement), in its order. ``anchor``: an
     :class:`~sgsi.join.delta.Anchor`, whose edge's ends keep only the ends of its pairs and
     start the order, and whose row filters the plan carries (their vertices are not factored).
+    ``order``: the join order to take instead of Algorithm 1's (:mod:`~sgsi.join.ordering`'s).
     """
     vlabel = []
     empty = False
@@ -190,7 +192,9 @@ def make_plan(store, pattern: Pattern, backend, injective=True, refine_rounds=RE
     # Sets of different vertex labels share no vertex: the CPU's overlaps answer those pairs
     # without reading the sets (the GPU's find every pair in one launch anyway).
     meets.labels = list(vlabel)
-    if shard is not None and shard.order:
+    if order is not None:
+        order = list(order)
+    elif shard is not None and shard.order:
         order = list(shard.order)
     else:
         order = _order(store, pattern, inc, counts, anchor.start if anchor is not None else ())
@@ -212,7 +216,7 @@ def make_plan(store, pattern: Pattern, backend, injective=True, refine_rounds=RE
                 for root, kids in trees]
     filters = anchor.filters(backend, order) if anchor is not None else []
     return QueryPlan(pattern, False, order, steps, bits, counts, injective, inc, len(tail), leaf_groups, subtrees,
-                     cost, filters)
+                     cost, filters, meets=meets)
 
 
 def _absent(store, pattern, kind, label, lid):

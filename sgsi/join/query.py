@@ -23,10 +23,10 @@ from .. import budget as budget_mod
 from ..errors import BudgetError, Cancelled, MemoryShortage, PatternError, SgsiError
 from ..pattern import load_pattern
 from .backends import get_backend
+from . import ordering, symmetry
 from .engine import Engine
 from .plan import REFINE_ROUNDS, make_plan
 from .progress import Progress, reporter
-from . import symmetry
 from .shard import SplitSets, split, split_rows
 
 #: The most vertices a pattern may have. The engine runs one join step per
@@ -36,6 +36,8 @@ from .shard import SplitSets, split, split_rows
 MAX_PATTERN_VERTICES = 256
 #: Whether counts break the pattern's symmetry (:mod:`.symmetry`); False: every embedding joined.
 SYMMETRY = os.environ.get("SGSI_SYMMETRY", "1") != "0"
+#: Whether a heavy query searches its join order on samples (:mod:`.ordering`); False: Algorithm 1's.
+REORDER = os.environ.get("SGSI_REORDER", "1") != "0"
 
 #: Bytes the floor holds for one partial match and its step (beside two segments).
 PARTIAL_MATCH_BYTES = 4096
@@ -331,7 +333,35 @@ class Query:
         refined = lambda: broken(make_plan(store, pat, backend, injective=injective,  # noqa: E731
                                            refine_rounds=REFINE_ROUNDS, factor_leaves=count,
                                            filtered=plan.candidates))       # not filtered again
-        return Engine(store, plan, backend, budget, replan=refined, progress=self.progress)
+
+        def reorder(refined_plan):
+            """The refined plan on the order a sampled search finds, where it costs a
+            ``ordering.GAIN``-th of its own or less (:mod:`~sgsi.join.ordering`)."""
+            choice = self._search_order(backend, budget, refined_plan, count)
+            if choice.cost * ordering.GAIN > choice.planned_cost:
+                return None, choice.stats
+            return broken(make_plan(store, pat, backend, injective=injective, refine_rounds=0, factor_leaves=count,
+                                    filtered=refined_plan.candidates[:len(pat.vertices)],
+                                    order=choice.order)), choice.stats
+        return Engine(store, plan, backend, budget, replan=refined, progress=self.progress,
+                      reorder=reorder if REORDER else None)
+
+    def _search_order(self, backend, budget, plan, count):
+        """:func:`ordering.choose` for ``plan``, on the CPU: its sampled steps are small, and a
+        step costs the CPU a fraction of the launches and reads it costs a GPU."""
+        if backend.name == "cpu":
+            return ordering.choose(self.store, backend, plan, budget // 4, count)
+        cpu = self.backends.take("cpu")
+        failed = True
+        try:
+            cpu_budget = cpu.begin(self.store, None)
+            sampler = cpu if self.check is None else _Watched(cpu, self.check)
+            host = replace(plan, candidates=[backend.to_host(b) for b in plan.candidates])
+            out = ordering.choose(self.store, sampler, host, min(budget, cpu_budget) // 4, count)
+            failed = False
+            return out
+        finally:
+            self.backends.give_back("cpu", cpu, failed)
 
     def _halved(self, backend, budget, shortage):
         """The budget to run again on after ``shortage``: half of ``budget``, where that is

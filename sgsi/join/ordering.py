@@ -1,0 +1,202 @@
+"""Join orders from sampled run-time counts (adaptive ordering).
+
+Algorithm 1 scores a vertex by its candidate count over its degree, times the
+frequencies of its edges into the matched part: on hard queries that guess is
+off by orders of magnitude, and which of the usual orders (Algorithm 1's,
+least candidates first, most back edges first) is best changes from query to
+query. A query whose refined plan has run past ``backend.reorder_work``
+(:class:`~sgsi.join.engine.Engine`) runs the join on samples instead:
+
+* level by level, at most :data:`SAMPLE_ROWS` partial matches of the order's
+  prefix, drawn uniformly from the extensions of the level before, each
+  standing for ``weight`` partial matches (the prefix's estimated number over
+  the rows drawn);
+* each vertex that may come next (adjacent to the prefix) is counted by the
+  engine's count-only step over those rows, exactly for the sample: the
+  estimated partial matches with it joined are ``weight`` times that count,
+  and the step's estimated work (entries read and rows) ``weight`` times the
+  engine's work over the sample;
+* the greedy order takes the vertex with the fewest partial matches next; an
+  order's cost is the estimated work of its steps, a count's up to its first
+  factored vertex (the later ones are counted per row, not joined).
+
+:func:`choose` estimates the plan's order and the greedy one from the same
+first vertex; the query takes the greedy order where it costs at most a
+:data:`GAIN`-th. The draws have a fixed seed: a query plans the same each
+time. Leaves (one neighbour) stay out of the search, after the rest in the
+plan's order: they prune nothing, and a count factors them.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from .plan import QueryPlan, _factored_vertices, _step
+
+#: Partial matches drawn at each level of a sampled join (the search's time is the steps'
+#: launches more than their rows: 4x the rows took 1.1-1.4x the time on yeast's slow queries).
+SAMPLE_ROWS = 1024
+#: Most extensions of the drawn rows a level materialises to draw the next level's from (past
+#: it, fewer parent rows are extended: the level's estimate is the count over all of them).
+MATERIALISE_ROWS = 1 << 16
+#: The random draws' seed.
+SEED = 41
+#: How many times cheaper the greedy order has to be estimated for a query to take it.
+GAIN = 2.0
+
+
+@dataclass
+class Choice:
+    """The greedy order and its estimated cost (the work of its steps), with the plan's."""
+
+    order: list
+    cost: float
+    planned_cost: float
+    tried: int              # sampled steps run (counts and materialisations)
+    seconds: float
+
+    @property
+    def stats(self) -> dict:
+        """The search in ``last_stats["order_search"]``."""
+        return {"planned_cost": self.planned_cost, "greedy_cost": self.cost, "steps": self.tried,
+                "seconds": round(self.seconds, 4)}
+
+
+def choose(store, backend, plan: QueryPlan, budget: int, count: bool) -> Choice:
+    """The greedy order from ``plan``'s first vertex, with its sampled cost and that of ``plan``'s
+    order (over the plan's candidate sets; ``count``: a count's, whose factored vertices are not
+    joined): see the module's docstring."""
+    start = time.perf_counter()
+    sampler = _Sampler(store, backend, plan, budget)
+    core = [u for u in plan.order if u not in sampler.leaves]
+    rest = [u for u in plan.order if u in sampler.leaves]
+    planned = sampler.cost(core, sampler.levels(core), rest, count)
+    order, levels = sampler.greedy(core[0], core)
+    cost = sampler.cost(order, levels, rest, count)
+    return Choice(order + rest, cost, planned, sampler.tried, time.perf_counter() - start)
+
+
+class _Sampler:
+    """Sampled joins over one plan's candidate sets."""
+
+    def __init__(self, store, backend, plan, budget):
+        self.store, self.backend, self.plan, self.budget = store, backend, plan, budget
+        n = len(plan.pattern.vertices)
+        self.adj = [set() for _ in range(n)]
+        for (a, b, _lab, _d) in plan.incident:
+            self.adj[a].add(b)
+        core_size = sum(len(a) > 1 for a in self.adj)
+        self.leaves = {u for u in range(n) if len(self.adj[u]) == 1} if core_size > 1 else set()
+        self.rng = np.random.default_rng(SEED)
+        self.tried = 0
+
+    def levels(self, order):
+        """The estimated work of each step of ``order`` (the roots': their number; none past a
+        level found empty)."""
+        level = self._roots(order[0])
+        out = [level.work]
+        for u in order[1:]:
+            if level.rows is None:      # nothing found: the rest of the order joins nothing
+                break
+            level = self._next(level, u)
+            out.append(level.work)
+        return out
+
+    def greedy(self, start, core):
+        """(order, its steps' estimated work): from ``start``, the vertex of fewest estimated
+        partial matches next."""
+        level = self._roots(start)
+        order, out = [start], [level.work]
+        while len(order) < len(core) and level.rows is not None:
+            frontier = [u for u in core if u not in order and self.adj[u] & set(order)]
+            if not frontier:
+                break
+            counted = [self._count(level, u) for u in frontier]
+            i = min(range(len(frontier)), key=lambda k: counted[k][0])
+            level = self._next(level, frontier[i], counted[i])
+            order.append(frontier[i])
+            out.append(level.work)
+        return order + [u for u in core if u not in order], out
+
+    def cost(self, order, levels, rest, count):
+        """The estimated work of joining ``order`` (then ``rest``), given its steps' ``levels``: a
+        count's up to its core and its first factored vertex (the rest are counted per row)."""
+        if not count:
+            return float(sum(levels))
+        plan = self.plan
+        groups, trees = _factored_vertices(plan.pattern, plan.meets, plan.injective, order + rest)
+        factored = {u for g in groups for u in g} | {u for root, kids in trees for u in [root] + [w for g in kids for w in g]}
+        joined = sum(u not in factored for u in order)
+        return float(sum(levels[:joined + 1]))
+
+    # -- levels ----------------------------------------------------------------------
+
+    def _roots(self, u):
+        ids = self.backend.to_host(self.backend.bits_to_ids(self.plan.candidates[u], self.store.n_vertices,
+                                                           self.plan.candidate_counts[u]))
+        return self._drawn((u,), {u: ids.astype(np.int32)}, float(ids.size), float(ids.size))
+
+    def _next(self, level, u, counted=None):
+        """The level after ``level`` with ``u`` joined (``counted``: its :meth:`_count`, if known)."""
+        if level.rows is None:
+            return level
+        count, work = counted if counted is not None else self._count(level, u)
+        order = level.order + (u,)
+        work *= level.weight
+        if count == 0:
+            return _Level(order, None, 0.0, 0.0, work)
+        estimate = level.weight * count
+        rows = level.rows
+        n = _size(rows)
+        if count > MATERIALISE_ROWS:    # extend a share of the rows only
+            keep = max(1, int(n * MATERIALISE_ROWS / count))
+            rows = _take(rows, np.sort(self.rng.choice(n, size=keep, replace=False)))
+        chunks = list(self._engine(order, rows).prefix(len(order) - 1))
+        self.tried += 1
+        out = {w: np.concatenate([c[w] for c in chunks]) for w in order} if chunks else None
+        if out is None or _size(out) == 0:
+            return _Level(order, None, estimate, 0.0, work)
+        return self._drawn(order, out, estimate, work)
+
+    def _drawn(self, order, rows, estimate, work):
+        n = _size(rows)
+        if n > SAMPLE_ROWS:
+            rows = _take(rows, np.sort(self.rng.choice(n, size=SAMPLE_ROWS, replace=False)))
+        return _Level(tuple(order), rows, estimate, estimate / _size(rows), work)
+
+    def _count(self, level, u):
+        """(extensions of ``level``'s drawn rows by ``u``, the step's work: entries and rows),
+        exact over them."""
+        self.tried += 1
+        engine = self._engine(level.order + (u,), level.rows)
+        return engine.count(), engine.work
+
+    def _engine(self, order, rows):
+        from .engine import Engine
+        plan = self.plan
+        steps = [_step(self.store, plan.incident, plan.meets, u, [u], list(order[:i]), plan.injective)
+                 for i, u in enumerate(order[1:], 1)]
+        sub = replace(plan, order=list(order), steps=steps, factored=0, leaf_groups=[], subtrees=[],
+                      row_filters=[], symmetry=1)
+        seed = tuple((w, rows[w]) for w in order[:-1])
+        return Engine(self.store, sub, self.backend, self.budget, seed=seed)
+
+
+@dataclass
+class _Level:
+    order: tuple
+    rows: dict | None       # drawn partial matches (host int32 columns); None: none found
+    estimate: float         # estimated partial matches of ``order``
+    weight: float           # partial matches each drawn row stands for
+    work: float             # estimated work (entries and rows) of the step that made it
+
+
+def _size(rows):
+    return int(next(iter(rows.values())).size)
+
+
+def _take(rows, idx):
+    return {u: c[idx] for u, c in rows.items()}

@@ -1,0 +1,120 @@
+"""Join orders from sampled counts (sgsi/join/ordering.py): the sampled levels' estimates, the
+search's decision in last_stats, and counts and rows on the orders it takes against the oracle."""
+
+import random
+from collections import Counter
+
+import pytest
+
+import sgsi
+from oracle import oracle_count, oracle_matches, random_graph, random_pattern, write_graph_files
+from sgsi.pattern import parse_pattern
+from sgsi.join import engine, ordering, query
+from sgsi.join.backends import gpu_available
+from sgsi.join.backends.cpu import CpuBackend
+from sgsi.join.engine import Engine
+from sgsi.join.plan import make_plan
+
+PATTERNS = [
+    "(a)--(b)--(c)--(a)",
+    "(a)--(b)--(c)--(d)--(a), (a)--(c)",
+    "(a)-[:E0]->(b)-->(c)<--(d), (d)--(a), (c)--(e), (e)--(f)",
+    "(a:0)--(b)--(c:1)--(d)--(a), (b)--(x)",
+    "(a)--(x)--(b), (a)--(y)--(b), (x)--(z), (y)--(z), (z)--(w)",
+]
+
+
+@pytest.fixture(scope="module")
+def graph(tmp_path_factory):
+    d = tmp_path_factory.mktemp("ordering")
+    edges, vlabels = random_graph(random.Random(41), 26, 150, 2, 2)
+    vl = {v: str(x) for v, x in vlabels.items()}
+    e, v = write_graph_files(d, edges, vl)
+    out = {b: sgsi.build(str(d / f"g-{b or 'default'}.sgsi"), edges=e, vertices=v, memory_budget=b)
+           for b in (None, "16KB")}
+    rng = random.Random(5)
+    patterns = PATTERNS + [random_pattern(rng, k, ["0", "1"], ["E0", "E1"]) for k in (4, 5, 6, 6)]
+    yield edges, vl, out, patterns
+    for g in out.values():
+        g.close()
+
+
+@pytest.fixture
+def search_at_once(monkeypatch):
+    """Every query plans again at once, searches its order at once and takes the greedy one."""
+    monkeypatch.setattr(engine, "REPLAN_MIN_WORK", 0)
+    monkeypatch.setattr(engine, "REPLAN_FACTOR", 0)
+    monkeypatch.setattr(engine, "REPLAN_COST_FACTOR", 0)
+    monkeypatch.setattr(CpuBackend, "reorder_work", 0)
+    monkeypatch.setattr(ordering, "GAIN", 0.0)
+    monkeypatch.setattr(ordering, "SAMPLE_ROWS", 8)           # estimates from samples, not whole levels
+    if gpu_available():
+        from sgsi.join.backends.gpu.backend import GpuBackend
+        monkeypatch.setattr(GpuBackend, "reorder_work", 0)
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("gpu", marks=[
+    pytest.mark.gpu, pytest.mark.skipif(not gpu_available(), reason="no CUDA GPU with CuPy on this machine")])])
+def test_counts_and_rows_on_searched_orders_vs_oracle(graph, device, search_at_once):
+    edges, vl, stores, patterns = graph
+    reordered = 0
+    for p in patterns:
+        matches = oracle_matches(edges, vl, p)
+        for budget, g in stores.items():
+            assert g.count(p, device=device, memory_budget=budget, progress=False) == len(matches), (p, budget)
+            reordered += g.last_stats["reordered"]
+        if parse_pattern(p).output_names and len(matches) < 20000:
+            t = stores["16KB"].match(p, device=device, memory_budget="16KB", progress=False).read_all()
+            cols = parse_pattern(p).output_vertices
+            assert Counter(zip(*[c.to_pylist() for c in t.columns])) == \
+                Counter(tuple(m[i] for i in cols) for m in matches), p
+    assert reordered >= len(patterns)          # most queries ran on the greedy order
+
+
+def test_the_search_is_recorded_and_kept_without_gain(graph, search_at_once, monkeypatch):
+    monkeypatch.setattr(ordering, "GAIN", 1e300)          # no order is that much cheaper
+    edges, vl, stores, patterns = graph
+    g = stores[None]
+    assert g.count(patterns[1], device="cpu", progress=False) == oracle_count(edges, vl, patterns[1])
+    s = g.last_stats
+    assert s["replanned"] == 1 and s["reordered"] == 0
+    assert set(s["order_search"]) == {"planned_cost", "greedy_cost", "steps", "seconds"}
+    assert s["order_search"]["steps"] > 0 and s["order_search"]["planned_cost"] > 0
+
+
+def test_without_the_switch_no_search(graph, search_at_once, monkeypatch):
+    monkeypatch.setattr(query, "REORDER", False)
+    edges, vl, stores, patterns = graph
+    g = stores[None]
+    assert g.count(patterns[1], device="cpu", progress=False) == oracle_count(edges, vl, patterns[1])
+    assert g.last_stats["reordered"] == 0 and "order_search" not in g.last_stats
+
+
+@pytest.mark.parametrize("pattern", PATTERNS)
+def test_levels_unsampled_are_the_partial_matches(graph, pattern, monkeypatch):
+    """With every row kept, a level's estimate is its number of partial matches (those the
+    engine's join of the order's prefix makes), for the plan's order and the greedy one."""
+    monkeypatch.setattr(ordering, "SAMPLE_ROWS", 1 << 30)
+    monkeypatch.setattr(ordering, "MATERIALISE_ROWS", 1 << 30)
+    g = graph[2][None]
+    backend = CpuBackend()
+    backend.begin(g.store)
+    pat = query.load(pattern)
+    plan = make_plan(g.store, pat, backend, refine_rounds=2)
+    sampler = ordering._Sampler(g.store, backend, plan, 1 << 28)
+    order, _work = sampler.greedy(plan.order[0], plan.order)
+    assert sorted(order) == sorted(plan.order)
+    seen = 0
+    for o in (plan.order, order):
+        full = make_plan(g.store, pat, backend, refine_rounds=2, order=o)
+        assert full.order == list(o)
+        level = sampler._roots(o[0])
+        for depth in range(1, len(o)):
+            level = sampler._next(level, o[depth])
+            want = sum(len(c[o[0]]) for c in Engine(g.store, full, backend, 1 << 28).prefix(depth))
+            assert level.estimate == want, (o, depth)
+            seen += want
+            if level.rows is None:
+                break
+            assert len(level.rows[o[0]]) == want
+    assert seen > 0
