@@ -40,7 +40,7 @@ import sgsi  # noqa: E402
 from sgsi.errors import Cancelled  # noqa: E402
 
 FIELDS = ["query", "group", "status", "count", "expected", "match", "seconds", "fired_s", "cancel_latency_s",
-          "mem", "mem_growth_mib", "peak_rss_mib", "error"]
+          "mem", "mem_growth_mib", "peak_rss_mib", "reordered", "symmetry", "error"]
 ERROR_KINDS = ("BudgetError", "MemoryError", "OutOfMemoryError")
 
 
@@ -268,7 +268,8 @@ def main(argv=None):
                      "fired_s": None if fired is None else round(fired, 4),
                      "cancel_latency_s": None if lat is None else round(lat, 4), "mem": mem.value(used),
                      "mem_growth_mib": round(used - prev, 1), "peak_rss_mib": round(C.peak_rss_bytes() / 2**20),
-                     "error": err}
+                     "reordered": g.last_stats.get("reordered") if status == "ok" else None,
+                     "symmetry": g.last_stats.get("symmetry") if status == "ok" else None, "error": err}
                 prev = used
                 rows.append(r)
                 w.writerow(r)
