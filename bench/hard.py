@@ -213,6 +213,7 @@ def main(argv=None):
     p.add_argument("--sample", type=int, help="N at random (--seed), round-robin over the groups")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--only", help="query file glob, e.g. 'query_dense_32_*'")
+    p.add_argument("--names", help="a file of query file names, one a line (e.g. a CSV's slow ones)")
     p.add_argument("--store", help="store folder, built when missing (default bench/data/<set>[-budget].sgsi)")
     p.add_argument("--no-warm-up", action="store_true", help="GPU: skip compiling the kernels before timing")
     p.add_argument("--out", default=None, help="CSV (default /tmp/hard_<set>_<device>.csv)")
@@ -233,6 +234,9 @@ def main(argv=None):
     names = [n for n in os.listdir(os.path.join(base, "queries")) if n.endswith(".graph")]
     if args.only:
         names = [n for n in names if fnmatch.fnmatch(n, args.only)]
+    if args.names:
+        wanted = set(open(args.names).read().split())
+        names = [n for n in names if n in wanted]
     names = pick(names, args.sample or args.queries, args.seed if args.sample else None)
 
     mem = Memory(args.device)
