@@ -78,7 +78,8 @@ def test_the_search_is_recorded_and_kept_without_gain(graph, search_at_once, mon
     assert g.count(patterns[1], device="cpu", progress=False) == oracle_count(edges, vl, patterns[1])
     s = g.last_stats
     assert s["replanned"] == 1 and s["reordered"] == 0
-    assert set(s["order_search"]) == {"planned_cost", "greedy_cost", "steps", "seconds"}
+    assert set(s["order_search"]) == {"planned_cost", "greedy_cost", "steps", "seconds", "switched"}
+    assert s["order_search"]["switched"] is False
     assert s["order_search"]["steps"] > 0 and s["order_search"]["planned_cost"] > 0
 
 
@@ -118,3 +119,20 @@ def test_levels_unsampled_are_the_partial_matches(graph, pattern, monkeypatch):
                 break
             assert len(level.rows[o[0]]) == want
     assert seen > 0
+
+
+def test_no_greedy_search_where_the_plan_has_run_its_estimate(graph, monkeypatch):
+    """A plan that has done the work its estimate holds keeps its order, unsearched; with nothing
+    done, the greedy order is searched and taken at any gain."""
+    monkeypatch.setattr(ordering, "GAIN", 0.0)
+    g = graph[2][None]
+    backend = CpuBackend()
+    backend.begin(g.store)
+    plan = make_plan(g.store, query.load(PATTERNS[2]), backend, refine_rounds=2)
+    fresh = ordering.choose(g.store, backend, plan, 1 << 28, True, done=0)
+    assert fresh.switch and fresh.planned_cost > 0
+    late = ordering.choose(g.store, backend, plan, 1 << 28, True, done=fresh.planned_cost)
+    leaves = ordering._Sampler(g.store, backend, plan, 1 << 28).leaves
+    kept = [u for u in plan.order if u not in leaves] + [u for u in plan.order if u in leaves]
+    assert not late.switch and late.order == kept and late.cost == late.planned_cost
+    assert late.tried < fresh.tried             # the plan's levels only

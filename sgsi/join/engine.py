@@ -119,9 +119,10 @@ class Engine(Counting):
 
     def __init__(self, store, plan: QueryPlan, backend, budget: int, replan=None, progress=None, seed=(),
                  reorder=None):
-        """``replan()`` gives the refined plan; without it the query runs on ``plan``. ``reorder(plan)``
-        gives (the refined plan on a better order, or None where its own is best; the search's
-        stats): asked once the refined plan has done ``backend.reorder_work`` (:mod:`~sgsi.join.ordering`). ``progress``:
+        """``replan()`` gives the refined plan; without it the query runs on ``plan``.
+        ``reorder(plan, done)`` gives (the refined plan on a better order, or None where its own
+        is best; the search's stats), ``done`` the join work run on ``plan``: asked once that is
+        ``backend.reorder_work`` (:mod:`~sgsi.join.ordering`). ``progress``:
         the query's :class:`~sgsi.join.progress.Progress` (None: not reported). ``seed``: partial
         matches of the order's first vertices to start from instead of the first vertex's
         candidates, ``((u, host int32 column), ...)`` in the order (a sharded query's task)."""
@@ -146,6 +147,7 @@ class Engine(Counting):
         self.cost_checked = False
         self.reorder = reorder
         self.reorder_at = None          # work past which ``reorder`` is asked (set on the refined plan)
+        self.refined_at = 0             # the work done when the refined plan started
         self._reordered = None          # the plan ``reorder`` gave, for :meth:`_switch_plan`
         self.counting = False           # a count is running (``_rows_ahead``)
         self._depth = 0                 # the stack level whose chunk the factored vertices are counted for
@@ -207,6 +209,7 @@ class Engine(Counting):
             self.work_limit = None
             self._stats["replanned"] = 1
             if self.reorder is not None:
+                self.refined_at = self.work
                 self.reorder_at = self.work + self.backend.reorder_work
         self._stats["leaves_factored"] = self.plan.factored
         self._stats["leaf_groups"] = _shared_groups(self.plan)
@@ -597,7 +600,7 @@ class Engine(Counting):
                 raise _Replan()
         if self.reorder_at is not None and work > self.reorder_at and not self.emitted:
             self.reorder_at = None
-            self._reordered, self._stats["order_search"] = self.reorder(self.plan)
+            self._reordered, self._stats["order_search"] = self.reorder(self.plan, work - self.refined_at)
             if self._reordered is not None:
                 raise _Replan()
 

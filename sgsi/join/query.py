@@ -334,11 +334,11 @@ class Query:
                                            refine_rounds=REFINE_ROUNDS, factor_leaves=count,
                                            filtered=plan.candidates))       # not filtered again
 
-        def reorder(refined_plan):
-            """The refined plan on the order a sampled search finds, where it costs a
-            ``ordering.GAIN``-th of its own or less (:mod:`~sgsi.join.ordering`)."""
-            choice = self._search_order(backend, budget, refined_plan, count)
-            if choice.cost * ordering.GAIN > choice.planned_cost:
+        def reorder(refined_plan, done):
+            """The refined plan on the order a sampled search finds, where that pays for starting
+            again (:func:`ordering.choose`)."""
+            choice = self._search_order(backend, budget, refined_plan, count, done)
+            if not choice.switch:
                 return None, choice.stats
             return broken(make_plan(store, pat, backend, injective=injective, refine_rounds=0, factor_leaves=count,
                                     filtered=refined_plan.candidates[:len(pat.vertices)],
@@ -346,18 +346,18 @@ class Query:
         return Engine(store, plan, backend, budget, replan=refined, progress=self.progress,
                       reorder=reorder if REORDER else None)
 
-    def _search_order(self, backend, budget, plan, count):
+    def _search_order(self, backend, budget, plan, count, done):
         """:func:`ordering.choose` for ``plan``, on the CPU: its sampled steps are small, and a
         step costs the CPU a fraction of the launches and reads it costs a GPU."""
         if backend.name == "cpu":
-            return ordering.choose(self.store, backend, plan, budget // 4, count)
+            return ordering.choose(self.store, backend, plan, budget // 4, count, done)
         cpu = self.backends.take("cpu")
         failed = True
         try:
             cpu_budget = cpu.begin(self.store, None)
             sampler = cpu if self.check is None else _Watched(cpu, self.check)
             host = replace(plan, candidates=[backend.to_host(b) for b in plan.candidates])
-            out = ordering.choose(self.store, sampler, host, min(budget, cpu_budget) // 4, count)
+            out = ordering.choose(self.store, sampler, host, min(budget, cpu_budget) // 4, count, done)
             failed = False
             return out
         finally:
