@@ -422,6 +422,30 @@ def test_symmetric_counts_share_the_drivers_constraints(graphs, client, budget, 
     assert broken >= 3
 
 
+@pytest.mark.parametrize("split", ["rows", "ranges"])
+def test_split_on_a_searched_order_vs_oracle(graphs, client, split, monkeypatch):
+    """A split plan on the order its sampled search finds (every one taken): its tasks join in
+    that order, with the symmetry of that plan, and sum to the oracle's counts and rows."""
+    from sgsi.join import ordering
+    from sgsi.join.backends.cpu import CpuBackend
+    monkeypatch.setattr(CpuBackend, "reorder_work", 0)
+    monkeypatch.setattr(ordering, "GAIN", 0.0)
+    monkeypatch.setattr(ordering, "SAMPLE_ROWS", 8)
+    if split == "ranges":
+        monkeypatch.setattr(shard_mod, "MAX_SEED_ROWS", 0)
+    edges, vlabels, stores = graphs
+    g = stores[None]
+    reordered = 0
+    for p in ["(a)--(b)--(c)--(d)--(a), (a)--(c)", "(a:0)-->(b)-->(c)<--(d), (d)--(a), (c)--(e)",
+              "(a)-[:E0]->(b)-->(c), (c)--(a), (b)--(x)"]:
+        matches = oracle_matches(edges, vlabels, p)
+        assert g.count(p, device=CPU, client=client) == len(matches), p
+        reordered += g.last_stats["reordered"]
+        got, _schema = rows(g.match(p, device=CPU, client=client))
+        assert got == project(matches, p), p
+    assert reordered >= 2
+
+
 def test_tasks_keep_their_memory_until_the_query_ends(graphs, client, monkeypatch):
     """A task that ends well leaves its free memory to the query's next task on its worker (no
     trim at its end); the driver has the workers give it back when the query ends."""

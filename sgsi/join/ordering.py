@@ -71,19 +71,20 @@ class Choice:
                 "seconds": round(self.seconds, 4), "switched": self.switch}
 
 
-def choose(store, backend, plan: QueryPlan, budget: int, count: bool, done: float = 0.0) -> Choice:
+def choose(store, backend, plan: QueryPlan, budget: int, count: bool, done: float = 0.0,
+           least: float = 0.0) -> Choice:
     """The greedy order from ``plan``'s first vertex and its sampled cost, and the cost of
     ``plan``'s order (over the plan's candidate sets; ``count``: a count's), ``done`` of whose
     work has run. A query switches where the greedy order's whole cost is a :data:`GAIN`-th or
-    less of what is left of its own; no greedy order is searched where nothing is left by the
-    estimate."""
+    less of what is left of its own; no greedy order is searched where what is left by the
+    estimate is ``least`` or less."""
     start = time.perf_counter()
     sampler = _Sampler(store, backend, plan, budget)
     core = [u for u in plan.order if u not in sampler.leaves]
     rest = [u for u in plan.order if u in sampler.leaves]
     planned = sampler.cost(core, sampler.levels(core), rest, count)
     left = planned - done
-    if left <= 0:
+    if left <= least:
         return Choice(core + rest, planned, planned, sampler.tried, time.perf_counter() - start, False)
     order, levels = sampler.greedy(core[0], core)
     cost = sampler.cost(order, levels, rest, count)

@@ -110,6 +110,7 @@ class Query:
         self.shard_sets = shard_sets    # its driver's refined candidate sets (SplitSets), or None
         self.split_sets = None          # shards(): the refined sets the query was split on
         self.split_symmetry = 1         # shards() of a count: the |H| its tasks multiply by
+        self.split_reordered = 0        # shards(): 1 where the plan split is on a searched order
         self.anchor = anchor            # an Anchor: this query is one of an incremental match's
         self.pattern = load(pattern)
         self.check = cancel_check(cancel)
@@ -257,6 +258,7 @@ class Query:
                                                               refine_rounds=REFINE_ROUNDS, factor_leaves=count))
             if plan.empty:
                 return []
+            plan = self._guard(backend.run, lambda: self._split_order(backend, budget, plan, count))
             self.split_sets = SplitSets(tuple(backend.to_host(b) for b in plan.candidates))
             out = self._guard(backend.run, lambda: self._split(backend, plan, budget, tasks, workers))
             if count and SYMMETRY:              # every task joins one embedding of each orbit
@@ -346,18 +348,32 @@ class Query:
         return Engine(store, plan, backend, budget, replan=refined, progress=self.progress,
                       reorder=reorder if REORDER else None)
 
-    def _search_order(self, backend, budget, plan, count, done):
+    def _split_order(self, backend, budget, plan, count):
+        """A sharded query's refined ``plan`` on the order a sampled search finds, where its own
+        order is estimated past ``backend.reorder_work`` and the greedy one at a ``GAIN``-th of
+        it or less (:func:`ordering.choose`): its tasks join in the order of the plan split."""
+        if not REORDER:
+            return plan
+        choice = self._search_order(backend, budget, plan, count, 0, least=backend.reorder_work)
+        if not choice.switch:
+            return plan
+        self.split_reordered = 1
+        return make_plan(self.store, self.pattern, backend, injective=self.injective, refine_rounds=0,
+                         factor_leaves=count, filtered=plan.candidates[:len(self.pattern.vertices)],
+                         order=choice.order)
+
+    def _search_order(self, backend, budget, plan, count, done, least=0):
         """:func:`ordering.choose` for ``plan``, on the CPU: its sampled steps are small, and a
         step costs the CPU a fraction of the launches and reads it costs a GPU."""
         if backend.name == "cpu":
-            return ordering.choose(self.store, backend, plan, budget // 4, count, done)
+            return ordering.choose(self.store, backend, plan, budget // 4, count, done, least)
         cpu = self.backends.take("cpu")
         failed = True
         try:
             cpu_budget = cpu.begin(self.store, None)
             sampler = cpu if self.check is None else _Watched(cpu, self.check)
             host = replace(plan, candidates=[backend.to_host(b) for b in plan.candidates])
-            out = ordering.choose(self.store, sampler, host, min(budget, cpu_budget) // 4, count, done)
+            out = ordering.choose(self.store, sampler, host, min(budget, cpu_budget) // 4, count, done, least)
             failed = False
             return out
         finally:

@@ -50,7 +50,8 @@ def count(graph, pattern, *, device, memory_budget, injective, cancel, progress,
             for _shard, (n, task_stats) in run.completed(check, Progress(reporter(progress), "matches")):
                 total += n
                 _merge(stats, task_stats)
-    graph._publish({**stats, "tasks": len(shards), "symmetry": planner.split_symmetry})     # not a sum
+    graph._publish({**stats, "tasks": len(shards), "symmetry": planner.split_symmetry,     # not sums
+                    "reordered": planner.split_reordered})
     return total
 
 
@@ -84,7 +85,8 @@ def match(graph, pattern, *, device, memory_budget, injective, limit, cancel, pr
         raise
     end = _Once(stack.close)
     batches = _batches(run, limit, failure, check, Progress(reporter(progress), "rows"), end,
-                       lambda stats: graph._publish({**stats, "tasks": len(shards), "symmetry": 1}))
+                       lambda stats: graph._publish({**stats, "tasks": len(shards), "symmetry": 1,
+                                                     "reordered": planner.split_reordered}))
     weakref.finalize(batches, end)          # a reader dropped unread ends the query too
     return _reader(schema, batches), failure
 
