@@ -2,6 +2,7 @@
 search's decision in last_stats, and counts and rows on the orders it takes against the oracle."""
 
 import random
+from dataclasses import replace
 from collections import Counter
 
 import pytest
@@ -63,6 +64,9 @@ def test_counts_and_rows_on_searched_orders_vs_oracle(graph, device, search_at_o
         for budget, g in stores.items():
             assert g.count(p, device=device, memory_budget=budget, progress=False) == len(matches), (p, budget)
             reordered += g.last_stats["reordered"]
+        g = stores[None]
+        assert g.count(p, device=device, homomorphism=True, progress=False) == \
+            oracle_count(edges, vl, p, injective=False), p
         if parse_pattern(p).output_names and len(matches) < 20000:
             t = stores["16KB"].match(p, device=device, memory_budget="16KB", progress=False).read_all()
             cols = parse_pattern(p).output_vertices
@@ -136,3 +140,20 @@ def test_no_greedy_search_where_the_plan_has_run_its_estimate(graph, monkeypatch
     kept = [u for u in plan.order if u not in leaves] + [u for u in plan.order if u in leaves]
     assert not late.switch and late.order == kept and late.cost == late.planned_cost
     assert late.tried < fresh.tried             # the plan's levels only
+
+
+def test_a_vertex_without_candidates_costs_nothing(graph):
+    """A plan whose first vertex has no candidate (its query has no match) is kept: no level,
+    no division by its empty sample."""
+    g = graph[2][None]
+    backend = CpuBackend()
+    backend.begin(g.store)
+    plan = make_plan(g.store, query.load(PATTERNS[1]), backend, refine_rounds=2)
+    first = plan.order[0]
+    bits = list(plan.candidates)
+    bits[first] = bits[first] & 0
+    counts = list(plan.candidate_counts)
+    counts[first] = 0
+    empty = replace(plan, candidates=bits, candidate_counts=counts)
+    choice = ordering.choose(g.store, backend, empty, 1 << 28, True)
+    assert choice.planned_cost == 0 and not choice.switch

@@ -182,6 +182,8 @@ class _Sampler:
 
     def _drawn(self, order, rows, estimate, work):
         n = _size(rows)
+        if n == 0:                      # no candidate: nothing to join
+            return _Level(tuple(order), None, 0.0, 0.0, work)
         if n > SAMPLE_ROWS:
             rows = _take(rows, np.sort(self.rng.choice(n, size=SAMPLE_ROWS, replace=False)))
         return _Level(tuple(order), rows, estimate, estimate / _size(rows), work)
