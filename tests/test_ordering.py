@@ -157,3 +157,22 @@ def test_a_vertex_without_candidates_costs_nothing(graph):
     empty = replace(plan, candidates=bits, candidate_counts=counts)
     choice = ordering.choose(g.store, backend, empty, 1 << 28, True)
     assert choice.planned_cost == 0 and not choice.switch
+
+
+def test_a_cancel_during_the_search_stops_the_query(graph, search_at_once, monkeypatch):
+    """The search's sampled steps check the query's cancel: a cancel that comes while it runs
+    stops the query, and the next query runs as before."""
+    import threading
+
+    from sgsi.errors import Cancelled
+    edges, vl, stores, patterns = graph
+    g = stores[None]
+    ev, calls = threading.Event(), []
+    real = ordering._Sampler._count
+    monkeypatch.setattr(ordering._Sampler, "_count",
+                        lambda self, level, u: calls.append(u) or ev.set() or real(self, level, u))
+    with pytest.raises(Cancelled):
+        g.count(patterns[1], device="cpu", cancel=ev, progress=False)
+    assert len(calls) == 1                      # the search's first sampled step saw it
+    monkeypatch.setattr(ordering._Sampler, "_count", real)
+    assert g.count(patterns[1], device="cpu", progress=False) == oracle_count(edges, vl, patterns[1])
