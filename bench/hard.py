@@ -187,6 +187,44 @@ def summarize(args, rows, mem, before, end, store_s, sel_total, gpu_name):
     return md + "\n"
 
 
+def load_rows(path):
+    """A hard.py CSV's rows, typed as a run makes them (for :func:`merged`)."""
+    def num(x):
+        return None if x in ("", None) else float(x)
+    with open(path) as f:
+        rows = list(csv.DictReader(f))
+    for r in rows:
+        r["seconds"], r["cancel_latency_s"] = float(r["seconds"]), num(r["cancel_latency_s"])
+        r["mem_growth_mib"] = num(r["mem_growth_mib"])
+        r["expected"] = r["expected"] or None
+        r["match"] = {"True": True, "False": False}.get(r["match"])
+    return rows
+
+
+def merged(paths):
+    """The table of several runs' CSVs as one (a set run in parts, e.g. one device call each):
+    the groups, all, and the split by known counts; each query once (a later file's row wins)."""
+    rows = {}
+    for p in paths:
+        rows.update({r["query"]: r for r in load_rows(p)})
+    rows = list(rows.values())
+    groups = {}
+    for r in rows:
+        groups.setdefault(r["group"], []).append(r)
+    lines = [summary_line(g, rs) for g, rs in sorted(groups.items(), key=lambda kv: natural(kv[0]))]
+    lines.append(summary_line("**all**", rows))
+    unknown = [r for r in rows if r["expected"] is None]
+    if unknown and len(unknown) < len(rows):
+        lines += [summary_line("with a known count", [r for r in rows if r["expected"] is not None]),
+                  summary_line("without one", unknown)]
+    head = ("| group | queries | ≤ 1 s | ≤ 10 s | median s | p90 s | cancelled | BudgetError | MemoryError | "
+            "OutOfMemoryError | other errors | mismatches | cancel latency s (med / p90 / max) | largest mem growth MiB |\n"
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|")
+    bad = [r for r in rows if r["match"] is False]
+    return head + "\n" + "\n".join(lines) + "\n" + "".join(
+        f"\n- MISMATCH {r['query']}: {r['count']} expected {r['expected']}" for r in bad)
+
+
 def compare(a, b):
     def load(p):
         with open(p) as f:
@@ -219,9 +257,13 @@ def main(argv=None):
     p.add_argument("--out", default=None, help="CSV (default /tmp/hard_<set>_<device>.csv)")
     p.add_argument("--summary", default=None, help="markdown (default: next to --out)")
     p.add_argument("--compare", nargs=2, metavar=("A.csv", "B.csv"))
+    p.add_argument("--merge", nargs="+", metavar="CSV", help="print one table of these runs' CSVs (a set run in parts)")
     args = p.parse_args(argv)
     if args.compare:
         return compare(*args.compare)
+    if args.merge:
+        print(merged(args.merge))
+        return 0
 
     base = data_dir(args)
     tag = os.path.basename(os.path.normpath(base))
