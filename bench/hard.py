@@ -152,13 +152,31 @@ def summary_line(name, rows):
             + f" | {other} | {mism} | {fmt(q(lat, .5))} / {fmt(q(lat, .9))} / {fmt(max(lat, default=None))} | {grow_s} |")
 
 
-def summarize(args, rows, mem, before, end, store_s, sel_total, gpu_name):
+def table(rows):
+    """The markdown table of ``rows``: a line a group, all, and the split by known counts (where
+    some are known and some not: the queries no published solver finished apart)."""
     groups = {}
     for r in rows:
         groups.setdefault(r["group"], []).append(r)
-    body = "\n".join(summary_line(g, rs) for g, rs in sorted(groups.items(), key=lambda kv: natural(kv[0])))
+    lines = [summary_line(g, rs) for g, rs in sorted(groups.items(), key=lambda kv: natural(kv[0]))]
+    lines.append(summary_line("**all**", rows))
+    unknown = [r for r in rows if r["expected"] is None]
+    if unknown and len(unknown) < len(rows):
+        lines += [summary_line("with a known count", [r for r in rows if r["expected"] is not None]),
+                  summary_line("without one", unknown)]
+    return ("| group | queries | ≤ 1 s | ≤ 10 s | median s | p90 s | cancelled | BudgetError | MemoryError | "
+            "OutOfMemoryError | other errors | mismatches | cancel latency s (med / p90 / max) | "
+            "largest mem growth MiB |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|\n"
+            + "\n".join(lines) + "\n")
+
+
+def mismatches(rows):
+    return "".join(f"\n- MISMATCH {r['query']}: {r['count']} expected {r['expected']}"
+                   for r in rows if r["match"] is False)
+
+
+def summarize(args, rows, mem, before, end, store_s, sel_total, gpu_name):
     others = sorted({r["status"] for r in rows} - {"ok", "cancelled", *ERROR_KINDS})
-    bad = [r for r in rows if r["match"] is False]
     errs = [r for r in rows if r["status"] not in ("ok", "cancelled")]
     slow_cancel = [r for r in rows if (r["cancel_latency_s"] or 0) > 1]
     md = f"""# Hard queries: {os.path.basename(os.path.normpath(data_dir(args)))}, {args.device.upper()}
@@ -170,17 +188,9 @@ def summarize(args, rows, mem, before, end, store_s, sel_total, gpu_name):
 - {len(rows)} of {sel_total} selected queries run; timeout {args.timeout:g} s (cancel event); memory budget {args.memory_budget or 'engine default'}; store `{args.store}` ({store_s})
 - memory {mem.label()}: before the first query {mem.value(before)}, at the end {mem.value(end)}; peak RSS {C.peak_rss_bytes() / 2**20:.0f} MiB
 
-| group | queries | ≤ 1 s | ≤ 10 s | median s | p90 s | cancelled | BudgetError | MemoryError | OutOfMemoryError | other errors | mismatches | cancel latency s (med / p90 / max) | largest mem growth MiB |
-|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|
-{body}
-{summary_line('**all**', rows)}
-"""
-    unknown = [r for r in rows if r["expected"] is None]
-    if unknown and len(unknown) < len(rows):        # the queries no published solver finished apart
-        md += (summary_line("with a known count", [r for r in rows if r["expected"] is not None]) + "\n"
-               + summary_line("without one", unknown) + "\n")
+{table(rows)}"""
     md += f"\nOther error types: {', '.join(others)}\n" if others else ""
-    md += "".join(f"\n- MISMATCH {r['query']}: {r['count']} expected {r['expected']}" for r in bad)
+    md += mismatches(rows)
     md += "".join(f"\n- {r['status']} {r['query']} after {r['seconds']:.2f} s: {r['error']}" for r in errs[:20])
     md += "".join(f"\n- slow cancel {r['query']}: {r['cancel_latency_s']:.2f} s after the timer"
                   for r in slow_cancel[:20])
@@ -208,21 +218,7 @@ def merged(paths):
     for p in paths:
         rows.update({r["query"]: r for r in load_rows(p)})
     rows = list(rows.values())
-    groups = {}
-    for r in rows:
-        groups.setdefault(r["group"], []).append(r)
-    lines = [summary_line(g, rs) for g, rs in sorted(groups.items(), key=lambda kv: natural(kv[0]))]
-    lines.append(summary_line("**all**", rows))
-    unknown = [r for r in rows if r["expected"] is None]
-    if unknown and len(unknown) < len(rows):
-        lines += [summary_line("with a known count", [r for r in rows if r["expected"] is not None]),
-                  summary_line("without one", unknown)]
-    head = ("| group | queries | ≤ 1 s | ≤ 10 s | median s | p90 s | cancelled | BudgetError | MemoryError | "
-            "OutOfMemoryError | other errors | mismatches | cancel latency s (med / p90 / max) | largest mem growth MiB |\n"
-            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|")
-    bad = [r for r in rows if r["match"] is False]
-    return head + "\n" + "\n".join(lines) + "\n" + "".join(
-        f"\n- MISMATCH {r['query']}: {r['count']} expected {r['expected']}" for r in bad)
+    return table(rows) + mismatches(rows)
 
 
 def compare(a, b):

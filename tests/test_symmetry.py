@@ -3,12 +3,10 @@ group order, and counts that join one embedding per orbit against the oracle, on
 
 import random
 
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 
 import sgsi
-from oracle import oracle_count, oracle_matches, random_graph
+from oracle import oracle_count, oracle_matches, random_graph, write_graph_files
 from sgsi.join import query, symmetry
 from sgsi.join.backends import gpu_available
 from sgsi.pattern import parse_pattern
@@ -81,12 +79,10 @@ PATTERNS = [
 def graph(tmp_path_factory):
     d = tmp_path_factory.mktemp("symmetry")
     edges, vlabels = random_graph(random.Random(77), 26, 170, 2, 2)
-    pq.write_table(pa.table({"src": [e[0] for e in edges], "dst": [e[1] for e in edges],
-                             "label": [e[2] for e in edges]}), d / "e.parquet")
-    pq.write_table(pa.table({"id": list(vlabels), "label": [str(x) for x in vlabels.values()]}), d / "v.parquet")
     vl = {v: str(x) for v, x in vlabels.items()}
-    out = {b: sgsi.build(str(d / f"g-{b or 'default'}.sgsi"), edges=str(d / "e.parquet"), vertices=str(d / "v.parquet"),
-                         memory_budget=b) for b in (None, "16KB")}
+    e, v = write_graph_files(d, edges, vl)
+    out = {b: sgsi.build(str(d / f"g-{b or 'default'}.sgsi"), edges=e, vertices=v, memory_budget=b)
+           for b in (None, "16KB")}
     yield edges, vl, out
     for g in out.values():
         g.close()

@@ -146,8 +146,7 @@ class Engine(Counting):
             REPLAN_MIN_WORK, REPLAN_FACTOR * sum(plan.candidate_counts))
         self.cost_checked = False
         self.reorder = reorder
-        self.reorder_at = None          # work past which ``reorder`` is asked (set on the refined plan)
-        self.refined_at = 0             # the work done when the refined plan started
+        self.refined_at = None          # the work done when the refined plan started (None: no search due)
         self._reordered = None          # the plan ``reorder`` gave, for :meth:`_switch_plan`
         self.counting = False           # a count is running (``_rows_ahead``)
         self._depth = 0                 # the stack level whose chunk the factored vertices are counted for
@@ -210,7 +209,6 @@ class Engine(Counting):
             self._stats["replanned"] = 1
             if self.reorder is not None:
                 self.refined_at = self.work
-                self.reorder_at = self.work + self.backend.reorder_work
         self._stats["leaves_factored"] = self.plan.factored
         self._stats["leaf_groups"] = _shared_groups(self.plan)
         self._stats["subtrees"] = len(self.plan.subtrees)
@@ -598,9 +596,9 @@ class Engine(Counting):
                                       REPLAN_COST_FACTOR * refine_cost(self.store, self.backend, self.plan))
             if work > self.work_limit:
                 raise _Replan()
-        if self.reorder_at is not None and work > self.reorder_at and not self.emitted:
-            self.reorder_at = None
-            self._reordered, self._stats["order_search"] = self.reorder(self.plan, work - self.refined_at)
+        if self.refined_at is not None and work - self.refined_at > self.backend.reorder_work and not self.emitted:
+            done, self.refined_at = work - self.refined_at, None
+            self._reordered, self._stats["order_search"] = self.reorder(self.plan, done)
             if self._reordered is not None:
                 raise _Replan()
 

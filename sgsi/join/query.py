@@ -342,9 +342,7 @@ class Query:
             choice = self._search_order(backend, budget, refined_plan, count, done)
             if not choice.switch:
                 return None, choice.stats
-            return broken(make_plan(store, pat, backend, injective=injective, refine_rounds=0, factor_leaves=count,
-                                    filtered=refined_plan.candidates[:len(pat.vertices)],
-                                    order=choice.order)), choice.stats
+            return broken(self._on_order(backend, refined_plan, choice.order, count)), choice.stats
         return Engine(store, plan, backend, budget, replan=refined, progress=self.progress,
                       reorder=reorder if REORDER else None)
 
@@ -358,9 +356,12 @@ class Query:
         if not choice.switch:
             return plan
         self.split_reordered = 1
+        return self._on_order(backend, plan, choice.order, count)
+
+    def _on_order(self, backend, plan, order, count):
+        """Refined ``plan`` on ``order``: its sets, not refined again, factored and stepped anew."""
         return make_plan(self.store, self.pattern, backend, injective=self.injective, refine_rounds=0,
-                         factor_leaves=count, filtered=plan.candidates[:len(self.pattern.vertices)],
-                         order=choice.order)
+                         factor_leaves=count, filtered=plan.candidates[:len(self.pattern.vertices)], order=order)
 
     def _search_order(self, backend, budget, plan, count, done, least=0):
         """:func:`ordering.choose` for ``plan``, on the CPU: its sampled steps are small, and a
