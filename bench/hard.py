@@ -40,8 +40,14 @@ import sgsi  # noqa: E402
 from sgsi.errors import Cancelled  # noqa: E402
 
 FIELDS = ["query", "group", "status", "count", "expected", "match", "seconds", "fired_s", "cancel_latency_s",
-          "mem", "mem_growth_mib", "peak_rss_mib", "reordered", "symmetry", "error"]
+          "mem", "mem_growth_mib", "peak_rss_mib", "reordered", "deferred", "symmetry", "error"]
 ERROR_KINDS = ("BudgetError", "MemoryError", "OutOfMemoryError")
+
+
+def deferred(stats):
+    """The vertices a switched order search moved to be counted last (0 where none)."""
+    search = stats.get("order_search") or {}
+    return search.get("deferred", 0) if search.get("switched") else 0
 
 
 def natural(name):
@@ -311,6 +317,7 @@ def main(argv=None):
                      "cancel_latency_s": None if lat is None else round(lat, 4), "mem": mem.value(used),
                      "mem_growth_mib": round(used - prev, 1), "peak_rss_mib": round(C.peak_rss_bytes() / 2**20),
                      "reordered": g.last_stats.get("reordered") if status == "ok" else None,
+                     "deferred": deferred(g.last_stats) if status == "ok" else None,
                      "symmetry": g.last_stats.get("symmetry") if status == "ok" else None, "error": err}
                 prev = used
                 rows.append(r)

@@ -21,12 +21,20 @@ query. A query whose refined plan has run past ``backend.reorder_work``
   steps and of each factored vertex's count over the core's rows (an order
   whose core makes more rows pays for them in every factored count: costed
   up to the first factored vertex only, 5 of 37 reordered yeast queries ran
-  1.3-2.1x slower).
+  1.3-2.1x slower), over the order of its core's symmetry group where the
+  count breaks it;
+* a count costs each of the two orders again with its *expanding* vertices
+  (those whose sampled step made more partial matches than it took) moved to
+  its end, no two adjacent, where the plan then factors them
+  (:meth:`_Sampler.deferred`): such a vertex prunes little where it was, and
+  counted per row of the core it multiplies no row (on 44 of yeast's slow
+  GPU queries 12 cancelled ones finish; one of 32 ran slower, 0.82x).
 
 :func:`choose` estimates the plan's order and the greedy one from the same
-first vertex; the query starts again on the greedy order where it costs at
-most a :data:`GAIN`-th of what is left of the plan's (on yeast, a query that
-had run past its plan's estimate started again and took 1.4x as long). The
+first vertex (and, for a count, both with their expanding vertices last); the
+query starts again on the cheapest where it costs at most a :data:`GAIN`-th
+of what is left of the plan's (on yeast, a query that had run past its
+plan's estimate started again and took 1.4x as long). The
 draws have a fixed seed: a query plans the same each time. Leaves (one
 neighbour) stay out of the search, after the rest in the plan's order: they
 prune nothing, and a count factors them.
@@ -39,6 +47,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from . import symmetry
 from .plan import QueryPlan, _factored_vertices, _step
 
 #: Partial matches drawn at each level of a sampled join (the search's time is the steps'
@@ -55,7 +64,7 @@ GAIN = 2.0
 
 @dataclass
 class Choice:
-    """The greedy order and its estimated cost (the work of its steps), with the plan's."""
+    """The cheapest order searched and its estimated cost (the work of its steps), with the plan's."""
 
     order: list
     cost: float
@@ -63,32 +72,46 @@ class Choice:
     tried: int              # sampled steps run (counts and materialisations)
     seconds: float
     switch: bool            # whether the query starts again on ``order``
+    deferred: int = 0       # vertices ``order`` moved to its end to be counted, not joined
 
     @property
     def stats(self) -> dict:
         """The search in ``last_stats["order_search"]``."""
         return {"planned_cost": self.planned_cost, "greedy_cost": self.cost, "steps": self.tried,
-                "seconds": round(self.seconds, 4), "switched": self.switch}
+                "seconds": round(self.seconds, 4), "switched": self.switch, "deferred": self.deferred}
 
 
 def choose(store, backend, plan: QueryPlan, budget: int, count: bool, done: float = 0.0,
-           least: float = 0.0) -> Choice:
-    """The greedy order from ``plan``'s first vertex and its sampled cost, and the cost of
+           least: float = 0.0, symmetric: bool = False) -> Choice:
+    """The greedy order from ``plan``'s first vertex, and for a count both it and ``plan``'s with
+    their expanding vertices last: the cheapest of them by its sampled cost, and the cost of
     ``plan``'s order (over the plan's candidate sets; ``count``: a count's), ``done`` of whose
-    work has run. A query switches where the greedy order's whole cost is a :data:`GAIN`-th or
-    less of what is left of its own; no greedy order is searched where what is left by the
-    estimate is ``least`` or less."""
+    work has run. A query switches where the cheapest order's whole cost is a :data:`GAIN`-th or
+    less of what is left of its own; no order is searched where what is left by the estimate is
+    ``least`` or less. ``symmetric``: the count breaks its core's symmetry (each
+    order's cost is then divided by the order of its core's group, :mod:`.symmetry`)."""
     start = time.perf_counter()
     sampler = _Sampler(store, backend, plan, budget)
+    sampler.symmetric = symmetric and plan.injective
     core = [u for u in plan.order if u not in sampler.leaves]
     rest = [u for u in plan.order if u in sampler.leaves]
-    planned = sampler.cost(core, sampler.levels(core), rest, count)
+    planned_levels = sampler.levels(core)
+    planned = sampler.cost(core, planned_levels, rest, count)
     left = planned - done
     if left <= least:
         return Choice(core + rest, planned, planned, sampler.tried, time.perf_counter() - start, False)
     order, levels = sampler.greedy(core[0], core)
-    cost = sampler.cost(order, levels, rest, count)
-    return Choice(order + rest, cost, planned, sampler.tried, time.perf_counter() - start, cost * GAIN <= left)
+    options = [(sampler.cost(order, levels, rest, count), 0, order)]
+    if count:       # each order with its expanding vertices counted last, where a count factors them
+        for base, known in ((core, planned_levels), (order, levels)):
+            late = sampler.deferred(base, known, rest)
+            if late:
+                moved = [u for u in base if u not in late] + late
+                options.append((sampler.cost(moved, sampler.levels(moved, base, known), rest, count),
+                                len(late), moved))
+    cost, deferred, order = min(options, key=lambda o: o[0])
+    return Choice(order + rest, cost, planned, sampler.tried, time.perf_counter() - start, cost * GAIN <= left,
+                  deferred)
 
 
 class _Sampler:
@@ -104,12 +127,17 @@ class _Sampler:
         self.leaves = {u for u in range(n) if len(self.adj[u]) == 1} if core_size > 1 else set()
         self.rng = np.random.default_rng(SEED)
         self.tried = 0
+        self.symmetric = False
 
-    def levels(self, order):
-        """The sampled level of each prefix of ``order`` (none past a level found empty)."""
-        level = self._roots(order[0])
-        out = [level]
-        for u in order[1:]:
+    def levels(self, order, like=(), known=()):
+        """The sampled level of each prefix of ``order`` (none past a level found empty); those of
+        the prefix it shares with order ``like`` are taken from ``like``'s levels ``known``."""
+        same = 0
+        while same < min(len(order), len(like), len(known)) and order[same] == like[same]:
+            same += 1
+        out = list(known[:same]) or [self._roots(order[0])]
+        level = out[-1]
+        for u in order[len(out):]:
             if level.rows is None:      # nothing found: the rest of the order joins nothing
                 break
             level = self._next(level, u)
@@ -132,6 +160,28 @@ class _Sampler:
             out.append(level)
         return order + [u for u in core if u not in order], out
 
+    def deferred(self, order, levels, rest):
+        """Vertices of ``order`` to join last, where a count factors them: those whose step makes
+        more partial matches than it takes (most first), no two adjacent, each leaving the
+        order's prefix connected and factored with the others (:func:`_factored_vertices`). A
+        vertex counted per row of the core prunes nothing, but its matches multiply no row."""
+        if len(levels) < len(order) or any(level.rows is None for level in levels):
+            return []
+        growth = {u: levels[i].estimate / max(levels[i - 1].estimate, 1.0) for i, u in enumerate(order[1:], 1)}
+        plan = self.plan
+        late = []
+        for u in sorted((u for u in order[1:] if growth[u] > 1), key=lambda u: -growth[u]):
+            if self.adj[u] & set(late):
+                continue
+            trial = sorted(late + [u], key=order.index)
+            head = [v for v in order if v not in trial]
+            if not all(self.adj[v] & set(head[:i]) for i, v in enumerate(head[1:], 1)):
+                continue
+            groups, trees = _factored_vertices(plan.pattern, plan.meets, plan.injective, head + trial + rest)
+            if set(trial) <= {v for g in groups for v in g} | {root for root, _kids in trees}:
+                late = trial
+        return late
+
     def cost(self, order, levels, rest, count):
         """The estimated work of joining ``order`` (then ``rest``), given its sampled ``levels``:
         a count's steps up to its core, and the count of each factored vertex whose neighbours
@@ -144,11 +194,12 @@ class _Sampler:
         core = [u for u in order if u not in factored]
         work = float(sum(level.work for level in levels[:len(core)]))
         last = levels[len(core) - 1] if len(levels) >= len(core) else None
-        if last is None or last.rows is None:
-            return work
-        for u in factored:
-            if self.adj[u] <= set(core):
-                work += last.weight * self._count(last, u)[1]
+        if last is not None and last.rows is not None:
+            for u in factored:
+                if self.adj[u] <= set(core):
+                    work += last.weight * self._count(last, u)[1]
+        if self.symmetric:              # the count joins one embedding an orbit of its core's group
+            work /= symmetry.constraints(plan.pattern, core, [u for u in order + rest if u not in core])[1]
         return work
 
     # -- levels ----------------------------------------------------------------------

@@ -366,15 +366,17 @@ class Query:
     def _search_order(self, backend, budget, plan, count, done, least=0):
         """:func:`ordering.choose` for ``plan``, on the CPU: its sampled steps are small, and a
         step costs the CPU a fraction of the launches and reads it costs a GPU."""
+        symmetric = count and SYMMETRY
         if backend.name == "cpu":
-            return ordering.choose(self.store, backend, plan, budget // 4, count, done, least)
+            return ordering.choose(self.store, backend, plan, budget // 4, count, done, least, symmetric)
         cpu = self.backends.take("cpu")
         failed = True
         try:
             cpu_budget = cpu.begin(self.store, None)
             sampler = cpu if self.check is None else _Watched(cpu, self.check)
             host = replace(plan, candidates=[backend.to_host(b) for b in plan.candidates])
-            out = ordering.choose(self.store, sampler, host, min(budget, cpu_budget) // 4, count, done, least)
+            out = ordering.choose(self.store, sampler, host, min(budget, cpu_budget) // 4, count, done, least,
+                                  symmetric)
             failed = False
             return out
         finally:
