@@ -338,8 +338,10 @@ class Query:
 
         def reorder(refined_plan, done):
             """The refined plan on the order a sampled search finds, where that pays for starting
-            again (:func:`ordering.choose`)."""
-            choice = self._search_order(backend, budget, refined_plan, count, done)
+            again (:func:`ordering.choose`); none is searched where what is left of the plan's
+            estimate is under half of ``reorder_work`` (about what the search itself takes)."""
+            choice = self._search_order(backend, budget, refined_plan, count, done,
+                                        least=backend.reorder_work / 2)
             if not choice.switch:
                 return None, choice.stats
             return broken(self._on_order(backend, refined_plan, choice.order, count)), choice.stats
