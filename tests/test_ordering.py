@@ -244,3 +244,17 @@ def test_deferred_vertices_expand_are_apart_and_factored(graph):
         assert set(late) <= {v for gr in groups for v in gr} | {r for r, _k in trees}
         seen += len(late)
     assert seen > 0
+
+
+def test_costs_are_over_the_core_symmetry_group(graph):
+    """Where the count breaks the pattern's symmetry, an order's cost is its work over |H|."""
+    from sgsi.join import symmetry
+    g = graph[2][None]
+    backend = CpuBackend()
+    backend.begin(g.store)
+    plan = make_plan(g.store, query.load(PATTERNS[0]), backend, refine_rounds=2, factor_leaves=True)
+    plain = ordering.choose(g.store, backend, plan, 1 << 28, True, least=float("inf"))
+    broken = ordering.choose(g.store, backend, plan, 1 << 28, True, least=float("inf"), symmetric=True)
+    size = symmetry.of_plan(plan)[1]
+    assert size > 1 and plain.planned_cost > 0
+    assert broken.planned_cost * size == pytest.approx(plain.planned_cost)

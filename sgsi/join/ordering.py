@@ -91,8 +91,7 @@ def choose(store, backend, plan: QueryPlan, budget: int, count: bool, done: floa
     ``least`` or less. ``symmetric``: the count breaks its core's symmetry (each
     order's cost is then divided by the order of its core's group, :mod:`.symmetry`)."""
     start = time.perf_counter()
-    sampler = _Sampler(store, backend, plan, budget)
-    sampler.symmetric = symmetric and plan.injective
+    sampler = _Sampler(store, backend, plan, budget, symmetric)
     core = [u for u in plan.order if u not in sampler.leaves]
     rest = [u for u in plan.order if u in sampler.leaves]
     planned_levels = sampler.levels(core)
@@ -117,8 +116,9 @@ def choose(store, backend, plan: QueryPlan, budget: int, count: bool, done: floa
 class _Sampler:
     """Sampled joins over one plan's candidate sets."""
 
-    def __init__(self, store, backend, plan, budget):
+    def __init__(self, store, backend, plan, budget, symmetric=False):
         self.store, self.backend, self.plan, self.budget = store, backend, plan, budget
+        self.symmetric = symmetric and plan.injective     # costs over the core's symmetry group
         n = len(plan.pattern.vertices)
         self.adj = [set() for _ in range(n)]
         for (a, b, _lab, _d) in plan.incident:
@@ -127,7 +127,6 @@ class _Sampler:
         self.leaves = {u for u in range(n) if len(self.adj[u]) == 1} if core_size > 1 else set()
         self.rng = np.random.default_rng(SEED)
         self.tried = 0
-        self.symmetric = False
         self._steps = {}        # (prefix, vertex) -> its Step
 
     def levels(self, order, like=(), known=()):
