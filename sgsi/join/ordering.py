@@ -175,7 +175,6 @@ class _Sampler:
         if len(levels) < len(order) or any(level.rows is None for level in levels):
             return []
         growth = {u: levels[i].estimate / max(levels[i - 1].estimate, 1.0) for i, u in enumerate(order[1:], 1)}
-        plan = self.plan
         late = []
         for u in sorted((u for u in order[1:] if growth[u] > 1), key=lambda u: -growth[u]):
             if self.adj[u] & set(late):
@@ -184,10 +183,15 @@ class _Sampler:
             head = [v for v in order if v not in trial]
             if not all(self.adj[v] & set(head[:i]) for i, v in enumerate(head[1:], 1)):
                 continue
-            groups, trees = _factored_vertices(plan.pattern, plan.meets, plan.injective, head + trial + rest)
-            if set(trial) <= {v for g in groups for v in g} | {root for root, _kids in trees}:
+            if set(trial) <= set(self._factored(head + trial + rest)):
                 late = trial
         return late
+
+    def _factored(self, order):
+        """The vertices a count's plan on ``order`` factors: its leaf groups' and subtree roots."""
+        plan = self.plan
+        groups, trees = _factored_vertices(plan.pattern, plan.meets, plan.injective, order)
+        return [u for g in groups for u in g] + [root for root, _kids in trees]
 
     def cost(self, order, levels, rest, count):
         """The estimated work of joining ``order`` (then ``rest``), given its sampled ``levels``:
@@ -196,8 +200,7 @@ class _Sampler:
         if not count:
             return float(sum(level.work for level in levels))
         plan = self.plan
-        groups, trees = _factored_vertices(plan.pattern, plan.meets, plan.injective, order + rest)
-        factored = [u for g in groups for u in g] + [root for root, _kids in trees]
+        factored = self._factored(order + rest)
         core = [u for u in order if u not in factored]
         work = float(sum(level.work for level in levels[:len(core)]))
         last = levels[len(core) - 1] if len(levels) >= len(core) else None

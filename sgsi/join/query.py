@@ -350,8 +350,9 @@ class Query:
 
     def _split_order(self, backend, budget, plan, count):
         """A sharded query's refined ``plan`` on the order a sampled search finds, where its own
-        order is estimated past ``backend.reorder_work`` and the greedy one at a ``GAIN``-th of
-        it or less (:func:`ordering.choose`): its tasks join in the order of the plan split."""
+        order is estimated past ``backend.reorder_work`` and the cheapest order searched at a
+        ``GAIN``-th of it or less (:func:`ordering.choose`): its tasks join in the order of the
+        plan split."""
         if not REORDER:
             return plan
         choice = self._search_order(backend, budget, plan, count, 0, least=backend.reorder_work)
