@@ -539,6 +539,15 @@ def write_graph_files(d, edges, vlabels, edge_labels=True):
     return str(d / "e.parquet"), str(d / "v.parquet")
 
 
+def build_stores(d, edges, vlabels, budgets=(None, "16KB")):
+    """The stores of a :func:`random_graph` (its files written in ``d``), one a memory budget
+    (None: the default), as ``{budget: Graph}``; the caller closes them."""
+    import sgsi
+    e, v = write_graph_files(d, edges, vlabels)
+    return {b: sgsi.build(str(d / f"g-{b or 'default'}.sgsi"), edges=e, vertices=v, memory_budget=b)
+            for b in budgets}
+
+
 def random_gathered_lists(rng, n_tuples, lengths, gathered=None, universe=3000):
     """Random inputs of ``intersect_lists``: per link, the gathered lists of its distinct
     vertices (``sgsi.join.engine._Lists``: sorted distinct values in a GBA whose slots past

@@ -7,8 +7,7 @@ from collections import Counter
 
 import pytest
 
-import sgsi
-from oracle import oracle_count, oracle_matches, random_graph, random_pattern, write_graph_files
+from oracle import build_stores, oracle_count, oracle_matches, random_graph, random_pattern
 from sgsi.pattern import parse_pattern
 from sgsi.join import engine, ordering, query
 from sgsi.join.backends import gpu_available
@@ -30,9 +29,7 @@ def graph(tmp_path_factory):
     d = tmp_path_factory.mktemp("ordering")
     edges, vlabels = random_graph(random.Random(41), 26, 150, 2, 2)
     vl = {v: str(x) for v, x in vlabels.items()}
-    e, v = write_graph_files(d, edges, vl)
-    out = {b: sgsi.build(str(d / f"g-{b or 'default'}.sgsi"), edges=e, vertices=v, memory_budget=b)
-           for b in (None, "16KB")}
+    out = build_stores(d, edges, vl)
     rng = random.Random(5)
     patterns = PATTERNS + [random_pattern(rng, k, ["0", "1"], ["E0", "E1"]) for k in (4, 5, 6, 6)]
     yield edges, vl, out, patterns

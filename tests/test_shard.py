@@ -24,7 +24,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import sgsi
-from oracle import oracle_matches, random_graph, random_pattern, write_graph_files
+from oracle import build_stores, oracle_matches, random_graph, random_pattern
 from sgsi.errors import BudgetError, Cancelled, PatternError, SgsiError
 from sgsi.join import shard as shard_mod
 from sgsi.join.query import Query
@@ -61,9 +61,7 @@ def graphs(tmp_path_factory):
     rng = random.Random(4242)
     edges, vlabels = random_graph(rng, 60, 360, 3, 3)
     edges += [(0, v, "E0") for v in range(1, 60, 2)]       # a hub: a heavy root of its own
-    e, v = write_graph_files(d, edges, vlabels)
-    out = {b: sgsi.build(str(d / f"g-{b or 'default'}.sgsi"), edges=e, vertices=v, memory_budget=b)
-           for b in (None, "16KB")}
+    out = build_stores(d, edges, vlabels)
     yield edges, vlabels, out
     for g in out.values():
         g.close()

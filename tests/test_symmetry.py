@@ -5,8 +5,7 @@ import random
 
 import pytest
 
-import sgsi
-from oracle import oracle_count, oracle_matches, random_graph, write_graph_files
+from oracle import build_stores, oracle_count, oracle_matches, random_graph
 from sgsi.join import query, symmetry
 from sgsi.join.backends import gpu_available
 from sgsi.pattern import parse_pattern
@@ -80,9 +79,7 @@ def graph(tmp_path_factory):
     d = tmp_path_factory.mktemp("symmetry")
     edges, vlabels = random_graph(random.Random(77), 26, 170, 2, 2)
     vl = {v: str(x) for v, x in vlabels.items()}
-    e, v = write_graph_files(d, edges, vl)
-    out = {b: sgsi.build(str(d / f"g-{b or 'default'}.sgsi"), edges=e, vertices=v, memory_budget=b)
-           for b in (None, "16KB")}
+    out = build_stores(d, edges, vl)
     yield edges, vl, out
     for g in out.values():
         g.close()
