@@ -77,6 +77,11 @@ def load_graph(args):
     return edges, vertices, True, [(n, os.path.join(set_dir, "queries", n)) for n in sorted(picked)]
 
 
+def pattern_queries(args):
+    """[(name, pattern)] of the ``--pattern`` queries."""
+    return [(f"pattern{i}", p) for i, p in enumerate(args.pattern)]
+
+
 def _set_dir(name):
     for root in (os.environ.get("SGSI_BENCHMARKS"), "/work/shared/benchmarks",
                  os.path.join(C.REPO_DIR, "tests", "data", "benchmarks")):
@@ -155,8 +160,7 @@ def version_of(path):
 def run(args):
     start = C.machine()
     edges, vertices, undirected, queries = load_graph(args)
-    args.named = [(f"pattern{i}", f"`{p}`") for i, p in enumerate(args.pattern)]
-    queries += [(f"pattern{i}", p) for i, p in enumerate(args.pattern)]
+    queries += pattern_queries(args)
     n = edges.num_rows
     perm = np.random.default_rng(args.seed).permutation(n)
     n_base = int(round(n * 0.9))
@@ -246,7 +250,7 @@ def write(args, rows, compact_s, compacted_exact, m, n, n_base, n_queries):
     lines += ["Per query (each timed in a store opened for it):\n",
               "| batch | kind | query | added | removed | delta s | recompute s | speedup | exact |",
               "|---|---|---|---:|---:|---:|---:|---:|---|"]
-    names = dict(args.named)
+    names = {name: f"`{p}`" for name, p in pattern_queries(args)}
     for r in rows:
         q = names.get(r["query"], r["query"])
         lines.append(f"| {r['batch']} | {r['kind']} | {q} | {r.get('added', '-')} | {r.get('removed', '-')} | "

@@ -228,10 +228,7 @@ def merged(paths):
 
 
 def compare(a, b):
-    def load(p):
-        with open(p) as f:
-            return {r["query"]: r for r in csv.DictReader(f)}
-    ra, rb = load(a), load(b)
+    ra, rb = ({r["query"]: r for r in load_rows(p)} for p in (a, b))
     both = [k for k in ra if k in rb and ra[k]["status"] == rb[k]["status"] == "ok"]
     diff = [k for k in both if int(ra[k]["count"]) != int(rb[k]["count"])]
     for k in sorted(diff, key=natural):
