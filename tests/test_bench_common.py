@@ -20,4 +20,4 @@ def test_warm_up_counts_the_fewest_matches_of_each_yeast_family(tmp_path):
                           "--runs", "1", "--data", str(tmp_path / "data"), "--results", str(tmp_path / "out")],
                          capture_output=True, text=True)
     assert got.returncode == 0, got.stderr[-2000:]
-    assert (tmp_path / "out" / "yeast_suite.md").exists()
+    assert (tmp_path / "out" / "yeast_gpu_suite.md").exists()
