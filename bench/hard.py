@@ -40,7 +40,7 @@ import sgsi  # noqa: E402
 from sgsi.errors import Cancelled  # noqa: E402
 
 FIELDS = ["query", "group", "status", "count", "expected", "match", "seconds", "fired_s", "cancel_latency_s",
-          "mem", "mem_growth_mib", "peak_rss_mib", "reordered", "deferred", "symmetry", "error"]
+          "mem", "mem_growth_mib", "peak_rss_mib", "reordered", "deferred", "symmetry", "search_s", "error"]
 ERROR_KINDS = ("BudgetError", "MemoryError", "OutOfMemoryError")
 
 
@@ -48,6 +48,11 @@ def deferred(stats):
     """The vertices a switched order search moved to be counted last (0 where none)."""
     search = stats.get("order_search") or {}
     return search.get("deferred", 0) if search.get("switched") else 0
+
+
+def search_seconds(stats):
+    """Seconds the order search took (None where none ran)."""
+    return (stats.get("order_search") or {}).get("seconds")
 
 
 def natural(name):
@@ -315,7 +320,8 @@ def main(argv=None):
                      "mem_growth_mib": round(used - prev, 1), "peak_rss_mib": round(C.peak_rss_bytes() / 2**20),
                      "reordered": g.last_stats.get("reordered") if status == "ok" else None,
                      "deferred": deferred(g.last_stats) if status == "ok" else None,
-                     "symmetry": g.last_stats.get("symmetry") if status == "ok" else None, "error": err}
+                     "symmetry": g.last_stats.get("symmetry") if status == "ok" else None,
+                     "search_s": search_seconds(g.last_stats) if status == "ok" else None, "error": err}
                 prev = used
                 rows.append(r)
                 w.writerow(r)
