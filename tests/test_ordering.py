@@ -44,11 +44,13 @@ def search_at_once(monkeypatch):
     monkeypatch.setattr(engine, "REPLAN_FACTOR", 0)
     monkeypatch.setattr(engine, "REPLAN_COST_FACTOR", 0)
     monkeypatch.setattr(CpuBackend, "reorder_work", 0)
+    monkeypatch.setattr(CpuBackend, "search_work", 0)
     monkeypatch.setattr(ordering, "GAIN", 0.0)
     monkeypatch.setattr(ordering, "SAMPLE_ROWS", 8)           # estimates from samples, not whole levels
     if gpu_available():
         from sgsi.join.backends.gpu.backend import GpuBackend
         monkeypatch.setattr(GpuBackend, "reorder_work", 0)
+        monkeypatch.setattr(GpuBackend, "search_work", 0)
 
 
 @pytest.mark.parametrize("device", ["cpu", pytest.param("gpu", marks=[

@@ -427,6 +427,7 @@ def test_split_on_a_searched_order_vs_oracle(graphs, client, split, monkeypatch)
     from sgsi.join import ordering
     from sgsi.join.backends.cpu import CpuBackend
     monkeypatch.setattr(CpuBackend, "reorder_work", 0)
+    monkeypatch.setattr(CpuBackend, "search_work", 0)
     monkeypatch.setattr(ordering, "GAIN", 0.0)
     monkeypatch.setattr(ordering, "SAMPLE_ROWS", 8)
     if split == "ranges":

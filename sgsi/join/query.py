@@ -339,9 +339,9 @@ class Query:
         def reorder(refined_plan, done):
             """The refined plan on the order a sampled search finds, where that pays for starting
             again (:func:`ordering.choose`); none is searched where what is left of the plan's
-            estimate is under half of ``reorder_work`` (about what the search itself takes)."""
+            estimate is under twice ``search_work`` (what the search itself takes)."""
             choice = self._search_order(backend, budget, refined_plan, count, done,
-                                        least=backend.reorder_work / 2)
+                                        least=2 * backend.search_work)
             if not choice.switch:
                 return None, choice.stats
             return broken(self._on_order(backend, refined_plan, choice.order, count)), choice.stats
@@ -350,12 +350,13 @@ class Query:
 
     def _split_order(self, backend, budget, plan, count):
         """A sharded query's refined ``plan`` on the order a sampled search finds, where its own
-        order is estimated past ``backend.reorder_work`` and the cheapest order searched at a
-        ``GAIN``-th of it or less (:func:`ordering.choose`): its tasks join in the order of the
+        order is estimated past ``backend.reorder_work`` and twice its ``search_work``, and the
+        cheapest order searched at a ``GAIN``-th of it or less (:func:`ordering.choose`): its tasks join in the order of the
         plan split."""
         if not REORDER:
             return plan
-        choice = self._search_order(backend, budget, plan, count, 0, least=backend.reorder_work)
+        choice = self._search_order(backend, budget, plan, count, 0,
+                                    least=max(backend.reorder_work, 2 * backend.search_work))
         if not choice.switch:
             return plan
         self.split_reordered = 1

@@ -24,7 +24,8 @@ class Backend(Protocol):
     early_refine_cost: bool  # whether the planner finds refine_cost with the candidate counts
     slice_entries: int  # most buffer entries of one piece of a join step
     slice_rows: int  # most rows of one piece of a join step
-    reorder_work: int  # join work (entries and rows) after which a refined plan's order is searched
+    reorder_work: int  # join work (entries and rows) after which a refined plan's order is sampled
+    search_work: int  # join work an order search costs about (none runs where under twice it is left)
 
     # -- a query's lifetime
     def begin(self, store, memory_budget=None) -> int:

@@ -43,6 +43,8 @@ class CpuBackend:
     #: Join work (entries and rows) a query's refined plan does before its order is searched
     #: (:mod:`~sgsi.join.ordering`): some 0.5 s here, about twice what a search takes.
     reorder_work = 1 << 23
+    #: Join work a 32-vertex order search costs about (no search where under twice it is left).
+    search_work = 1 << 21
 
     def __init__(self, memory_budget=None):
         self.stats = {"segments": 0, "segment_bytes": 0}

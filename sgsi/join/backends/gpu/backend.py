@@ -61,11 +61,12 @@ class GpuBackend(ArrayOps, SegmentCopies, FilterSteps, JoinSteps, ExpandSteps):
     #: this many takes the device some milliseconds, so that a cancel is seen within ~100 ms.
     slice_entries = 1 << 27
     slice_rows = 1 << 25
-    #: Join work (entries and rows) a query's refined plan does before its order is searched
-    #: (:mod:`~sgsi.join.ordering`, on the CPU): about half a second of an H100's. 71 yeast
-    #: queries of 0.4-2 s: 42 within 1 s at 2^30, 37 at 2^31 (at 2^29, before the search weighed
-    #: what is left, queries of 0.16-0.36 s were searched and took 0.5-0.8 s).
-    reorder_work = 1 << 30
+    #: Join work (entries and rows) a query's refined plan does before its order is sampled
+    #: (:mod:`~sgsi.join.ordering`, on the CPU): about an eighth of a second of an H100's.
+    reorder_work = 1 << 28
+    #: Join work a 32-vertex order search costs about (0.2-0.3 s on the host of an H100; no
+    #: search where under twice it is left).
+    search_work = 1 << 29
 
     def __init__(self, memory_budget=None):
         # Device memory comes from the pool of the device, shared by the process's backends; the
