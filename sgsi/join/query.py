@@ -336,12 +336,16 @@ class Query:
                                            refine_rounds=REFINE_ROUNDS, factor_leaves=count,
                                            filtered=plan.candidates))       # not filtered again
 
-        def reorder(refined_plan, done):
+        def reorder(refined_plan, done, share):
             """The refined plan on the order a sampled search finds, where that pays for starting
             again (:func:`ordering.choose`); none is searched where what is left of the plan's
-            estimate is under twice ``search_work`` (what the search itself takes)."""
-            choice = self._search_order(backend, budget, refined_plan, count, done,
-                                        least=2 * backend.search_work)
+            work is under twice ``search_work`` (what the search itself takes): by ``done`` over
+            the ``share`` of the join it did (no sample drawn), or by the plan's sampled estimate."""
+            least = 2 * backend.search_work
+            left = ordering.left_by_share(done, share)
+            if left <= least:
+                return None, ordering.Choice(refined_plan.order, done + left, done + left, 0, 0.0, False).stats
+            choice = self._search_order(backend, budget, refined_plan, count, done, least=least)
             if not choice.switch:
                 return None, choice.stats
             return broken(self._on_order(backend, refined_plan, choice.order, count)), choice.stats
