@@ -33,3 +33,14 @@ def test_merge_counts_each_query_once_the_later_part_winning(tmp_path):
     assert rows["dense_8"][1:4] == ["2", "1 (50%)", "2 (100%)"] and rows["dense_8"][6] == "0"   # none cancelled
     assert rows["with a known count"][1] == "3" and rows["without one"][1] == "1"
     assert "MISMATCH query_sparse_32_2.graph: 5 expected 4" in out
+
+
+def test_the_order_search_columns_read_the_query_stats():
+    """``search_s``: the search's seconds wherever one ran; ``deferred``: the vertices moved last
+    only where the query switched to that order."""
+    ran = {"order_search": {"seconds": 0.25, "switched": False, "deferred": 3}}
+    assert hard.search_seconds(ran) == 0.25 and hard.deferred(ran) == 0
+    switched = {"order_search": {"seconds": 0.5, "switched": True, "deferred": 3}}
+    assert hard.search_seconds(switched) == 0.5 and hard.deferred(switched) == 3
+    assert hard.search_seconds({}) is None and hard.deferred({}) == 0
+    assert {"search_s", "deferred", "reordered"} <= set(hard.FIELDS)
