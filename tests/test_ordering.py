@@ -277,3 +277,26 @@ def test_costs_are_over_the_core_symmetry_group(graph):
     size = symmetry.of_plan(plan)[1]
     assert size > 1 and plain.planned_cost > 0
     assert broken.planned_cost * size == pytest.approx(plain.planned_cost)
+
+
+def test_a_counts_cost_takes_in_its_subtrees(graph, monkeypatch):
+    """A subtree (a root hanging off the core, with a leaf of its own) is costed: the core's rows
+    extended by the root, and its leaf counted over those; unsampled, the count's cost is at
+    least the core's steps and the root's step of the same order joined outright."""
+    from sgsi.join.plan import _factored_vertices
+    monkeypatch.setattr(ordering, "SAMPLE_ROWS", 1 << 30)
+    monkeypatch.setattr(ordering, "MATERIALISE_ROWS", 1 << 30)
+    g = graph[2][None]
+    backend = CpuBackend()
+    backend.begin(g.store)
+    plan = make_plan(g.store, query.load("(a)--(b)--(c)--(a), (c)--(r), (r)--(x)"), backend,
+                     refine_rounds=2, factor_leaves=True)
+    sampler = ordering._Sampler(g.store, backend, plan, 1 << 28)
+    core = [u for u in plan.order if u not in sampler.leaves]
+    rest = [u for u in plan.order if u in sampler.leaves]
+    trees = _factored_vertices(plan.pattern, plan.meets, plan.injective, core + rest)[1]
+    assert [root for root, _kids in trees] == [core[-1]]            # r, the subtree's root
+    levels = sampler.levels(core)
+    joined = sum(level.work for level in levels)                     # the core's steps and r's
+    assert levels[-1].work > 0
+    assert sampler.cost(core, levels, rest, True) >= joined
