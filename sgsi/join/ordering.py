@@ -192,24 +192,26 @@ class _Sampler:
             head = [v for v in order if v not in trial]
             if not all(self.adj[v] & set(head[:i]) for i, v in enumerate(head[1:], 1)):
                 continue
-            if set(trial) <= set(self._factored(head + trial + rest)):
+            if set(trial) <= set(self._factored(head + trial + rest)[0]):
                 late = trial
         return late
 
     def _factored(self, order):
-        """The vertices a count's plan on ``order`` factors: its leaf groups' and subtree roots."""
+        """(the vertices a count's plan on ``order`` factors: its leaf groups' and subtree roots,
+        its subtrees as (root, leaves))."""
         plan = self.plan
         groups, trees = _factored_vertices(plan.pattern, plan.meets, plan.injective, order)
-        return [u for g in groups for u in g] + [root for root, _kids in trees]
+        return ([u for g in groups for u in g] + [root for root, _kids in trees],
+                [(root, [k for g in kids for k in g]) for root, kids in trees])
 
     def cost(self, order, levels, rest, count):
         """The estimated work of joining ``order`` (then ``rest``), given its sampled ``levels``:
-        a count's steps up to its core, and the count of each factored vertex whose neighbours
-        are all in the core, over the core's rows."""
+        a count's steps up to its core, the count of each factored vertex whose neighbours are
+        all in the core, over the core's rows, and the work of each subtree over them."""
         if not count:
             return float(sum(level.work for level in levels))
         plan = self.plan
-        factored = self._factored(order + rest)
+        factored, trees = self._factored(order + rest)
         core = [u for u in order if u not in factored]
         work = float(sum(level.work for level in levels[:len(core)]))
         last = levels[len(core) - 1] if len(levels) >= len(core) else None
@@ -217,8 +219,8 @@ class _Sampler:
             for u in factored:
                 if self.adj[u] <= set(core):
                     work += last.weight * self._count(last, u)[1]
-            for root, kids in _factored_vertices(plan.pattern, plan.meets, plan.injective, order + rest)[1]:
-                work += self._subtree_work(last, root, [k for g in kids for k in g], core)
+            for root, kids in trees:
+                work += self._subtree_work(last, root, kids, core)
         if self.symmetric:              # the count joins one embedding an orbit of its core's group
             work /= symmetry.constraints(plan.pattern, core, [u for u in order + rest if u not in core])[1]
         return work
