@@ -355,8 +355,8 @@ class Query:
     def _split_order(self, backend, budget, plan, count):
         """A sharded query's refined ``plan`` on the order a sampled search finds, where its own
         order is estimated past ``backend.reorder_work`` and twice its ``search_work``, and the
-        cheapest order searched at a ``GAIN``-th of it or less (:func:`ordering.choose`): its tasks join in the order of the
-        plan split."""
+        cheapest order searched at a ``GAIN``-th of it or less (:func:`ordering.choose`): its
+        tasks join in the order of the plan split."""
         if not REORDER:
             return plan
         choice = self._search_order(backend, budget, plan, count, 0,
