@@ -1008,7 +1008,8 @@ def test_weighted_subtree_subtracts_the_collisions(cases, monkeypatch):
     seen = {"core": 0, "root": 0, "self": 0}
     real = engine.Engine._weighted_rows
     monkeypatch.setattr(counting, "WEIGHTED_FANOUT", 0)      # every piece counted from the weights
-    monkeypatch.setattr(counting, "WEIGHTED_MIN_ENTRIES", 0)
+    monkeypatch.setattr(counting, "WEIGHTED_PER_CONFLICT", 0)
+    monkeypatch.setattr(CpuBackend, "weighted_min_entries", 0)
 
     inside = []                  # set while a weighted count runs
     sliced, too_many = [0], [0]  # its blocks' rows past the limit; pieces past it
@@ -1052,6 +1053,36 @@ def test_weighted_subtree_subtracts_the_collisions(cases, monkeypatch):
     assert sliced[0] >= 1 and too_many[0] == 0, (sliced, too_many)
 
 
+def test_weighted_subtree_needs_entries_per_collision(cases, monkeypatch):
+    """A piece's one-leaf subtree is counted from the weights only where its rows have
+    ``WEIGHTED_PER_CONFLICT`` root entries per core vertex the leaf may collide with (each a
+    block over the rows): set past any piece, every leaf that collides is extended; at 0 some
+    are weighted; the counts are the oracle's both ways."""
+    from sgsi.join import counting, engine
+    monkeypatch.setattr(counting, "WEIGHTED_FANOUT", 0)
+    monkeypatch.setattr(CpuBackend, "weighted_min_entries", 0)
+    real = engine.Engine._weighted_rows
+    for per_conflict in (1e9, 0):
+        monkeypatch.setattr(counting, "WEIGHTED_PER_CONFLICT", per_conflict)
+        colliding = {"weighted": 0, "extended": 0}
+
+        def spy(self, piece, sets, tree, lim):
+            out = real(self, piece, sets, tree, lim)
+            if any(c != tree.root for c in tree.groups[0].blocks[0].conflicts) and counting._n_rows(piece):
+                colliding["extended" if out is None else "weighted"] += 1
+            return out
+        monkeypatch.setattr(engine.Engine, "_weighted_rows", spy)
+        case, rng = cases["int"], random.Random(23)
+        for _ in range(30):
+            p = random_pattern(rng, rng.randint(4, 7), VLABELS, ELABELS[:2], extra_edges=rng.choice([0, 0, 1]),
+                               p_vertex_label=0.8)
+            assert case.graphs[None].count(p, device=CPU) == case.count(p, True), p
+        if per_conflict:
+            assert colliding["weighted"] == 0 and colliding["extended"] >= 1, colliding
+        else:
+            assert colliding["weighted"] >= 1, colliding
+
+
 def test_weighted_subtree_extends_a_hubs_windows(cases, monkeypatch):
     """A subtree whose root's sets come in windows of a hub's list is counted by extending the
     rows (the collisions, found per row over the whole list, would be taken off once per
@@ -1059,7 +1090,8 @@ def test_weighted_subtree_extends_a_hubs_windows(cases, monkeypatch):
     the hub's windows from the weights instead gives 22 here, not 47."""
     from sgsi.join import counting, engine
     monkeypatch.setattr(counting, "WEIGHTED_FANOUT", 0)
-    monkeypatch.setattr(counting, "WEIGHTED_MIN_ENTRIES", 0)
+    monkeypatch.setattr(counting, "WEIGHTED_PER_CONFLICT", 0)
+    monkeypatch.setattr(CpuBackend, "weighted_min_entries", 0)
     ways = []
     real = engine.Engine._sets
 

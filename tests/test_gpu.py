@@ -1421,7 +1421,9 @@ def test_weighted_subtrees_on_gpu_match_oracle(tmp_path, budget, join_way, monke
     from oracle import oracle_count, random_graph, random_pattern
     from sgsi.join import counting
     monkeypatch.setattr(counting, "WEIGHTED_FANOUT", 0)
-    monkeypatch.setattr(counting, "WEIGHTED_MIN_ENTRIES", 0)
+    monkeypatch.setattr(counting, "WEIGHTED_PER_CONFLICT", 0)
+    from sgsi.join.backends.gpu.backend import GpuBackend
+    monkeypatch.setattr(GpuBackend, "weighted_min_entries", 0)
     rng = random.Random(29)
     weighted = 0
     for trial in range(4):

@@ -20,13 +20,15 @@ class _Eager(Exception):
 
 #: Whether a subtree of one leaf is counted from its root's sets and weights, not by extending
 #: the rows by the root (:meth:`Engine._weighted_rows`; off only to compare the two), for the
-#: pieces whose rows have at least ``WEIGHTED_FANOUT`` entries in the root's sets on average and
-#: ``WEIGHTED_MIN_ENTRIES`` in all: under that, extending the rows costs less than finding the
-#: weights and the collisions (on the CPU's 10M-edge walks: 1.18x slower at 8e5 entries and 3.5
-#: per row, 0.69x at 2.4e7 entries and 3 per row).
+#: pieces whose rows have on average at least ``WEIGHTED_FANOUT`` entries in the root's sets and
+#: ``WEIGHTED_PER_CONFLICT`` per core vertex the leaf may collide with (each a block over the
+#: rows), and the backend's ``weighted_min_entries`` in all (the weights' fixed costs). Timed both
+#: ways per piece on 2 cores (277 pieces of 74 yeast queries and 10M-edge walks): 75.3 s
+#: extended at 2^22 entries, 29.0 s with these; pieces of 3.2e6 entries, 3 a row: 2.7x faster
+#: weighted; 3.4e6 entries, 3.3 a row, 7 collisions: 1.9x slower.
 WEIGHTED_SUBTREES = True
 WEIGHTED_FANOUT = 2
-WEIGHTED_MIN_ENTRIES = 1 << 22
+WEIGHTED_PER_CONFLICT = 0.5
 #: A link's direction seen from its other end.
 _REVERSED = {"out": "in", "in": "out", "both": "both"}
 
@@ -209,9 +211,8 @@ class Counting:
 
     def _weighted_rows(self, piece, sets, tree, lim):
         """A one-leaf subtree's matches for the rows of one piece, the rows not extended by the
-        root r; None where it would not pay (fewer than ``WEIGHTED_FANOUT`` entries of r's sets
-        per row, or ``WEIGHTED_MIN_ENTRIES`` in all) or a sum could pass int64 (the rows are
-        extended then).
+        root r; None where it would not pay (too few entries of r's sets per row, or in all: see
+        :data:`WEIGHTED_SUBTREES`) or a sum could pass int64 (the rows are extended then).
 
         With w(v) = |S_l(v)| of the leaf l, less v itself where l may take r's vertex, row m
         counts Σ_{v ∈ S_r(m)} w(v), minus for each vertex c of the core that l may collide
@@ -229,7 +230,8 @@ class Counting:
             entries = sets.total
         else:
             entries, = backend.host_reductions(("sum", backend.take_values(sets.scount, sets.row_tuple)))
-        if entries < max(WEIGHTED_FANOUT * n, WEIGHTED_MIN_ENTRIES):
+        collisions = sum(c != r for c in leaf_step.conflicts)
+        if entries < max(max(WEIGHTED_FANOUT, WEIGHTED_PER_CONFLICT * collisions) * n, backend.weighted_min_entries):
             return None
         if entries == 0:
             return xp.zeros(n, dtype=xp.int64)

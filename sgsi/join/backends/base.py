@@ -26,6 +26,7 @@ class Backend(Protocol):
     slice_rows: int  # most rows of one piece of a join step
     reorder_work: int  # join work (entries and rows) after which a refined plan's order is sampled
     search_work: int  # join work an order search costs about (none runs where under twice it is left)
+    weighted_min_entries: int  # fewest root entries a piece's one-leaf subtree is counted from weights at
 
     # -- a query's lifetime
     def begin(self, store, memory_budget=None) -> int:

@@ -46,6 +46,9 @@ class CpuBackend:
     reorder_work = 1 << 21
     #: Join work a 32-vertex order search costs about (no search where under twice it is left).
     search_work = 1 << 21
+    #: Fewest entries of a piece's root sets its one-leaf subtree is counted from weights at
+    #: (:data:`~sgsi.join.counting.WEIGHTED_SUBTREES`): the weights' fixed costs.
+    weighted_min_entries = 1 << 18
 
     def __init__(self, memory_budget=None):
         self.stats = {"segments": 0, "segment_bytes": 0}

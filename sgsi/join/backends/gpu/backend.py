@@ -67,6 +67,9 @@ class GpuBackend(ArrayOps, SegmentCopies, FilterSteps, JoinSteps, ExpandSteps):
     #: Join work a 32-vertex order search costs about (0.2-0.3 s on the host of an H100; no
     #: search where under twice it is left).
     search_work = 1 << 29
+    #: Fewest entries of a piece's root sets its one-leaf subtree is counted from weights at
+    #: (:data:`~sgsi.join.counting.WEIGHTED_SUBTREES`; the CPU's measure, not the GPU's).
+    weighted_min_entries = 1 << 22
 
     def __init__(self, memory_budget=None):
         # Device memory comes from the pool of the device, shared by the process's backends; the
