@@ -300,3 +300,29 @@ def test_a_counts_cost_takes_in_its_subtrees(graph, monkeypatch):
     joined = sum(level.work for level in levels)                     # the core's steps and r's
     assert levels[-1].work > 0
     assert sampler.cost(core, levels, rest, True) >= joined
+
+
+def test_a_one_leaf_subtree_is_costed_as_the_engine_counts_it(graph, monkeypatch):
+    """A subtree of one leaf is costed at its root's step over the core's rows and at most one
+    more per core vertex the leaf may collide with, as the engine counts it from the root's
+    sets and the leaf's weights; costed as extended (the leaf counted over every row the root
+    extends) it would cost more here."""
+    from sgsi.join import counting
+    monkeypatch.setattr(ordering, "SAMPLE_ROWS", 1 << 30)
+    monkeypatch.setattr(ordering, "MATERIALISE_ROWS", 1 << 30)
+    g = graph[2][None]
+    backend = CpuBackend()
+    backend.begin(g.store)
+    plan = make_plan(g.store, query.load("(a)--(b)--(c)--(a), (c)--(r), (r)--(x)"), backend,
+                     refine_rounds=2, factor_leaves=True)
+    sampler = ordering._Sampler(g.store, backend, plan, 1 << 28)
+    root, leaf = (next(i for i, v in enumerate(plan.pattern.vertices) if v.name == n) for n in "rx")
+    core = [u for u in plan.order if u not in (root, leaf)]
+    last = sampler.levels(core)[-1]
+    weighted = sampler._subtree_work(last, root, [leaf], core)
+    rooted = sampler._next(last, root)
+    collisions = sum(c != root for c in sampler._step(tuple(core) + (root,), leaf).conflicts)
+    assert collisions >= 1 and rooted.work > 0
+    assert weighted <= rooted.work * (1 + collisions)
+    monkeypatch.setattr(counting, "WEIGHTED_SUBTREES", False)
+    assert sampler._subtree_work(last, root, [leaf], core) > weighted

@@ -19,7 +19,8 @@ query. A query whose refined plan has run past ``backend.reorder_work``
 * the greedy order takes the vertex with the fewest partial matches next; an
   order's cost is the estimated work of its steps; a count's, of its core's
   steps and of each factored vertex's count over the core's rows, a subtree's
-  root joined to them and its leaves counted over those (an order
+  root joined to them and its leaves counted over those (one leaf: at most a
+  block over the core's rows per collision, as the engine weights it; an order
   whose core makes more rows pays for them in every factored count: costed
   up to the first factored vertex only, 5 of 37 reordered yeast queries ran
   1.3-2.1x slower), over the order of its core's symmetry group where the
@@ -51,7 +52,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from . import symmetry
+from . import counting, symmetry
 from .plan import QueryPlan, _factored_vertices, _step
 
 #: Partial matches drawn at each level of a sampled join (the search's time is the steps'
@@ -227,17 +228,21 @@ class _Sampler:
 
     def _subtree_work(self, last, root, kids, core):
         """The estimated work of counting a subtree over the core's rows (``last``, its drawn
-        level): the core's rows extended by ``root``, and each leaf of it counted over those (an
-        estimate over, not under: the engine counts a one-leaf subtree from the root's sets and
-        weights where that pays; uncosted, query_dense_16_48's plan was estimated at 4.0e5 of
-        its 1.8e7)."""
+        level): the core's rows extended by ``root``, and each leaf of it counted over those;
+        a subtree of one leaf at most a block over the core's rows per core vertex the leaf may
+        collide with, as the engine counts it from the root's sets and weights where that pays
+        (uncosted, query_dense_16_48's plan was estimated at 4.0e5 of its 1.8e7; costed as
+        extended, query_sparse_32_13 kept an order that took 7.6 s, not 0.9)."""
         if not self.adj[root] - set(kids) <= set(core):
             return 0.0
         rooted = self._next(last, root)
-        work = rooted.work
-        if rooted.rows is not None:
-            work += sum(rooted.weight * self._count(rooted, k)[1] for k in kids)
-        return work
+        if rooted.rows is None:
+            return rooted.work
+        leaves = sum(rooted.weight * self._count(rooted, k)[1] for k in kids)
+        if len(kids) == 1 and counting.WEIGHTED_SUBTREES:
+            collisions = sum(c != root for c in self._step(tuple(core) + (root,), kids[0]).conflicts)
+            leaves = min(leaves, collisions * rooted.work)
+        return rooted.work + leaves
 
     # -- levels ----------------------------------------------------------------------
 
