@@ -279,11 +279,9 @@ def test_costs_are_over_the_core_symmetry_group(graph):
     assert broken.planned_cost * size == pytest.approx(plain.planned_cost)
 
 
-def test_a_counts_cost_takes_in_its_subtrees(graph, monkeypatch):
-    """A subtree (a root hanging off the core, with a leaf of its own) is costed: the core's rows
-    extended by the root, and its leaf counted over those; unsampled, the count's cost is at
-    least the core's steps and the root's step of the same order joined outright."""
-    from sgsi.join.plan import _factored_vertices
+def _subtree_sampler(graph, monkeypatch):
+    """(the refined count plan of a triangle with a subtree (c)--(r)--(x), its sampler drawing
+    every row)."""
     monkeypatch.setattr(ordering, "SAMPLE_ROWS", 1 << 30)
     monkeypatch.setattr(ordering, "MATERIALISE_ROWS", 1 << 30)
     g = graph[2][None]
@@ -291,7 +289,15 @@ def test_a_counts_cost_takes_in_its_subtrees(graph, monkeypatch):
     backend.begin(g.store)
     plan = make_plan(g.store, query.load("(a)--(b)--(c)--(a), (c)--(r), (r)--(x)"), backend,
                      refine_rounds=2, factor_leaves=True)
-    sampler = ordering._Sampler(g.store, backend, plan, 1 << 28)
+    return plan, ordering._Sampler(g.store, backend, plan, 1 << 28)
+
+
+def test_a_counts_cost_takes_in_its_subtrees(graph, monkeypatch):
+    """A subtree (a root hanging off the core, with a leaf of its own) is costed: the core's rows
+    extended by the root, and its leaf counted over those; unsampled, the count's cost is at
+    least the core's steps and the root's step of the same order joined outright."""
+    from sgsi.join.plan import _factored_vertices
+    plan, sampler = _subtree_sampler(graph, monkeypatch)
     core = [u for u in plan.order if u not in sampler.leaves]
     rest = [u for u in plan.order if u in sampler.leaves]
     trees = _factored_vertices(plan.pattern, plan.meets, plan.injective, core + rest)[1]
@@ -308,14 +314,7 @@ def test_a_one_leaf_subtree_is_costed_as_the_engine_counts_it(graph, monkeypatch
     sets and the leaf's weights; costed as extended (the leaf counted over every row the root
     extends) it would cost more here."""
     from sgsi.join import counting
-    monkeypatch.setattr(ordering, "SAMPLE_ROWS", 1 << 30)
-    monkeypatch.setattr(ordering, "MATERIALISE_ROWS", 1 << 30)
-    g = graph[2][None]
-    backend = CpuBackend()
-    backend.begin(g.store)
-    plan = make_plan(g.store, query.load("(a)--(b)--(c)--(a), (c)--(r), (r)--(x)"), backend,
-                     refine_rounds=2, factor_leaves=True)
-    sampler = ordering._Sampler(g.store, backend, plan, 1 << 28)
+    plan, sampler = _subtree_sampler(graph, monkeypatch)
     root, leaf = (next(i for i, v in enumerate(plan.pattern.vertices) if v.name == n) for n in "rx")
     core = [u for u in plan.order if u not in (root, leaf)]
     last = sampler.levels(core)[-1]
