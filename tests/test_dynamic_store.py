@@ -634,6 +634,21 @@ def test_edge_isin_matches_a_set():
     assert not edge_isin(*a, *(x[:0] for x in b)).any() and edge_isin(*(x[:0] for x in a), *b).size == 0
 
 
+def test_in_sorted_matches_a_set():
+    """in_sorted against Python sets: a unsorted into b, and a sorted (with repeats, the longer)
+    by b's runs in it; empty sides."""
+    from sgsi.storage.lists import in_sorted
+    rng = np.random.default_rng(7)
+    for n, m in ((500, 40), (40, 500), (300, 300)):
+        a, b = rng.integers(0, 200, n), np.unique(rng.integers(0, 200, m))
+        want = [x in set(b.tolist()) for x in a.tolist()]
+        assert in_sorted(a, b).tolist() == want and 0 < sum(want) < n
+        s = np.sort(a)
+        assert in_sorted(s, b, a_sorted=True).tolist() == [x in set(b.tolist()) for x in s.tolist()]
+    assert in_sorted(np.arange(5), np.arange(0)).tolist() == [False] * 5
+    assert in_sorted(np.arange(0), np.arange(5), a_sorted=True).size == 0
+
+
 @pytest.mark.parametrize("offset", [0, 2 ** 30])
 def test_edge_sets_match_python_sets(offset):
     """unique_edges, edge_isin and net_events against Python sets, with ids that fit one int64

@@ -32,6 +32,20 @@ def sorted_unique(keys, kind="stable"):
     return k[np.r_[True, k[1:] != k[:-1]]] if k.size else k
 
 
+def in_sorted(a, b, a_sorted=False):
+    """Whether each value of ``a`` is in ``b`` (sorted): a searchsorted of ``a`` in ``b``, or
+    where ``a`` is sorted too and the longer, of ``b`` in ``a``, marking the runs it finds
+    (``np.isin`` of 1.7M pair keys in 3K: 73 ms; this: a few)."""
+    a = np.asarray(a)
+    if not b.size or not a.size:
+        return np.zeros(a.shape, bool)
+    if not a_sorted or a.size <= b.size:
+        return b[np.minimum(np.searchsorted(b, a), b.size - 1)] == a
+    runs = np.bincount(np.searchsorted(a, b, "left"), minlength=a.size + 1)
+    runs -= np.bincount(np.searchsorted(a, b, "right"), minlength=a.size + 1)
+    return np.cumsum(runs[:-1]) > 0
+
+
 def edge_order(s, d, l):
     """Indices sorting edges by (src, dst, label)."""
     return np.lexsort((l, d, s))
@@ -97,8 +111,7 @@ def edge_isin(s, d, l, ts, td, tl):
     code = EdgeKeys.of((s, d, l), (ts, td, tl))
     if code is not None:
         # A searchsorted of the keys in the sorted other set's (fast where they come sorted).
-        theirs, mine = np.sort(code.encode(ts, td, tl)), code.encode(s, d, l)
-        return theirs[np.minimum(np.searchsorted(theirs, mine), theirs.size - 1)] == mine
+        return in_sorted(code.encode(s, d, l), np.sort(code.encode(ts, td, tl)))
     # Both sets sorted together by (pair key, label): an edge is in where its run of equal
     # edges holds one of the second set's (6x np.isin over a structured dtype at 100K + 450K).
     key = np.concatenate([pair_keys(s, d), pair_keys(ts, td)])

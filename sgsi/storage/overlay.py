@@ -31,7 +31,7 @@ import pyarrow as pa
 from ..errors import PatternError, StoreError
 from ..partition import pcsr
 from . import format as fmt
-from .lists import has_pairs, lists_in, net_events, pair_keys, sorted_unique, split_keys
+from .lists import has_pairs, in_sorted, lists_in, net_events, pair_keys, sorted_unique, split_keys
 
 
 class VersionView:
@@ -117,7 +117,7 @@ class VersionView:
         base = st._base_partition(key)
         ak = sorted_unique(pair_keys(*self.pairs(key, *self.added)))
         rk = sorted_unique(pair_keys(*self.pairs(key, *self.removed)))
-        rk = rk[~np.isin(rk, ak)]
+        rk = rk[~in_sorted(rk, ak, a_sorted=True)]
         lab, direction = key.split(":")
         simple = lab != "any" and (st.undirected or direction != "both")
         if not simple and rk.size:
@@ -130,7 +130,7 @@ class VersionView:
         owner, nb = lists_in(base.seg_ids, base.first_src, base.last_src, st._base_segment, changed)
         old_deg = np.bincount(owner, minlength=changed.size)
         kept = pair_keys(changed[owner], nb)                 # sorted: lists by owner, each sorted
-        final = sorted_unique(np.concatenate([kept[~np.isin(kept, rk)], ak]))
+        final = sorted_unique(np.concatenate([kept[~in_sorted(kept, rk, a_sorted=True)], ak]))
         fs, fd = split_keys(final)
         new_deg = np.bincount(np.searchsorted(changed, fs), minlength=changed.size)
         seg_ids, first, last, seg_edges = self._segments(base, changed, fs, fd)
