@@ -230,8 +230,8 @@ class Counting:
             entries = sets.total
         else:
             entries, = backend.host_reductions(("sum", backend.take_values(sets.scount, sets.row_tuple)))
-        collisions = sum(c != r for c in leaf_step.conflicts)
-        if entries < max(max(WEIGHTED_FANOUT, WEIGHTED_PER_CONFLICT * collisions) * n, backend.weighted_min_entries):
+        if entries < max(max(WEIGHTED_FANOUT, WEIGHTED_PER_CONFLICT * collisions(leaf_step, r)) * n,
+                         backend.weighted_min_entries):
             return None
         if entries == 0:
             return xp.zeros(n, dtype=xp.int64)
@@ -287,6 +287,12 @@ class Counting:
                     per_row = xp.zeros(n, dtype=xp.int64)
                 per_row[piece[_ROW]] += counts      # a hub's rows get their sets in windows: they add up
         return xp.zeros(n, dtype=xp.int64) if per_row is None else per_row
+
+
+def collisions(leaf_step, root) -> int:
+    """The core vertices a one-leaf subtree's leaf may collide with (its conflicts but the root):
+    each a block over the rows when the subtree is counted from weights."""
+    return sum(c != root for c in leaf_step.conflicts)
 
 
 def _one_leaf(tree) -> bool:

@@ -240,8 +240,7 @@ class _Sampler:
             return rooted.work
         leaves = sum(rooted.weight * self._count(rooted, k)[1] for k in kids)
         if len(kids) == 1 and counting.WEIGHTED_SUBTREES:
-            collisions = sum(c != root for c in self._step(tuple(core) + (root,), kids[0]).conflicts)
-            leaves = min(leaves, collisions * rooted.work)
+            leaves = min(leaves, counting.collisions(self._step(tuple(core) + (root,), kids[0]), root) * rooted.work)
         return rooted.work + leaves
 
     # -- levels ----------------------------------------------------------------------
