@@ -239,7 +239,7 @@ class Engine(Counting):
         keep = [None] * len(steps)
         if count_only:                  # from the last step back: the columns read after step k
             after = _columns_read([], self.plan) | {v for f in self.plan.row_filters for v in (f.u, f.w)}
-            for k in range(len(steps) - 1, -1, -1):
+            for k in range(len(steps) - 1, start - 1, -1):         # none before a seed's level
                 keep[k] = set(after)
                 after |= _columns_read([steps[k]])
         if self.seed:                   # a task's partial matches: stack[level] yields them
