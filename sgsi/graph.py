@@ -142,9 +142,11 @@ class Graph:
         version; other Graphs keep theirs.
         """
         from .storage.update import update_store
+        current = self.store.newest()           # its base files and deltas shared, the new ones read
         summary = update_store(self.path, insert, delete, vertices, src=src, dst=dst, label=label, id=id,
-                               vertex_label=vertex_label)
-        self._reopen()
+                               vertex_label=vertex_label, store=current)
+        self.store = current.newest()
+        self._backends.clear()
         return summary
 
     def compact(self, progress=None) -> dict:

@@ -22,8 +22,9 @@ from .update_inputs import Inputs
 
 
 def update_store(path, insert=None, delete=None, vertices=None, *, src="src", dst="dst", label=None, id="id",
-                 vertex_label=None):
-    """Apply one batch of updates to the store at ``path``; returns a summary dict (see :meth:`sgsi.Graph.update`)."""
+                 vertex_label=None, store=None):
+    """Apply one batch of updates to the store at ``path``; returns a summary dict (see :meth:`sgsi.Graph.update`).
+    ``store``: an opening of it, brought to the newest version (:meth:`Store.newest`), not opened again."""
     from .manifest import read_manifest
     from .store import Store
     path = os.fspath(path)
@@ -32,11 +33,13 @@ def update_store(path, insert=None, delete=None, vertices=None, *, src="src", ds
     t0 = time.perf_counter()
     read_manifest(path, check_files=False)          # no store there: a StoreError before any lock
     with delta.writer_lock(path):
-        store = Store(path)
+        given = store
+        store = Store(path) if given is None else given.newest()
         try:
             summary = _Update(store, Inputs(store, src, dst, label, id, vertex_label)).run(insert, delete, vertices)
         finally:
-            store.close()
+            if store is not given:
+                store.close()
     summary["seconds"] = round(time.perf_counter() - t0, 6)
     return summary
 
