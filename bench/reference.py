@@ -90,8 +90,15 @@ def main(argv=None):
     p.add_argument("--names", help="a file of query file names, one a line")
     p.add_argument("--out", default=None, help="CSV (default /tmp/reference_<set>.csv); the summary beside it")
     p.add_argument("--sgsi", help="a hard.py CSV of the same queries to set beside")
+    p.add_argument("--table", metavar="CSV", help="no run: the summary of this earlier run's CSV")
     args = p.parse_args(argv)
     start = C.machine()
+    if args.table:
+        rows = [{**r, "match": {"True": True, "False": False}.get(r["match"])}
+                for r in csv.DictReader(open(args.table))]
+        sgsi_rows = {r["query"]: r for r in csv.DictReader(open(args.sgsi))} if args.sgsi else {}
+        print(summary(args, rows, sgsi_rows, start))
+        return
     base = hard.data_dir(args)
     names = sorted(os.listdir(os.path.join(base, "queries")), key=hard.natural)
     if args.names:

@@ -57,3 +57,9 @@ def test_reference_run_parses_stops_and_compares(tmp_path):
              if line.startswith("| ")}
     assert table["**all**"][1:6] == ["4", "2 (50%)", "2 (50%)", "2 (50%)", "3 (75%)"]
     assert "differing: 0" in md and "reference counts unlike the expected: 1 ['query_sparse_8_1.graph']" in md
+    again = subprocess.run([sys.executable, str(REF), "--binary", "unused", "--data", str(DATA / "yeast"),
+                            "--timeout", "2", "--table", str(out), "--sgsi", str(sgsi_csv)],
+                           check=True, capture_output=True, text=True).stdout
+    assert [line for line in again.splitlines() if line.startswith("| ")] == \
+        [line for line in md.splitlines() if line.startswith("| ")]
+    assert "unlike the expected: 1" in again
