@@ -289,8 +289,9 @@ class _Sampler:
             n += _size(chunk)
             if most is not None and n > most:
                 return None, engine.work
-        if not chunks:
-            return {w: np.zeros(0, dtype=np.int32) for w in order}, engine.work
+        if len(chunks) < 2:
+            return ({w: chunks[0][w] for w in order} if chunks else
+                    {w: np.zeros(0, dtype=np.int32) for w in order}), engine.work
         return {w: np.concatenate([c[w] for c in chunks]) for w in order}, engine.work
 
     def _drawn(self, order, rows, estimate, work):
