@@ -363,15 +363,16 @@ def test_readers_go_on_during_updates_and_compaction(tmp_path):
 
 def test_an_update_reads_only_the_deltas_it_lacks(tmp_path, monkeypatch):
     """Graph.update brings its opening to the new version sharing its base files and reading only
-    the deltas it has not read (its own, another writer's); after another's compaction it opens
-    the store again. Counts follow the oracle throughout."""
+    the deltas it has not read (its own, another writer's, those after the version a Graph was
+    opened at); after another's compaction it opens the store again. Counts follow the oracle."""
     g, model, rng = _small(tmp_path, seed=21)
-    other = sgsi.open(g.path)
+    other, older = sgsi.open(g.path), sgsi.open(g.path, version=1)
     pattern = "(a)-[:E0]->(b)-->(c)"
     reads, real = [], delta_mod._read_delta
     monkeypatch.setattr(delta_mod, "_read_delta", lambda path, e: reads.append(int(e["version"])) or real(path, e))
-    base = g.store._readers
-    for step, (writer, read) in enumerate([(g, [2]), (other, [2, 3]), (g, [3, 4]), ("compact", [5])]):
+    base = {h: h.store._readers for h in (g, older)}
+    steps = [(g, [2]), (other, [2, 3]), (g, [3, 4]), (older, [2, 3, 4, 5]), ("compact", [6])]
+    for step, (writer, read) in enumerate(steps):
         if writer == "compact":
             other.compact()
             writer = g
@@ -380,15 +381,15 @@ def test_an_update_reads_only_the_deltas_it_lacks(tmp_path, monkeypatch):
         model.apply(ins, dele)
         writer.update(insert=_write_edges(tmp_path / f"i{step}.parquet", ins),
                       delete=_write_edges(tmp_path / f"d{step}.parquet", dele))
-        assert reads == read
-        if writer is g:
-            assert g.store.version == step + 2 and (g.store._readers is base) == (step < 3)
-            assert g.count(pattern, device="cpu", progress=False) == oracle_count(list(model.edges), model.vlabels,
-                                                                                 pattern)
+        assert reads == read and writer.store.version == step + 2
+        assert (writer.store._readers is base.get(writer)) == (writer is not other and step < 4)
+        if writer is not other:
+            assert writer.count(pattern, device="cpu", progress=False) == \
+                oracle_count(list(model.edges), model.vlabels, pattern)
     with sgsi.open(g.path) as fresh:
         assert fresh.store.manifest == g.store.manifest and fresh.store.versions == g.store.versions
-    other.close()
-    g.close()
+    for h in (other, older, g):
+        h.close()
 
 
 @pytest.mark.parametrize("table_keys", [touched._TABLE_KEYS, 0])
