@@ -106,9 +106,9 @@ class Graph:
     ``force`` is not seen by Graphs opened before.
     """
 
-    def __init__(self, path, verify=False, version=None):
+    def __init__(self, path, verify=False, version=None, _store=None):
         self.path = os.fspath(path)
-        self.store = Store(self.path, version=version)
+        self.store = _store if _store is not None else Store(self.path, version=version)
         if verify:
             self.store.verify()
         self._backends = Backends()
@@ -148,6 +148,11 @@ class Graph:
         self.store = current.newest()
         self._backends.clear()
         return summary
+
+    def newest(self) -> "Graph":
+        """A Graph of the store's newest version, sharing the files and deltas this one has read
+        (:meth:`Store.newest`); this one keeps its version."""
+        return Graph(self.path, _store=self.store.newest())
 
     def compact(self, progress=None) -> dict:
         """Merge the store's deltas into new base files (atomically; open readers go on), and read

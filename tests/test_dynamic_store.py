@@ -590,6 +590,31 @@ def test_cli_and_sql(tmp_path, capsys):
     g.close()
 
 
+def test_sql_brings_its_open_store_to_an_update(tmp_path):
+    """A database's open store, updated since its last query, is brought to the new version
+    sharing its base files (the delta read, not the store again); queries see the update."""
+    g, model, rng = _small(tmp_path, seed=23)
+    con = duckdb.connect()
+    reg = sgsi.register(con, device="cpu")
+    pattern = "(a)-[:E0]->(b)-->(c)"
+    count = f"SELECT match_count('{g.path}', '{pattern}')"
+    stores = reg._state.stores.open
+    for step in range(3):
+        assert con.execute(count).fetchone()[0] == oracle_count(list(model.edges), model.vlabels, pattern)
+        (kept,) = stores.values()
+        readers, version = kept.graph.store._readers, kept.graph.store.version
+        ins, dele = _random_batch(rng, model, list(model.vlabels), ["E0", "E1"], [300 + step, 400 + step])
+        model.apply(ins, dele)
+        con.execute(f"SELECT sgsi_update('{g.path}', insert := '{_write_edges(tmp_path / f'i{step}.parquet', ins)}', "
+                    f"delete := '{_write_edges(tmp_path / f'd{step}.parquet', dele)}')").fetchall()
+        assert con.execute(count).fetchone()[0] == oracle_count(list(model.edges), model.vlabels, pattern)
+        (now,) = stores.values()
+        assert now.graph.store.version == version + 1 and now.graph.store._readers is readers
+        assert kept.graph.store._readers == {}                # the older one closed, being idle
+    con.close()
+    g.close()
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not gpu_available(), reason="no CUDA GPU with CuPy on this machine")
 @pytest.mark.parametrize("undirected", [False, True], ids=["directed", "undirected"])

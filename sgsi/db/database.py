@@ -85,7 +85,8 @@ class Database:
         self.connections = {}           # token -> Connection
         self.root = None                # scratch directory, made on first use
         self.stats = {"match_runs": 0, "count_runs": 0, "builds": 0, "store_opens": 0}
-        self.stores = OpenStores(OPEN_STORES, Graph, lambda: self._bump("store_opens"))
+        self.stores = OpenStores(OPEN_STORES, lambda path, older: older.newest() if older else Graph(path),
+                                 lambda: self._bump("store_opens"))
         self._seq = itertools.count(1)
         self.closed = False
         STATES[self.id] = self
@@ -324,9 +325,10 @@ class Database:
         """``sgsi_update_store``: one batch of updates; returns the summary as JSON text."""
         from ..storage.update import update_store
         _require(store, "store")
-        summary = update_store(store, _paths(insert, "insert"), _paths(delete, "delete"), _paths(vertices, "vertices"),
-                               src=src or "src", dst=dst or "dst", label=label, id=id_col or "id",
-                               vertex_label=vertex_label)
+        with self.stores.use(store) as g:       # the open store, brought to the newest version
+            summary = update_store(store, _paths(insert, "insert"), _paths(delete, "delete"),
+                                   _paths(vertices, "vertices"), src=src or "src", dst=dst or "dst", label=label,
+                                   id=id_col or "id", vertex_label=vertex_label, store=g.store)
         return json.dumps(summary)
 
     @_in_sql

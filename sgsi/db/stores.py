@@ -21,8 +21,10 @@ class OpenStores:
     """The stores a database keeps open between queries, least recently used closed first.
 
     A store is known by its path and its manifest's identity (inode, size,
-    modification time), so one rebuilt in place is opened anew. A store in
-    use by a query is closed only when the last such query ends.
+    modification time): one updated since is brought to its newest version
+    (``opener(path, previous Graph)``, sharing what was read), one rebuilt in
+    place opened anew. A store in use by a query is closed only when the last
+    such query ends.
     """
 
     class _Open:
@@ -33,7 +35,7 @@ class OpenStores:
 
     def __init__(self, limit, opener, on_open=None):
         self.limit = limit
-        self.opener = opener            # path -> an open store (a Graph) with close()
+        self.opener = opener            # (path, the Graph of an older version or None) -> an open Graph
         self.on_open = on_open
         self.lock = threading.Lock()
         self.open = OrderedDict()           # absolute path -> _Open
@@ -45,12 +47,15 @@ class OpenStores:
         path = os.path.abspath(path)
         version = manifest_version(path)
         with self.lock:
-            entry = self.open.get(path)
+            entry, previous = self.open.get(path), None
             if entry is not None and entry.version != version:
-                self._retire(self.open.pop(path))
-                entry = None
+                entry, previous = None, self.open.pop(path)
             if entry is None:
-                entry = self._Open(version, self.opener(path))      # a bad store raises here, nothing kept
+                try:                    # a bad store raises here, nothing kept
+                    entry = self._Open(version, self.opener(path, previous and previous.graph))
+                finally:
+                    if previous is not None:        # after: the new one is made from it
+                        self._retire(previous)
                 if self.on_open is not None:
                     self.on_open()
                 if not self.closed:

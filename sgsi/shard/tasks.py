@@ -34,10 +34,11 @@ KEPT_CANCELLED = 256
 
 
 class _Opened:
-    """A store a worker keeps open, with the backends its tasks reuse."""
+    """A store a worker keeps open, with the backends its tasks reuse (``older``: the one kept of
+    an earlier version, whose files and deltas the new one shares)."""
 
-    def __init__(self, path):
-        self.store = Store(path)
+    def __init__(self, path, older=None):
+        self.store = older.store.newest() if older is not None else Store(path)
         self.backends = Backends()
 
     def close(self):
