@@ -615,6 +615,22 @@ def test_sql_brings_its_open_store_to_an_update(tmp_path):
     g.close()
 
 
+def test_a_worker_brings_its_kept_store_to_an_update(tmp_path):
+    """A Dask worker's kept store (``shard.tasks``), updated since its last task, is brought to the
+    new version sharing its base files; the older one is closed, being idle."""
+    from sgsi.shard import tasks
+    g, model, rng = _small(tmp_path, seed=29)
+    with tasks._STORES.use(g.path) as kept:
+        first, readers = kept.store, kept.store._readers
+    g.update(insert=_write_edges(tmp_path / "i.parquet", [(0, 1, "E0"), (2, 3, "E1")]))
+    with tasks._STORES.use(g.path) as now:
+        assert now.store.version == first.version + 1 == g.store.version and now.store._readers is readers
+        assert now.store.n_edges == g.store.n_edges
+    assert first._readers == {}
+    tasks._STORES.close_idle()
+    g.close()
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not gpu_available(), reason="no CUDA GPU with CuPy on this machine")
 @pytest.mark.parametrize("undirected", [False, True], ids=["directed", "undirected"])
