@@ -138,8 +138,8 @@ class Graph:
 
         Returns a dict: ``version``, ``inserted`` and ``deleted`` (net edges),
         ``already_present``, ``absent``, ``new_vertices``, ``new_edge_labels``,
-        ``vertices``, ``edges``, ``seconds`` (``write_seconds`` of them writing the delta). This Graph then reads the new
-        version; other Graphs keep theirs.
+        ``vertices``, ``edges``, ``seconds`` (``write_seconds`` of them writing the delta).
+        This Graph then reads the new version; other Graphs keep theirs.
         """
         from .storage.update import update_store
         current = self.store.newest()           # its base files and deltas shared, the new ones read
