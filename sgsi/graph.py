@@ -145,8 +145,7 @@ class Graph:
         current = self.store.newest()           # its base files and deltas shared, the new ones read
         summary = update_store(self.path, insert, delete, vertices, src=src, dst=dst, label=label, id=id,
                                vertex_label=vertex_label, store=current)
-        self.store = current.newest()
-        self._backends.clear()
+        self._reopen(current.newest())
         return summary
 
     def newest(self) -> "Graph":
@@ -174,9 +173,10 @@ class Graph:
             raise StoreError(f"sharded queries (workers, scheduler, client) read the newest version of "
                              f"{self.path}, {newest}; this Graph reads version {self.store.version}")
 
-    def _reopen(self):
-        """Read the newest version (the old store is left to queries still running on it)."""
-        self.store = Store(self.path)
+    def _reopen(self, store=None):
+        """Read ``store``, else the newest version opened anew (the old store is left to queries
+        still running on it)."""
+        self.store = store if store is not None else Store(self.path)
         self._backends.clear()
 
     def close(self):

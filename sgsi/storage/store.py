@@ -26,8 +26,6 @@ nothing is read until it is touched.
 
 from __future__ import annotations
 
-import copy
-import itertools
 import os
 import threading
 
@@ -40,18 +38,18 @@ from .format import ARROW_FILES, Partition
 from .manifest import (count_field, first_line, identity, int_column, label_key, read_manifest,  # noqa: F401
                        verify_files, what_field)       # verify_files: the CLI's and tests' import
 from .reads import READ_ERRORS, Reading, pread, pread_threads
+from .versions import OPENINGS, Versions
 
 
 #: Files whose batches can also be read with pread(2) instead of through the memory map.
 _READ_DIRECT = ("pcsr_groups.arrow", "pcsr_ci.arrow")
 #: Bytes one pread(2) call reads; larger reads are cut into pieces read by several threads.
 _PREAD_PIECE = 8 << 20
-_OPENINGS = itertools.count()
 #: Files read whole on open, so checked against their checksums then.
 _CHECKED_ON_OPEN = ("segments.arrow", "vindex_batches.arrow")
 
 
-class Store:
+class Store(Versions):
     """A graph store opened read-only.
 
     Parameters
@@ -75,7 +73,7 @@ class Store:
         self._want_version = None if version is None else int(version)
         #: This opening of the store, in the keys of the caches that the process's queries share
         #: (a store rebuilt in place and opened again gets a new one).
-        self.token = (self.path, next(_OPENINGS))
+        self.token = (self.path, next(OPENINGS))
         self._lock = threading.Lock()
         # A store replaced on disk (build --force) while we open it would give
         # a manifest of one and files of the other: open again if the
@@ -171,124 +169,6 @@ class Store:
         self._n_base_index = len(self._idx_rows)
         self._siblings = {}
         self._open_versions()
-
-    # -- versions -------------------------------------------------------------------
-
-    def _open_versions(self):
-        """Read the manifest's versions and every delta after the base; present the one asked for."""
-        from .delta import read_deltas
-        m = self._base_manifest
-        self.base_version = int(m.get("base_version", 1))
-        self.versions = m.get("versions") or [{"version": 1, "vertices": m["vertices"], "edges": m["edges"]}]
-        newest = int(self.versions[-1]["version"])
-        self._deltas = read_deltas(self.path, self.versions, self.base_version)
-        self._set_version(newest if self._want_version is None else self._want_version)
-
-    def _set_version(self, version):
-        self._changed = {}              # changed_pairs' answers at this version
-        from .overlay import VersionView
-        newest = int(self.versions[-1]["version"])
-        if not self.base_version <= version <= newest:
-            if 1 <= version < self.base_version:
-                raise StoreError(f"store {self.path}: version {version} was compacted into the base; it holds "
-                                 f"versions {self.base_version}..{newest}")
-            raise StoreError(f"store {self.path} has no version {version} (it holds versions "
-                             f"{self.base_version}..{newest})")
-        self.version = version
-        self._virtual, self._vindex, self._masked = {}, {}, {}
-        self._next_segment, self._next_index = self._n_base_segments, self._n_base_index
-        self._base_parts = {}
-        self._view = None
-        m = dict(self._base_manifest)
-        try:
-            if version != self.base_version:
-                e = self.version_entry(version)
-                for field in ("vertices", "edges", "edge_labels", "vertex_labels"):
-                    m[field] = e[field]
-            self.manifest = m
-            self.n_vertices, self.n_edges = count_field(m["vertices"], "vertices"), count_field(m["edges"], "edges")
-            present = bool(m["edge_labels"]["present"])
-            self._edge_label_ids = {label_key(v): i for i, v in enumerate(m["edge_labels"]["values"]) if present}
-            self._vertex_label_ids = {label_key(v): i for i, v in enumerate(m["vertex_labels"]["values"])}
-            self.edge_label_freq = np.asarray(m["edge_labels"]["frequency"], np.int64)
-            if self.n_vertices < self._base_n:
-                raise ValueError("fewer vertices than the base")
-        except (KeyError, TypeError, ValueError, AttributeError) as e:
-            raise StoreError(f"damaged store {self.path}: {fmt.MANIFEST} has a bad entry for version {version} "
-                             f"({what_field(e)})") from None
-        self.max_segment_bytes = self._base_max_segment_bytes
-        if version == self.base_version:
-            return
-        self._view = VersionView(self, version, [self._deltas[v] for v in range(self.base_version + 1, version + 1)])
-        # Segments of the changes hold at most segment_edges edges, each of at most one group.
-        step = int(m["parameters"].get("segment_edges", 0))
-        self.max_segment_bytes = max(self.max_segment_bytes, step * (4 + 8 * self.theta))
-
-    def version_entry(self, version) -> dict:
-        """The manifest's entry of one version (counts, label dictionaries, its delta's files); an
-        update leaves out ``vertex_labels`` when unchanged: the latest entry before it that has them."""
-        for i, e in enumerate(self.versions):
-            if int(e["version"]) == int(version):
-                if "vertex_labels" in e:
-                    return e
-                had = [x for x in self.versions[:i] if "vertex_labels" in x]
-                return {**e, "vertex_labels": (had[-1] if had else self._base_manifest)["vertex_labels"]}
-        raise StoreError(f"store {self.path} has no version {version}")
-
-    def at_version(self, version):
-        """This opening of the store at another version it holds (sharing its base files)."""
-        version = int(version)
-        if version == self.version:
-            return self
-        s = self._siblings.get(version)
-        if s is None:
-            s = copy.copy(self)
-            s.token = (self.path, next(_OPENINGS))
-            s._lock = threading.Lock()
-            s._siblings, s._segments, s._partitions, s._close_hooks, s._vid = {}, {}, {}, [], None
-            s._set_version(version)
-            self._siblings[version] = s
-        return s
-
-    def newest(self):
-        """This store at the newest version on disk. Where only versions were added since it was
-        opened (not compacted, not rebuilt), an opening that shares its base files and the deltas
-        it has read, reading the new ones only: an update opened every delta twice (10 ms a 1K
-        batch with two before it, and growing with every version)."""
-        from .delta import read_deltas
-        m = read_manifest(self.path)
-        base = ("versions", "base_version")
-        if identity(self.path) != self._identity or int(m.get("base_version", 1)) != self.base_version \
-                or {k: v for k, v in m.items() if k not in base} != \
-                {k: v for k, v in self._base_manifest.items() if k not in base}:
-            return Store(self.path)
-        versions = m.get("versions") or self.versions
-        if versions == self.versions and self.version == int(versions[-1]["version"]):
-            return self
-        s = copy.copy(self)
-        s.token = (self.path, next(_OPENINGS))
-        s._lock = threading.Lock()
-        s._siblings, s._segments, s._partitions, s._close_hooks, s._vid = {}, {}, {}, [], None
-        s._base_manifest, s.versions, s._want_version = m, versions, None
-        s._deltas = {**self._deltas, **read_deltas(self.path, [e for e in versions if int(e["version"])
-                                                               not in self._deltas], self.base_version)}
-        s._set_version(int(versions[-1]["version"]))
-        return s
-
-    def changed_pairs(self, since, label_id, direction):
-        """(added_src, added_dst, removed_src, removed_dst), int32: the pairs of partition
-        (``label_id``, ``direction``) present at this version and not at version ``since``, and
-        the reverse. ``since`` must be a version this store holds (not one compacted away).
-        Kept per (since, label, direction), read-only: every query of a batch asks the same."""
-        key = (int(since), int(label_id), direction)
-        hit = self._changed.get(key)
-        if hit is None:
-            from .overlay import changed_pairs
-            hit = tuple(changed_pairs(self, since, label_id, direction))
-            for a in hit:
-                a.flags.writeable = False
-            self._changed[key] = hit
-        return hit
 
     # -- checks ---------------------------------------------------------------------
 
