@@ -267,7 +267,7 @@ def report(args, rows, starts, m, cores, cores_after):
            "`python bench/scale_out.py " + " ".join(sys.argv[1:]) + "`", "", C.machine_md(m),
            f"- clusters: `LocalCluster` of single-threaded worker processes (GPU: dask-cuda's LocalCUDACluster), "
            f"started in {', '.join(f'{starts[k]:.1f} s ({k})' for k in ks if k in starts)} and not in the times; "
-           f"{rows[0]['tasks'] if rows else '?'} tasks a query on the last ({driver.tasks_per_worker(args.device)} a "
+           f"{rows[0]['tasks'] if rows else '?'} tasks a query on the last ({driver.TASKS_PER_WORKER[driver.task_device(args.device)]} a "
            f"worker in rounds each {shard.ROUND_RATIO:g}x smaller, seeds deepened to {shard.AMPLE_ROWS_PER_TASK} partial "
            f"matches a task); one process and each cluster in "
            f"turn, query by query, the least of {args.repeat} rounds",

@@ -445,6 +445,37 @@ def test_split_on_a_searched_order_vs_oracle(graphs, client, split, monkeypatch)
     assert reordered >= 2
 
 
+def test_the_drivers_search_is_gated_by_the_tasks_backend_and_cancelled(graphs, client, monkeypatch):
+    """The driver searches its plan's order as the tasks' backend would (a GPU's gate: no search
+    on these graphs), and a cancel stops that search before any task is submitted."""
+    import threading
+    from sgsi.join import ordering
+    from sgsi.join.backends.cpu import CpuBackend
+    from sgsi.shard import driver
+    monkeypatch.setattr(CpuBackend, "reorder_work", 0)
+    monkeypatch.setattr(CpuBackend, "search_work", 0)
+    monkeypatch.setattr(ordering, "GAIN", 0.0)
+    monkeypatch.setattr(ordering, "SAMPLE_ROWS", 8)
+    edges, vlabels, stores = graphs
+    g = stores[None]
+    p = "(a)--(b)--(c)--(d)--(a), (a)--(c)"
+    want = len(oracle_matches(edges, vlabels, p))
+    for kind, reordered in (("cpu", 1), ("gpu", 0)):
+        monkeypatch.setattr(driver, "task_device", lambda _d, kind=kind: kind)
+        assert g.count(p, device=CPU, client=client) == want
+        assert g.last_stats["reordered"] == reordered
+    monkeypatch.setattr(driver, "task_device", lambda _d: "cpu")
+    submitted, searched = [], []
+    monkeypatch.setattr(driver._Run, "submit", lambda *a, **k: submitted.append(a))
+    choose = ordering.choose
+    monkeypatch.setattr(ordering, "choose", lambda *a, **k: (searched.append(1), choose(*a, **k))[1])
+    stop = threading.Event()
+    stop.set()
+    with pytest.raises(Cancelled):
+        g.count(p, device=CPU, client=client, cancel=stop)
+    assert searched and not submitted
+
+
 def test_tasks_keep_their_memory_until_the_query_ends(graphs, client, monkeypatch):
     """A task that ends well leaves its free memory to the query's next task on its worker (no
     trim at its end); the driver has the workers give it back when the query ends."""

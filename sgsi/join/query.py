@@ -245,12 +245,14 @@ class Query:
 
     # -- a sharded query's split ---------------------------------------------------------
 
-    def shards(self, tasks, count=False, workers=None):
+    def shards(self, tasks, count=False, workers=None, gate=None):
         """About ``tasks`` :class:`~sgsi.join.shard.Shard` of this query, the most costly first
         (:func:`~sgsi.join.shard.split_rows` or :func:`~sgsi.join.shard.split` of its refined
         plan), after the budget check; none where a benchmark query's label matches nothing.
         The refined plan's candidate sets are left in ``split_sets``, for the tasks; ``workers``:
-        those that will run them (partial matches are cut in rounds of one task a worker)."""
+        those that will run them (partial matches are cut in rounds of one task a worker);
+        ``gate``: (``reorder_work``, ``search_work``) of the backend they run on, which gate the
+        order search as that backend gates its own (default: this query's)."""
         def split_on(backend):
             budget = self._begin(backend)
             plan = self._guard(backend.run, lambda: make_plan(self.store, self.pattern, backend,
@@ -258,7 +260,8 @@ class Query:
                                                               refine_rounds=REFINE_ROUNDS, factor_leaves=count))
             if plan.empty:
                 return []
-            plan = self._guard(backend.run, lambda: self._split_order(backend, budget, plan, count))
+            watched = backend if self.check is None else _Watched(backend, self.check)
+            plan = self._guard(backend.run, lambda: self._split_order(watched, budget, plan, count, gate))
             self.split_sets = SplitSets(tuple(backend.to_host(b) for b in plan.candidates))
             out = self._guard(backend.run, lambda: self._split(backend, plan, budget, tasks, workers))
             if count and SYMMETRY:              # every task joins one embedding of each orbit
@@ -352,15 +355,15 @@ class Query:
         return Engine(store, plan, backend, budget, replan=refined, progress=self.progress,
                       reorder=reorder if REORDER else None)
 
-    def _split_order(self, backend, budget, plan, count):
+    def _split_order(self, backend, budget, plan, count, gate=None):
         """A sharded query's refined ``plan`` on the order a sampled search finds, where its own
-        order is estimated past ``backend.reorder_work`` and twice its ``search_work``, and the
-        cheapest order searched at a ``GAIN``-th of it or less (:func:`ordering.choose`): its
-        tasks join in the order of the plan split."""
+        order is estimated past ``reorder_work`` and twice ``search_work`` (``gate``; default
+        ``backend``'s), and the cheapest order searched at a ``GAIN``-th of it or less
+        (:func:`ordering.choose`): its tasks join in the order of the plan split."""
         if not REORDER:
             return plan
-        choice = self._search_order(backend, budget, plan, count, 0,
-                                    least=max(backend.reorder_work, 2 * backend.search_work))
+        reorder_work, search_work = gate or (backend.reorder_work, backend.search_work)
+        choice = self._search_order(backend, budget, plan, count, 0, least=max(reorder_work, 2 * search_work))
         if not choice.switch:
             return plan
         self.split_reordered = 1

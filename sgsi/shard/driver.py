@@ -20,6 +20,7 @@ import pyarrow as pa
 
 from .. import budget as budget_mod
 from ..errors import SgsiError
+from ..join.backends import search_gate
 from ..join.progress import Progress, reporter
 from ..join.query import Query, cancel_check
 from . import parts, tasks
@@ -36,14 +37,16 @@ def count(graph, pattern, *, device, memory_budget, injective, cancel, progress,
     """The number of matches, summed over the shards' tasks (see :meth:`sgsi.Graph.count`)."""
     check_device(device)                        # before any work (the workers may have the GPUs)
     check = cancel_check(cancel)
-    planner = Query(graph.store, graph._backends, pattern, "cpu", memory_budget, injective, progress=False)
-    per = tasks_per_worker(device)
-    shards = planner.shards(per * workers, count=True, workers=workers) if workers else None
+    planner = Query(graph.store, graph._backends, pattern, "cpu", memory_budget, injective, cancel=cancel,
+                    progress=False)
+    kind = task_device(device)
+    per, gate = TASKS_PER_WORKER[kind], search_gate(kind)
+    shards = planner.shards(per * workers, count=True, workers=workers, gate=gate) if workers else None
     total, stats = 0, {}
     if shards != []:
         with connect(workers, scheduler, client, device) as c, _Run(c) as run:
             if shards is None:
-                shards = planner.shards(per * slots(c), count=True, workers=slots(c))
+                shards = planner.shards(per * slots(c), count=True, workers=slots(c), gate=gate)
             options = _options(device, memory_budget, injective, workers, scheduler, client)
             run.submit(shards, tasks.count, (os.path.abspath(graph.path), planner.pattern, options),
                        sets=planner.split_sets)
@@ -60,22 +63,24 @@ def match(graph, pattern, *, device, memory_budget, injective, limit, cancel, pr
     :meth:`sgsi.join.query.Query.stream`, read from the tasks' parts as they finish."""
     check_device(device)
     check = cancel_check(cancel)
-    planner = Query(graph.store, graph._backends, pattern, "cpu", memory_budget, injective, progress=False)
+    planner = Query(graph.store, graph._backends, pattern, "cpu", memory_budget, injective, cancel=cancel,
+                    progress=False)
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
         raise SgsiError(f"limit must be a non-negative integer, got {limit!r}")
     schema = pa.schema([(name, graph.store.vertex_id_type) for name in planner.pattern.output_names])
     failure = []
     if limit == 0 or not schema.names:
         return _reader(schema, iter(())), failure
-    per = tasks_per_worker(device)
-    shards = planner.shards(per * workers, workers=workers) if workers else None
+    kind = task_device(device)
+    per, gate = TASKS_PER_WORKER[kind], search_gate(kind)
+    shards = planner.shards(per * workers, workers=workers, gate=gate) if workers else None
     if shards == []:
         return _reader(schema, iter(())), failure
     stack = contextlib.ExitStack()
     try:
         c = stack.enter_context(connect(workers, scheduler, client, device))
         if shards is None:
-            shards = planner.shards(per * slots(c), workers=slots(c))
+            shards = planner.shards(per * slots(c), workers=slots(c), gate=gate)
         run = stack.enter_context(_Run(c))
         run.submit(shards, tasks.match, (os.path.abspath(graph.path), planner.pattern,
                                          _options(device, memory_budget, injective, workers, scheduler, client)),
@@ -132,11 +137,10 @@ def _reader(schema, batches):
     return from_stream(reader) if from_stream is not None else reader    # close() ends the generator at once
 
 
-def tasks_per_worker(device) -> int:
-    """:data:`TASKS_PER_WORKER` of ``device`` (``auto``: the GPU's where this host has one)."""
+def task_device(device) -> str:
+    """``cpu`` or ``gpu``: where the tasks of ``device`` run (``auto``: the GPU where this host has one)."""
     from ..join.backends import gpu_available
-    gpu = device == "gpu" or (device == "auto" and gpu_available())
-    return TASKS_PER_WORKER["gpu" if gpu else "cpu"]
+    return "gpu" if device == "gpu" or (device == "auto" and gpu_available()) else "cpu"
 
 
 def _options(device, memory_budget, injective, workers, scheduler, client):

@@ -19,6 +19,14 @@ def gpu_available() -> bool:
         return False
 
 
+def search_gate(device: str) -> tuple[int, int]:
+    """``reorder_work`` and ``search_work`` of the ``cpu`` or ``gpu`` backend (without CuPy)."""
+    if device == "gpu":
+        from .gpu import REORDER_WORK, SEARCH_WORK
+        return REORDER_WORK, SEARCH_WORK
+    return CpuBackend.reorder_work, CpuBackend.search_work
+
+
 def get_backend(device: str = "auto", memory_budget: int | None = None):
     """The backend for ``device``: ``cpu``, ``gpu`` or ``auto`` (GPU where present)."""
     if device not in ("cpu", "gpu", "auto"):

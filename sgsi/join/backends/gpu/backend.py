@@ -17,6 +17,7 @@ import numpy as np
 from ....budget import format_size, parse_size
 from ....errors import MemoryShortage
 from ...stream import dense_degrees_of
+from . import REORDER_WORK, SEARCH_WORK
 from .calibration import device_costs
 from .expand import ExpandSteps
 from .filter import FilterSteps
@@ -61,12 +62,8 @@ class GpuBackend(ArrayOps, SegmentCopies, FilterSteps, JoinSteps, ExpandSteps):
     #: this many takes the device some milliseconds, so that a cancel is seen within ~100 ms.
     slice_entries = 1 << 27
     slice_rows = 1 << 25
-    #: Join work (entries and rows) a query's refined plan does before its order is sampled
-    #: (:mod:`~sgsi.join.ordering`, on the CPU): about an eighth of a second of an H100's.
-    reorder_work = 1 << 28
-    #: Join work a 32-vertex order search costs about (0.2-0.3 s on the host of an H100; no
-    #: search where under twice it is left).
-    search_work = 1 << 29
+    reorder_work = REORDER_WORK
+    search_work = SEARCH_WORK
     #: Fewest entries of a piece's root sets its one-leaf subtree is counted from weights at
     #: (:data:`~sgsi.join.counting.WEIGHTED_SUBTREES`; the CPU's measure, not the GPU's).
     weighted_min_entries = 1 << 22
