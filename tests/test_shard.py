@@ -447,7 +447,8 @@ def test_split_on_a_searched_order_vs_oracle(graphs, client, split, monkeypatch)
 
 def test_the_drivers_search_is_gated_by_the_tasks_backend_and_cancelled(graphs, client, monkeypatch):
     """The driver searches its plan's order as the tasks' backend would (a GPU's gate: no search
-    on these graphs), and a cancel stops that search before any task is submitted."""
+    on these graphs), says so in ``last_stats``, and a cancel stops that search before any task
+    is submitted."""
     import threading
     from sgsi.join import ordering
     from sgsi.join.backends.cpu import CpuBackend
@@ -464,6 +465,8 @@ def test_the_drivers_search_is_gated_by_the_tasks_backend_and_cancelled(graphs, 
         monkeypatch.setattr(driver, "task_device", lambda _d, kind=kind: kind)
         assert g.count(p, device=CPU, client=client) == want
         assert g.last_stats["reordered"] == reordered
+        assert g.last_stats["split_s"] > 0           # the driver's seconds before its tasks
+        assert g.last_stats["order_search"]["switched"] == reordered
     monkeypatch.setattr(driver, "task_device", lambda _d: "cpu")
     submitted, searched = [], []
     monkeypatch.setattr(driver._Run, "submit", lambda *a, **k: submitted.append(a))

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 import traceback
 from dataclasses import replace
 
@@ -111,6 +112,8 @@ class Query:
         self.split_sets = None          # shards(): the refined sets the query was split on
         self.split_symmetry = 1         # shards() of a count: the |H| its tasks multiply by
         self.split_reordered = 0        # shards(): 1 where the plan split is on a searched order
+        self.split_seconds = 0.0        # shards(): its seconds (plan, order search, split)
+        self.split_search = None        # shards(): the order search's stats, where one ran
         self.anchor = anchor            # an Anchor: this query is one of an incremental match's
         self.pattern = load(pattern)
         self.check = cancel_check(cancel)
@@ -254,6 +257,7 @@ class Query:
         ``gate``: (``reorder_work``, ``search_work``) of the backend they run on, which gate the
         order search as that backend gates its own (default: this query's)."""
         def split_on(backend):
+            start = time.perf_counter()
             budget = self._begin(backend)
             plan = self._guard(backend.run, lambda: make_plan(self.store, self.pattern, backend,
                                                               injective=self.injective,
@@ -268,6 +272,7 @@ class Query:
                 given = symmetry.of_plan(plan)
                 self.split_symmetry = given[1]
                 out = [replace(s, symmetry=(tuple(given[0]), given[1])) for s in out]
+            self.split_seconds = time.perf_counter() - start
             return out
         return self._on_backend(split_on)
 
@@ -364,6 +369,7 @@ class Query:
             return plan
         reorder_work, search_work = gate or (backend.reorder_work, backend.search_work)
         choice = self._search_order(backend, budget, plan, count, 0, least=max(reorder_work, 2 * search_work))
+        self.split_search = choice.stats
         if not choice.switch:
             return plan
         self.split_reordered = 1

@@ -54,7 +54,7 @@ def count(graph, pattern, *, device, memory_budget, injective, cancel, progress,
                 total += n
                 _merge(stats, task_stats)
     graph._publish({**stats, "tasks": len(shards), "symmetry": planner.split_symmetry,     # not sums
-                    "reordered": planner.split_reordered})
+                    **_split_stats(planner)})
     return total
 
 
@@ -91,7 +91,7 @@ def match(graph, pattern, *, device, memory_budget, injective, limit, cancel, pr
     end = _Once(stack.close)
     batches = _batches(run, limit, failure, check, Progress(reporter(progress), "rows"), end,
                        lambda stats: graph._publish({**stats, "tasks": len(shards), "symmetry": 1,
-                                                     "reordered": planner.split_reordered}))
+                                                     **_split_stats(planner)}))
     weakref.finalize(batches, end)          # a reader dropped unread ends the query too
     return _reader(schema, batches), failure
 
@@ -148,6 +148,13 @@ def _options(device, memory_budget, injective, workers, scheduler, client):
     if memory_budget is None and workers and scheduler is None and client is None and not gpu_wanted(device):
         memory_budget = max(budget_mod.MIN_BUDGET, budget_mod.default_budget() // workers)
     return {"device": device, "memory_budget": memory_budget, "injective": injective}
+
+
+def _split_stats(planner):
+    """The driver's part of a sharded query's stats: whether it switched order, its seconds before
+    the tasks (``split_s``: plan, order search, split) and its order search's stats."""
+    return {"reordered": planner.split_reordered, "split_s": round(planner.split_seconds, 4),
+            "order_search": planner.split_search}
 
 
 def _merge(stats, more):
