@@ -67,6 +67,8 @@ def candidates(args, base, set_name):
     """Query names to screen: from ``--pick-from`` CSVs of this set (by their times: the likely long
     ones first, then the likely short ones), else a sample."""
     names = sorted(n for n in os.listdir(os.path.join(base, "queries")) if n.endswith(".graph"))
+    if args.names:                  # these, long or short by their screen
+        return [n for n in args.names.split(",") if n in names], []
     for found in picked(args, set_name):
         rows = [r for r in found if r.get("status") == "ok" and r["query"] in names]
         if not rows:
@@ -125,6 +127,7 @@ def main(argv=None):
     p.add_argument("--short", type=int, default=3, help="queries under it a set, for the overhead (default 3)")
     p.add_argument("--min-seconds", type=float, default=1.0)
     p.add_argument("--max-seconds", type=float, default=10.0, help="longer ones are left out")
+    p.add_argument("--names", help="comma-separated query files to screen, instead of --pick-from's")
     p.add_argument("--pick-from", action="append", help="hard.py CSVs whose times pick the queries to screen")
     p.add_argument("--sample", type=int, default=60, help="queries screened a set without --pick-from")
     p.add_argument("--seed", type=int, default=0)

@@ -447,8 +447,8 @@ def test_split_on_a_searched_order_vs_oracle(graphs, client, split, monkeypatch)
 
 def test_the_drivers_search_is_gated_by_the_tasks_backend_and_cancelled(graphs, client, monkeypatch):
     """The driver searches its plan's order as the tasks' backend would (a GPU's gate: no search
-    on these graphs), says so in ``last_stats``, and a cancel stops that search before any task
-    is submitted."""
+    on these graphs), its cost counted once per worker, says so in ``last_stats``, and a cancel
+    stops that search before any task is submitted."""
     import threading
     from sgsi.join import ordering
     from sgsi.join.backends.cpu import CpuBackend
@@ -467,6 +467,14 @@ def test_the_drivers_search_is_gated_by_the_tasks_backend_and_cancelled(graphs, 
         assert g.last_stats["reordered"] == reordered
         assert g.last_stats["split_s"] > 0           # the driver's seconds before its tasks
         assert g.last_stats["order_search"]["switched"] == reordered
+    # A search's cost counts once per worker: 2 workers need twice the work left that one would.
+    monkeypatch.setattr(driver, "task_device", lambda _d: "cpu")
+    assert g.count(p, device=CPU, client=client) == want
+    planned = g.last_stats["order_search"]["planned_cost"]
+    monkeypatch.setattr(CpuBackend, "search_work", planned / 3)      # 2/3 of it: one process searches
+    assert g.count(p, device=CPU, client=client) == want            # 2 workers: 4/3 of it, none
+    assert g.last_stats["reordered"] == 0
+    monkeypatch.setattr(CpuBackend, "search_work", 0)
     monkeypatch.setattr(driver, "task_device", lambda _d: "cpu")
     submitted, searched = [], []
     monkeypatch.setattr(driver._Run, "submit", lambda *a, **k: submitted.append(a))

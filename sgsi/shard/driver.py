@@ -40,13 +40,14 @@ def count(graph, pattern, *, device, memory_budget, injective, cancel, progress,
     planner = Query(graph.store, graph._backends, pattern, "cpu", memory_budget, injective, cancel=cancel,
                     progress=False)
     kind = task_device(device)
-    per, gate = TASKS_PER_WORKER[kind], search_gate(kind)
-    shards = planner.shards(per * workers, count=True, workers=workers, gate=gate) if workers else None
+    per = TASKS_PER_WORKER[kind]
+    shards = (planner.shards(per * workers, count=True, workers=workers, gate=_gate(kind, workers))
+              if workers else None)
     total, stats = 0, {}
     if shards != []:
         with connect(workers, scheduler, client, device) as c, _Run(c) as run:
             if shards is None:
-                shards = planner.shards(per * slots(c), count=True, workers=slots(c), gate=gate)
+                shards = planner.shards(per * slots(c), count=True, workers=slots(c), gate=_gate(kind, slots(c)))
             options = _options(device, memory_budget, injective, workers, scheduler, client)
             run.submit(shards, tasks.count, (os.path.abspath(graph.path), planner.pattern, options),
                        sets=planner.split_sets)
@@ -72,15 +73,16 @@ def match(graph, pattern, *, device, memory_budget, injective, limit, cancel, pr
     if limit == 0 or not schema.names:
         return _reader(schema, iter(())), failure
     kind = task_device(device)
-    per, gate = TASKS_PER_WORKER[kind], search_gate(kind)
-    shards = planner.shards(per * workers, workers=workers, gate=gate) if workers else None
+    per = TASKS_PER_WORKER[kind]
+    shards = (planner.shards(per * workers, workers=workers, gate=_gate(kind, workers))
+              if workers else None)
     if shards == []:
         return _reader(schema, iter(())), failure
     stack = contextlib.ExitStack()
     try:
         c = stack.enter_context(connect(workers, scheduler, client, device))
         if shards is None:
-            shards = planner.shards(per * slots(c), workers=slots(c), gate=gate)
+            shards = planner.shards(per * slots(c), workers=slots(c), gate=_gate(kind, slots(c)))
         run = stack.enter_context(_Run(c))
         run.submit(shards, tasks.match, (os.path.abspath(graph.path), planner.pattern,
                                          _options(device, memory_budget, injective, workers, scheduler, client)),
@@ -141,6 +143,15 @@ def task_device(device) -> str:
     """``cpu`` or ``gpu``: where the tasks of ``device`` run (``auto``: the GPU where this host has one)."""
     from ..join.backends import gpu_available
     return "gpu" if device == "gpu" or (device == "auto" and gpu_available()) else "cpu"
+
+
+def _gate(kind, workers):
+    """``reorder_work`` and ``search_work`` of the driver's order search for ``workers`` workers on
+    ``kind``: the tasks' backend's, the search's cost times the workers (the join work a switch
+    saves is shared by them, the search's time is not; one process searches where twice
+    ``search_work`` is left)."""
+    reorder_work, search_work = search_gate(kind)
+    return reorder_work, search_work * max(1, workers)
 
 
 def _options(device, memory_budget, injective, workers, scheduler, client):
