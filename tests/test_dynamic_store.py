@@ -392,6 +392,37 @@ def test_an_update_reads_only_the_deltas_it_lacks(tmp_path, monkeypatch):
         h.close()
 
 
+def test_an_updates_view_merges_only_its_new_delta(tmp_path, monkeypatch):
+    """An update's new opening merges its one new delta into its older opening's net change (not
+    every delta again) and presents what a fresh opening of the store and a fresh build do, over
+    batches that delete what earlier ones inserted and insert what they deleted."""
+    g, model, rng = _small(tmp_path, seed=23)
+    merged, real = [], overlay.VersionView.__init__
+    monkeypatch.setattr(overlay.VersionView, "__init__", lambda self, st, v, deltas, prior=None: (
+        merged.append((v, len(deltas), prior is not None)), real(self, st, v, deltas, prior))[1])
+    inserted, deleted = set(), set()
+    for step in range(5):
+        ins, dele = _random_batch(rng, model, list(model.vlabels), ["E0", "E1"], [500 + step, 600 + step])
+        dele += rng.sample(sorted(inserted & model.edges, key=str), min(2, len(inserted & model.edges)))
+        ins += rng.sample(sorted(deleted - model.edges, key=str), min(2, len(deleted - model.edges)))
+        inserted |= set(ins)
+        deleted |= set(dele)
+        model.apply(ins, dele)
+        g.update(insert=_write_edges(tmp_path / f"i{step}.parquet", ins),
+                 delete=_write_edges(tmp_path / f"d{step}.parquet", dele))
+        assert merged[-1] == (step + 2, 1, step > 0)        # the first: onto the base, no view
+        with sgsi.open(g.path) as fresh:
+            a, b = g.store._view, fresh.store._view
+            for name in ("added", "removed"):
+                assert all(np.array_equal(x, y) for x, y in zip(getattr(a, name), getattr(b, name))), name
+            assert a.new_ids.equals(b.new_ids) and np.array_equal(a.new_labels, b.new_labels)
+            assert np.array_equal(a.sig_vertex, b.sig_vertex) and np.array_equal(a.sig_words, b.sig_words)
+        assert g.count("(a)-[:E0]->(b)-->(c)", device="cpu", progress=False) == \
+            oracle_count(list(model.edges), model.vlabels, "(a)-[:E0]->(b)-->(c)")
+    assert_same(g.store, _fresh(tmp_path, model, "fresh"), model)
+    g.close()
+
+
 @pytest.mark.parametrize("table_keys", [touched._TABLE_KEYS, 0])
 def test_update_signatures_match_a_fresh_build(tmp_path, monkeypatch, table_keys):
     """An update reads base lists plus the net change since the base, never an overlay; its

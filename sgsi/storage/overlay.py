@@ -35,31 +35,36 @@ from .lists import has_pairs, in_sorted, lists_in, net_events, pair_keys, sorted
 
 
 class VersionView:
-    """The changes of versions ``base+1 .. version`` over the base files of ``store``."""
+    """The changes of versions ``base+1 .. version`` over the base files of ``store``: ``deltas``,
+    or, given ``prior`` (the view of an opening of the same base at an earlier version), the deltas
+    after its version merged into its net change (an update's new opening would merge every delta
+    again: a third of a 1K apply's 76 ms at version 104)."""
 
-    def __init__(self, store, version, deltas):
-        self.store, self.version, self.deltas = store, version, deltas
+    def __init__(self, store, version, deltas, prior=None):
+        self.store, self.version = store, version
         self.lock = threading.RLock()
         entry = store.version_entry(version)
         self.n_labels = len(entry["edge_labels"]["values"])
         self.n_base = store._base_n
-        ids = [d.new_ids for d in deltas if len(d.new_ids)]
+        parts = ([] if prior is None else [prior]) + list(deltas)      # in version order
+        ids = [d.new_ids for d in parts if len(d.new_ids)]
         self.new_ids = pa.concat_arrays(ids) if ids else pa.array([], store.vertex_id_type)
-        self.new_labels = np.concatenate([d.new_labels for d in deltas] + [np.zeros(0, np.int32)])
+        self.new_labels = np.concatenate([d.new_labels for d in parts] + [np.zeros(0, np.int32)])
         self.n_vertices = self.n_base + len(self.new_labels)
-        sv = np.concatenate([d.sig_vertex for d in deltas] + [np.zeros(0, np.int32)])
-        sw = np.concatenate([d.sig_words for d in deltas] + [np.zeros((0, store.n_signature_words), np.uint32)])
+        sv = np.concatenate([d.sig_vertex for d in parts] + [np.zeros(0, np.int32)])
+        sw = np.concatenate([d.sig_words for d in parts] + [np.zeros((0, store.n_signature_words), np.uint32)])
         last = len(sv) - 1 - np.unique(sv[::-1], return_index=True)[1]      # each vertex's latest
         self.sig_vertex, self.sig_words = sv[last], sw[last]
-        self.added, self.removed = net_events([(d.inserted, d.deleted) for d in deltas])
-        self._check(store)
+        head = [] if prior is None else [(prior.added, prior.removed)]     # net against the base
+        self.added, self.removed = net_events(head + [(d.inserted, d.deleted) for d in deltas])
+        self._check(store, deltas)
         self._parts = {}
         self._sig_cache = {}
 
-    def _check(self, st):
+    def _check(self, st, deltas):
         """Values that index arrays: in range, or a StoreError naming the deltas."""
-        ids = [x for d in self.deltas for e in (d.inserted, d.deleted) for x in e[:2]] + [self.sig_vertex]
-        labels = [x for d in self.deltas for e in (d.inserted, d.deleted) for x in e[2:]]
+        ids = [x for d in deltas for e in (d.inserted, d.deleted) for x in e[:2]] + [self.sig_vertex]
+        labels = [x for d in deltas for e in (d.inserted, d.deleted) for x in e[2:]]
         bad = (self.n_vertices != st.n_vertices or self.sig_words.shape[1] != st.n_signature_words
                or any(x.size and (x.min() < 0 or x.max() >= self.n_vertices) for x in ids)
                or any(x.size and (x.min() < 0 or x.max() >= self.n_labels) for x in labels)

@@ -26,6 +26,8 @@ OPENINGS = itertools.count()
 class Versions:
     """Version handling of an opened store (mixed into :class:`~sgsi.storage.store.Store`)."""
 
+    _prior = None       # for the next _set_version: a view at an earlier version to merge onto
+
     def _open_versions(self):
         """Read the manifest's versions and every delta after the base; present the one asked for."""
         from .delta import read_deltas
@@ -37,6 +39,7 @@ class Versions:
         self._set_version(newest if self._want_version is None else self._want_version)
 
     def _set_version(self, version):
+        prior, self._prior = self._prior, None
         self._changed = {}              # changed_pairs' answers at this version
         from .overlay import VersionView
         newest = int(self.versions[-1]["version"])
@@ -71,7 +74,8 @@ class Versions:
         self.max_segment_bytes = self._base_max_segment_bytes
         if version == self.base_version:
             return
-        self._view = VersionView(self, version, [self._deltas[v] for v in range(self.base_version + 1, version + 1)])
+        first = self.base_version + 1 if prior is None else prior.version + 1
+        self._view = VersionView(self, version, [self._deltas[v] for v in range(first, version + 1)], prior)
         # Segments of the changes hold at most segment_edges edges, each of at most one group.
         step = int(m["parameters"].get("segment_edges", 0))
         self.max_segment_bytes = max(self.max_segment_bytes, step * (4 + 8 * self.theta))
@@ -115,6 +119,7 @@ class Versions:
             return self
         s = self._sibling()
         s._base_manifest, s.versions, s._want_version = m, versions, None
+        s._prior = self._view           # merged with the new deltas only
         s._deltas = {**self._deltas, **read_deltas(self.path, [e for e in versions if int(e["version"])
                                                                not in self._deltas], self.base_version)}
         s._set_version(int(versions[-1]["version"]))
