@@ -17,6 +17,7 @@ import numpy as np
 
 from ..errors import InputError
 from . import delta, touched
+from . import format as fmt
 from .lists import canonical, edge_isin, sorted_unique, unique_edges
 from .update_inputs import Inputs
 
@@ -31,7 +32,8 @@ def update_store(path, insert=None, delete=None, vertices=None, *, src="src", ds
     if insert is None and delete is None and vertices is None:
         raise InputError("nothing to update: give insert, delete or vertices files")
     t0 = time.perf_counter()
-    read_manifest(path, check_files=False)          # no store there: a StoreError before any lock
+    if store is None or not os.path.isfile(os.path.join(path, fmt.MANIFEST)):
+        read_manifest(path, check_files=False)      # no store there: a StoreError before any lock
     with delta.writer_lock(path):
         given = store
         store = Store(path) if given is None else given.newest()
