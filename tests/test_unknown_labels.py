@@ -80,6 +80,14 @@ def test_python_count_and_match_raise(stores, pattern, message):
         assert g.count("(a:Person)-[:KNOWS]->(b)", device="cpu") == 2
 
 
+def test_python_match_of_a_pattern_naming_no_vertex_raises(stores):
+    """As the command line and SQL: rows need a named vertex; count() counts anonymous ones."""
+    with sgsi.open(stores["social"]) as g:
+        with pytest.raises(PatternError, match="names no vertex"):
+            g.match("()-[:KNOWS]->()", device="cpu")
+        assert g.count("()-[:KNOWS]->()", device="cpu") == g.match("(a)-[:KNOWS]->()", device="cpu").read_all().num_rows
+
+
 def test_numeric_labels_and_no_edge_labels(stores):
     with sgsi.open(stores["bench"]) as g:
         assert g.count("(a:1)--(b:2)", device="cpu") == 2
