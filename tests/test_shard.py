@@ -44,6 +44,14 @@ STOP_BOUND = 5
 _MATCH = tasks.match
 
 
+@pytest.fixture(autouse=True)
+def sharded(monkeypatch):
+    """Every query here is split into tasks, however small its estimated work (LOCAL_WORK 0);
+    ``test_small_queries_run_in_the_driver`` checks the default."""
+    from sgsi.shard import driver
+    monkeypatch.setattr(driver, "LOCAL_WORK", 0)
+
+
 @pytest.fixture(scope="module")
 def client():
     cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None,
@@ -485,6 +493,33 @@ def test_the_drivers_search_is_gated_by_the_tasks_backend_and_cancelled(graphs, 
     with pytest.raises(Cancelled):
         g.count(p, device=CPU, client=client, cancel=stop)
     assert searched and not submitted
+
+
+def test_small_queries_run_in_the_driver(graphs, client, monkeypatch):
+    """A query of CPU tasks whose estimated work is under LOCAL_WORK runs in the driver's process:
+    no task, no cluster started for ``workers``; the same counts and rows. Above it, tasks."""
+    from sgsi.shard import driver
+    monkeypatch.setattr(driver, "LOCAL_WORK", 1 << 21)
+    submitted = []
+    submit = driver._Run.submit
+    monkeypatch.setattr(driver._Run, "submit", lambda run, shards, *a, **k: (
+        submitted.append(len(shards)), submit(run, shards, *a, **k))[1])
+    edges, vlabels, stores = graphs
+    g = stores[None]
+    p = "(a)-[:E0]->(b)-->(c)"
+    matches = oracle_matches(edges, vlabels, p)
+    assert g.count(p, device=CPU, client=client) == len(matches)
+    assert g.last_stats["tasks"] == 0 and g.last_stats["split_s"] > 0 and not submitted
+    got, _schema = rows(g.match(p, device=CPU, client=client))
+    assert got == project(matches, p) and g.last_stats["tasks"] == 0 and not submitted
+    monkeypatch.setattr(driver, "connect", lambda *a, **k: pytest.fail("a cluster was started"))
+    assert g.count(p, device=CPU, workers=2) == len(matches)
+    got, _schema = rows(g.match(p, device=CPU, workers=2))
+    assert got == project(matches, p)
+    monkeypatch.undo()
+    monkeypatch.setattr(driver, "LOCAL_WORK", 1)            # every estimate above it: tasks
+    assert g.count(p, device=CPU, client=client) == len(matches) and g.last_stats["tasks"] > 1
+    wait_idle(client)
 
 
 def test_tasks_keep_their_memory_until_the_query_ends(graphs, client, monkeypatch):

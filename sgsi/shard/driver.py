@@ -24,11 +24,16 @@ from ..join.backends import search_gate
 from ..join.progress import Progress, reporter
 from ..join.query import Query, cancel_check
 from . import parts, tasks
-from .cluster import check_device, connect, gpu_wanted, slots
+from .cluster import check_device, connect, gpu_wanted, need_dask, slots
 
 #: Tasks a worker gets, by device (Dask steals the queued ones from busy workers): each task
 #: pays a plan and a chain of join steps of its own (and on a GPU, their launches).
 TASKS_PER_WORKER = {"cpu": 4, "gpu": 2}
+#: Estimated join work (entries and rows, the driver's sample of its plan) under which a query of CPU
+#: tasks runs in this process instead: about a tenth of a second of one core (yeast's sparse_8_22,
+#: 2^20: 0.09 s; hprd-hard's, 2^14-2^17: 0.04 s), under the tasks' own fixed costs (0.1-0.3 s on 2
+#: workers, with a local cluster's 1-3 s start where ``workers`` starts one).
+LOCAL_WORK = 1 << 21
 #: Seconds between two looks at the caller's cancel and the tasks.
 POLL = 0.02
 
@@ -36,6 +41,7 @@ POLL = 0.02
 def count(graph, pattern, *, device, memory_budget, injective, cancel, progress, workers, scheduler, client):
     """The number of matches, summed over the shards' tasks (see :meth:`sgsi.Graph.count`)."""
     check_device(device)                        # before any work (the workers may have the GPUs)
+    need_dask()                                 # whether the query turns out small or not
     check = cancel_check(cancel)
     planner = Query(graph.store, graph._backends, pattern, "cpu", memory_budget, injective, cancel=cancel,
                     progress=False)
@@ -43,11 +49,15 @@ def count(graph, pattern, *, device, memory_budget, injective, cancel, progress,
     per = TASKS_PER_WORKER[kind]
     shards = (planner.shards(per * workers, count=True, workers=workers, gate=_gate(kind, workers))
               if workers else None)
+    if shards and _small(planner, kind):
+        return _here(graph, planner, memory_budget, injective, cancel, progress).count()
     total, stats = 0, {}
     if shards != []:
         with connect(workers, scheduler, client, device) as c, _Run(c) as run:
             if shards is None:
                 shards = planner.shards(per * slots(c), count=True, workers=slots(c), gate=_gate(kind, slots(c)))
+                if shards and _small(planner, kind):
+                    return _here(graph, planner, memory_budget, injective, cancel, progress).count()
             options = _options(device, memory_budget, injective, workers, scheduler, client)
             run.submit(shards, tasks.count, (os.path.abspath(graph.path), planner.pattern, options),
                        sets=planner.split_sets)
@@ -63,6 +73,7 @@ def match(graph, pattern, *, device, memory_budget, injective, limit, cancel, pr
     """(a RecordBatchReader of the shards' rows, a list receiving the error that ended it): as
     :meth:`sgsi.join.query.Query.stream`, read from the tasks' parts as they finish."""
     check_device(device)
+    need_dask()
     check = cancel_check(cancel)
     planner = Query(graph.store, graph._backends, pattern, "cpu", memory_budget, injective, cancel=cancel,
                     progress=False)
@@ -78,11 +89,16 @@ def match(graph, pattern, *, device, memory_budget, injective, limit, cancel, pr
               if workers else None)
     if shards == []:
         return _reader(schema, iter(())), failure
+    if shards and _small(planner, kind):
+        return _here(graph, planner, memory_budget, injective, cancel, progress).stream(limit)
     stack = contextlib.ExitStack()
     try:
         c = stack.enter_context(connect(workers, scheduler, client, device))
         if shards is None:
             shards = planner.shards(per * slots(c), workers=slots(c), gate=_gate(kind, slots(c)))
+            if shards and _small(planner, kind):
+                stack.close()
+                return _here(graph, planner, memory_budget, injective, cancel, progress).stream(limit)
         run = stack.enter_context(_Run(c))
         run.submit(shards, tasks.match, (os.path.abspath(graph.path), planner.pattern,
                                          _options(device, memory_budget, injective, workers, scheduler, client)),
@@ -143,6 +159,21 @@ def task_device(device) -> str:
     """``cpu`` or ``gpu``: where the tasks of ``device`` run (``auto``: the GPU where this host has one)."""
     from ..join.backends import gpu_available
     return "gpu" if device == "gpu" or (device == "auto" and gpu_available()) else "cpu"
+
+
+def _small(planner, kind) -> bool:
+    """Whether the query is run in this process, not as tasks: CPU tasks, and the driver's sampled
+    estimate of its plan's join work under :data:`LOCAL_WORK` (none without the order search's
+    sampling, ``SGSI_REORDER=0``)."""
+    search = planner.split_search
+    return kind == "cpu" and search is not None and search["planned_cost"] < LOCAL_WORK
+
+
+def _here(graph, planner, memory_budget, injective, cancel, progress):
+    """The query as one process runs it, here; its stats say ``tasks`` 0 and the driver's part."""
+    return Query(graph.store, graph._backends, planner.pattern, "cpu", memory_budget, injective, cancel,
+                 lambda stats: graph._publish({**stats, "tasks": 0, "split_s": round(planner.split_seconds, 4)}),
+                 progress)
 
 
 def _gate(kind, workers):
