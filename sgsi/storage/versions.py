@@ -26,8 +26,6 @@ OPENINGS = itertools.count()
 class Versions:
     """Version handling of an opened store (mixed into :class:`~sgsi.storage.store.Store`)."""
 
-    _prior = None       # for the next _set_version: a view at an earlier version to merge onto
-
     def _open_versions(self):
         """Read the manifest's versions and every delta after the base; present the one asked for."""
         from .delta import read_deltas
@@ -38,8 +36,9 @@ class Versions:
         self._deltas = read_deltas(self.path, self.versions, self.base_version)
         self._set_version(newest if self._want_version is None else self._want_version)
 
-    def _set_version(self, version):
-        prior, self._prior = self._prior, None
+    def _set_version(self, version, prior=None):
+        """Present ``version``; ``prior``: the view of an earlier version of the same base, whose net
+        change the deltas after it are merged onto (:class:`~.overlay.VersionView`)."""
         self._changed = {}              # changed_pairs' answers at this version
         from .overlay import VersionView
         newest = int(self.versions[-1]["version"])
@@ -119,10 +118,9 @@ class Versions:
             return self
         s = self._sibling()
         s._base_manifest, s.versions, s._want_version = m, versions, None
-        s._prior = self._view           # merged with the new deltas only
         s._deltas = {**self._deltas, **read_deltas(self.path, [e for e in versions if int(e["version"])
                                                                not in self._deltas], self.base_version)}
-        s._set_version(int(versions[-1]["version"]))
+        s._set_version(int(versions[-1]["version"]), prior=self._view)    # merged with the new deltas only
         return s
 
     def changed_pairs(self, since, label_id, direction):
