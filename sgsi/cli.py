@@ -430,8 +430,9 @@ def _cmd_count(args):
 
 
 def _cmd_match(args):
-    from .errors import InputError, PatternError
+    from .errors import InputError
     from .graph import open as open_graph
+    from .join.query import with_columns
 
     max_rows = args.max_rows
     if args.limit is not None:
@@ -443,12 +444,10 @@ def _cmd_match(args):
     _check_output(out, args.force)
     with open_graph(args.store) as g:
         t0 = time.perf_counter()
-        reader, failure = g._match(args.pattern, device=args.device, memory_budget=args.memory_budget,
+        pattern = with_columns(args.pattern, "there are no columns to write: name one, e.g. (a), or use sgsi count")
+        reader, failure = g._match(pattern, device=args.device, memory_budget=args.memory_budget,
                                    injective=not args.homomorphism, limit=max_rows, progress=_progress(),
                                    workers=args.workers, scheduler=args.scheduler)
-        if len(reader.schema) == 0:
-            raise PatternError("the pattern names no vertex, so there are no columns to write: name one, "
-                               "e.g. (a), or use sgsi count")
         rows = _write(reader, failure, out)
         dt = time.perf_counter() - t0
         _say(f"sgsi: {_stats_line(g.last_stats)}, {dt:.3f} s")

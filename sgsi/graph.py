@@ -7,9 +7,8 @@ import threading
 
 import pyarrow as pa
 
-from .errors import PatternError
 from .join import delta
-from .join.query import Backends, Query
+from .join.query import Backends, Query, with_columns
 from .query_options import query_options, scale_options, since_option
 from .storage.build import build_store
 from .storage.store import Store
@@ -239,13 +238,9 @@ class Graph:
         fixed order); closing the reader stops the tasks and removes the parts.
         """
         homomorphism, max_rows = query_options("match", homomorphism, max_rows, deprecated)
-        reader = self._match(pattern, device, memory_budget, not homomorphism, max_rows, cancel, progress, workers,
-                             scheduler, client)[0]
-        if not reader.schema.names:             # as the command line and SQL say
-            reader.close()
-            raise PatternError("the pattern names no vertex, so match() would return no columns: name one, "
-                               "e.g. (a), or use count()")
-        return reader
+        pattern = with_columns(pattern, "match() would return no columns: name one, e.g. (a), or use count()")
+        return self._match(pattern, device, memory_budget, not homomorphism, max_rows, cancel, progress, workers,
+                           scheduler, client)[0]
 
     def _match(self, pattern, device="auto", memory_budget=None, injective=True, limit=None, cancel=None,
                progress=True, workers=None, scheduler=None, client=None):

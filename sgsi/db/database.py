@@ -22,7 +22,7 @@ import duckdb
 
 from ..errors import InputError, PatternError, SgsiError, os_error_behind
 from ..graph import Graph
-from ..join.query import reraise_stream_error
+from ..join.query import reraise_stream_error, with_columns
 from ..query_options import scale_options
 from ..results import write_parquet_parts
 from ..storage.build import build_store
@@ -189,6 +189,8 @@ class Database:
             raise SgsiError(f"max_rows must not be negative, got {max_rows}")
         with self.stores.use(graph) as g:
             if since is None:
+                pattern = with_columns(pattern, "match() would return no columns: name one, e.g. (a), or use "
+                                                "match_count()")
                 reader, failure = g._match(pattern, device=device or "auto", memory_budget=memory_budget,
                                            injective=not homomorphism, limit=max_rows, cancel=cancel,
                                            workers=workers, scheduler=scheduler)
@@ -197,9 +199,6 @@ class Database:
                                                  memory_budget=memory_budget, injective=not homomorphism,
                                                  limit=max_rows, cancel=cancel)
             try:
-                if len(reader.schema) == 0:
-                    raise PatternError("the pattern names no vertex, so match() would return no columns: "
-                                       "name one, e.g. (a), or use match_count()")
                 _check_column_names(reader.schema.names)
                 self._bump("match_runs")
                 d = self._result_dir(token)

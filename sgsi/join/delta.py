@@ -37,7 +37,7 @@ from . import query as query_module
 from . import symmetry
 from .pairs import RowFilter, id_bits, in_bits, pair_keys
 from .plan import REFINE_ROUNDS, make_plan
-from .query import Query, drop_frames, load, reraise_stream_error
+from .query import Query, drop_frames, load, reraise_stream_error, with_columns
 
 #: The column of a delta row that says whether it was added (+1) or removed (-1).
 SIGN = "sign"
@@ -214,10 +214,8 @@ class Delta:
         """The delta rows as a :class:`pyarrow.RecordBatchReader` (the named vertices' original ids
         and an int8 ``sign``), and the list receiving the error that ended it (as
         :meth:`Query.stream`). ``on_end()`` runs when the stream ends, however."""
-        names = self.pattern.output_names
-        if not names:
-            raise PatternError("the pattern names no vertex, so its delta has no columns: name one, e.g. (a), "
-                               "or count the delta")
+        why = "its delta has no columns: name one, e.g. (a), or count the delta"
+        names = with_columns(self.pattern, why).output_names
         if SIGN in names:
             raise PatternError(f"a pattern vertex is named {SIGN!r}, the name of the delta's sign column: rename it")
         schema = pa.schema([(n, self.new.vertex_id_type) for n in names] + [(SIGN, pa.int8())])

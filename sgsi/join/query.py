@@ -59,6 +59,15 @@ def load(pattern):
     return pat
 
 
+def with_columns(pattern, why):
+    """:func:`load` of ``pattern``, or a PatternError where it names no vertex: its rows would have
+    no columns (``why``: the error's end, what instead), raised before any work."""
+    pat = load(pattern)
+    if not pat.output_names:
+        raise PatternError(f"the pattern names no vertex, so {why}")
+    return pat
+
+
 class Backends:
     """The backends of one open store: at most one idle backend a device, reused by the next
     query (its caches survive), and one more for each query running beside another."""
