@@ -541,6 +541,34 @@ def test_tasks_keep_their_memory_until_the_query_ends(graphs, client, monkeypatc
     assert sum(worker for _running, worker in trims) >= 2, trims        # each worker's, at the end
 
 
+def test_a_worker_gets_the_next_task_when_it_ends_one(graphs, client, monkeypatch):
+    """At most one task a worker thread is out at once (none queued on a worker behind a running
+    one, where another worker may idle), the first shards first; the count is the oracle's."""
+    lock, out, most, order = threading.Lock(), [0], [0], []
+    submit = client.submit
+
+    def counted(fn, *args, **kwargs):
+        future = submit(fn, *args, **kwargs)
+        with lock:
+            out[0] += 1
+            most[0] = max(most[0], out[0])
+            order.append(kwargs["priority"])
+
+        def ended(_f):
+            with lock:
+                out[0] -= 1
+        future.add_done_callback(ended)         # before the driver's: its next task comes after
+        return future
+    monkeypatch.setattr(client, "submit", counted)
+    edges, vlabels, stores = graphs
+    p = "(a)-->(b)-->(c)"
+    assert stores[None].count(p, device="cpu", client=client, progress=False) == len(oracle_matches(edges, vlabels, p))
+    n = stores[None].last_stats["tasks"]
+    assert n > 2 and len(order) == n
+    assert most[0] == sum(client.nthreads().values()) == 2
+    assert order == sorted(order, reverse=True)
+
+
 def test_options_are_checked(graphs, client):
     g = graphs[2][None]
     for bad in (0, -1, True, "2", 1.5):
