@@ -423,6 +423,32 @@ def test_an_updates_view_merges_only_its_new_delta(tmp_path, monkeypatch):
     g.close()
 
 
+def test_a_delta_since_the_last_update_reads_the_opening_before_it(tmp_path):
+    """After an update, the version before it is the opening the update came from (its partitions
+    built once, not again), one opening back only, still there when that one is closed; deltas
+    since it equal the recounts' difference."""
+    g, model, rng = _small(tmp_path, seed=29)
+    p = "(a)-[:E0]->(b)-->(c)"
+    before = oracle_count(list(model.edges), model.vlabels, p)
+    for step in range(3):
+        old, v0 = g.store, g.version
+        old.partition(old.edge_label_id("E0"), "out")             # built at the old version
+        ins, dele = _random_batch(rng, model, list(model.vlabels), ["E0", "E1"], [700 + step, 800 + step])
+        model.apply(ins, dele)
+        g.update(insert=_write_edges(tmp_path / f"i{step}.parquet", ins),
+                 delete=_write_edges(tmp_path / f"d{step}.parquet", dele))
+        at = g.store.at_version(v0)
+        assert at.version == v0 and at._partitions is old._partitions and at._older is None
+        if step == 2:
+            old.close()                                           # the copy the new opening holds works on
+        d = g.count_delta(p, since=v0, device="cpu", progress=False)
+        after = oracle_count(list(model.edges), model.vlabels, p)
+        assert d["added"] - d["removed"] == after - before
+        before = after
+    g.close()
+    assert g.store._older is None
+
+
 @pytest.mark.parametrize("table_keys", [touched._TABLE_KEYS, 0])
 def test_update_signatures_match_a_fresh_build(tmp_path, monkeypatch, table_keys):
     """An update reads base lists plus the net change since the base, never an overlay; its

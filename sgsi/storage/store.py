@@ -168,6 +168,7 @@ class Store(Versions):
         self._n_base_segments = len(self._seg_edges)
         self._n_base_index = len(self._idx_rows)
         self._siblings = {}
+        self._older = None          # the opening newest() made this from (Versions.newest)
         self._open_versions()
 
     # -- checks ---------------------------------------------------------------------
@@ -685,3 +686,4 @@ class Store(Versions):
         self._partitions = {}
         self._segments = {}
         self._vid = None
+        self._older = None
