@@ -23,13 +23,16 @@ each side), the parts of ``delta_s`` outside the anchored joins (``Graph.last_st
 
 Graphs: ``rmat`` (bench/gen.py's, walks drawn from it as queries: ``--sizes``, ``--queries``), or a
 benchmark set's ``data.graph`` (``hprd``, ``yeast``: undirected, vertex labels; ``--sample`` of
-its query files). Writes ``bench/results/dynamic_<graph>_<device>.csv`` and ``.md``.
+its query files). Writes ``bench/results/dynamic_<graph>_<device>[_stream].csv`` and ``.md``.
+``--stream``: one Graph applies every batch and runs its deltas and recounts (warm caches), as a
+process that streams updates would; else each delta and recount opens the store anew.
 Each query stops after ``--timeout`` s (status ``cancelled``).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shlex
 import shutil
@@ -149,6 +152,16 @@ def compact(path):
     return time.perf_counter() - t
 
 
+@contextlib.contextmanager
+def _opening(path, kept):
+    """``kept`` (a Graph kept open), or the store opened for one query and closed after it."""
+    if kept is not None:
+        yield kept
+        return
+    with sgsi.open(path) as g:
+        yield g
+
+
 def version_of(path):
     with sgsi.open(path) as g:
         return g.store.version
@@ -181,6 +194,10 @@ def run(args):
     counts = {name: c for name, (s, c, _t) in before.items() if s == "ok"}
 
     rows, at, deleted_at = [], 0, 0
+    kept = sgsi.open(path) if args.stream else None
+    if kept is not None:              # warm: every query counted once in it
+        for _name, q in queries:
+            timed(lambda ev, q=q: kept.count(q, cancel=ev, **opts), args.timeout)
     gone = base.take(np.random.default_rng(args.seed + 1).permutation(n_base))      # deletions, in this order
     for label, kind, n_ins, n_del in plan_batches(stream.num_rows, n_base, args):
         ins = os.path.join(work, "insert.parquet")
@@ -189,19 +206,26 @@ def run(args):
         if dele:
             pq.write_table(gone.slice(deleted_at, n_del), dele)
         at, deleted_at = at + n_ins, deleted_at + n_del
-        since = version_of(path)
-        apply_s = apply_update(path, ins, dele)
-        version = version_of(path)
+        if kept is not None:            # one Graph throughout: the update and the queries after it
+            since = kept.version
+            t = time.perf_counter()
+            kept.update(insert=ins, delete=dele)
+            apply_s, version = time.perf_counter() - t, kept.version
+        else:
+            since = version_of(path)
+            apply_s = apply_update(path, ins, dele)
+            version = version_of(path)
         C.say(f"batch {label} {kind}: +{n_ins:,} -{n_del:,} applied in {apply_s:.3f}s (version {version})")
-        for name, q in queries:       # each in a store opened for it: both pay the version's first reads
+        for name, q in queries:       # each in a store opened for it (both pay the version's first reads),
+            # or in the streaming Graph (the delta first, paying them)
             row = {"graph": args.graph, "batch": label, "kind": kind, "inserted": n_ins, "deleted": n_del,
                    "since": since, "version": version, "apply_s": round(apply_s, 4), "query": name}
-            with sgsi.open(path) as g:
+            with _opening(path, kept) as g:
                 s1, d, t1 = timed(lambda ev, q=q: g.count_delta(q, since=since, cancel=ev, **opts), args.timeout)
                 row["anchored_queries"] = g.last_stats.get("anchored_queries")
                 row.update(changed_s=round(g.last_stats.get("delta_changed_s", 0), 5),
                            filter_s=round(g.last_stats.get("delta_filter_s", 0), 5))
-            with sgsi.open(path) as g:
+            with _opening(path, kept) as g:
                 s2, c, t2 = timed(lambda ev, q=q: g.count(q, cancel=ev, **opts), args.timeout)
             row.update(status=s1 if s1 != "ok" else s2, delta_s=round(t1, 5), recompute_s=round(t2, 5),
                        count_before=counts.get(name), count_after=c)
@@ -214,6 +238,8 @@ def run(args):
             counts[name] = c if s2 == "ok" else None
             rows.append(row)
             C.say(f"  {name}: delta {t1:.4f}s ({s1}), recompute {t2:.4f}s ({s2}), exact {row.get('exact')}")
+    if kept is not None:
+        kept.close()
     compact_s = compacted_exact = None
     if args.compact:
         compact_s = compact(path)
@@ -226,7 +252,7 @@ def run(args):
 
 
 def write(args, rows, compact_s, compacted_exact, m, n, n_base, n_queries):
-    stem = os.path.join(args.results, f"dynamic_{args.graph}_{args.device}")
+    stem = os.path.join(args.results, f"dynamic_{args.graph}_{args.device}{'_stream' if args.stream else ''}")
     C.write_csv(stem + ".csv", rows or [{}], FIELDS)
     lines = [f"# Batch-dynamic matching: {args.graph}, {args.device}\n",
              f"Built from {n_base:,} of {n:,} edges (90%, seed {args.seed}); the rest streamed in batches. "
@@ -247,7 +273,8 @@ def write(args, rows, compact_s, compacted_exact, m, n, n_base, n_queries):
                      f"{sum(r.get('exact') is True for r in group)}/{len(group)} |")
     lines.append("\nchanged pairs s, filter s: medians of the delta's parts outside its anchored joins "
                  "(the store's changed pairs; the candidate filter of each side).\n")
-    lines += ["Per query (each timed in a store opened for it):\n",
+    where = ("in the Graph that applied the batch, the delta first" if args.stream else "in a store opened for it")
+    lines += [f"Per query (each timed {where}):\n",
               "| batch | kind | query | added | removed | delta s | recompute s | speedup | exact |",
               "|---|---|---|---:|---:|---:|---:|---:|---|"]
     names = {name: f"`{p}`" for name, p in pattern_queries(args)}
@@ -288,6 +315,9 @@ def main(argv=None):
     ap.add_argument("--build-budget", default=None, help="the build's memory budget (segment sizes)")
     ap.add_argument("--timeout", type=float, default=600.0, help="seconds for each delta and each recount")
     ap.add_argument("--no-compact", dest="compact", action="store_false", help="skip the compaction at the end")
+    ap.add_argument("--stream", action="store_true",
+                    help="one Graph throughout: each batch applied by it, its deltas and recounts in it "
+                         "(warm caches), as a process that streams updates would; default: a fresh opening each")
     ap.add_argument("--seed", type=int, default=44)
     ap.add_argument("--work", default=os.environ.get("TMPDIR", "/tmp"))
     ap.add_argument("--results", default=C.RESULTS_DIR)
