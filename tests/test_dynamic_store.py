@@ -34,6 +34,7 @@ from sgsi.storage import delta as delta_mod
 from sgsi.storage import overlay, pairhash, touched
 from sgsi.partition import pcsr
 from sgsi.storage.lists import has_pairs_in, lists_in, partition_lists
+from sgsi.join.query import memory_floor
 from sgsi.storage.store import Partition, Store
 
 BUDGET = "16KB"
@@ -425,11 +426,11 @@ def test_an_updates_view_merges_only_its_new_delta(tmp_path, monkeypatch):
 
 def test_a_delta_since_the_last_update_reads_the_opening_before_it(tmp_path):
     """After an update, the version before it is the opening the update came from (its partitions
-    built once, not again), one opening back only, still there when that one is closed; deltas
-    since it equal the recounts' difference."""
+    built once, not again), one opening back only, or a new one where that was closed; deltas
+    since it equal the recounts' difference, at the default budget and at 16KB."""
     g, model, rng = _small(tmp_path, seed=29)
-    p = "(a)-[:E0]->(b)-->(c)"
-    before = oracle_count(list(model.edges), model.vlabels, p)
+    pats = ["(a)-[:E0]->(b)-->(c)", "(a:0)-[:E0]->(b)", "(a:1)-->(b:0)<--(c)"]
+    before = [oracle_count(list(model.edges), model.vlabels, p) for p in pats]
     for step in range(3):
         old, v0 = g.store, g.version
         old.partition(old.edge_label_id("E0"), "out")             # built at the old version
@@ -437,16 +438,39 @@ def test_a_delta_since_the_last_update_reads_the_opening_before_it(tmp_path):
         model.apply(ins, dele)
         g.update(insert=_write_edges(tmp_path / f"i{step}.parquet", ins),
                  delete=_write_edges(tmp_path / f"d{step}.parquet", dele))
-        at = g.store.at_version(v0)
-        assert at.version == v0 and at._partitions is old._partitions and at._older is None
+        assert g.store.at_version(v0) is old and old._older is None
         if step == 2:
-            old.close()                                           # the copy the new opening holds works on
-        d = g.count_delta(p, since=v0, device="cpu", progress=False)
-        after = oracle_count(list(model.edges), model.vlabels, p)
-        assert d["added"] - d["removed"] == after - before
+            old.close()                                           # a sibling of the new one instead
+            at = g.store.at_version(v0)
+            assert at is not old and at.version == v0 and not at.closed
+        after = [oracle_count(list(model.edges), model.vlabels, p) for p in pats]
+        for p, b, a in zip(pats, before, after):
+            for budget in (None, "16KB"):
+                d = g.count_delta(p, since=v0, device="cpu", progress=False, memory_budget=budget)
+                assert d["added"] - d["removed"] == a - b, (p, budget)
         before = after
     g.close()
     assert g.store._older is None
+
+
+def test_an_update_keeps_a_small_stores_floor_small(tmp_path):
+    """A store built for a large budget (segments sized for it) and updated still answers at a
+    small budget: its changes' segments are bounded by its edges, not by the build's segment size."""
+    rng = random.Random(31)
+    edges, vl = random_graph(rng, 30, 100, 2, 2)
+    e, v = write_graph_files(tmp_path / "base", edges, vl)
+    g = sgsi.build(str(tmp_path / "g.sgsi"), edges=e, vertices=v, memory_budget="4GB")
+    model = Model(edges, vl, False)
+    floor = memory_floor(g.store)
+    model.apply([(0, 1, "E0"), (2, 3, "E1")], [])
+    g.update(insert=_write_edges(tmp_path / "i.parquet", [(0, 1, "E0"), (2, 3, "E1")]))
+    per = g.store.manifest["parameters"]["segment_edges"]                   # sized for 4GB: a floor
+    assert 2 * per * (4 + 8 * g.store.theta) > 64 << 20                    # by it would refuse 64MB
+    assert memory_floor(g.store) <= max(floor, 2 * 2 * g.store.n_edges * (4 + 8 * g.store.theta) + (1 << 12))
+    for p in ("(a)-[:E0]->(b)", "(a:0)-->(b)-->(c)"):
+        assert g.count(p, device="cpu", memory_budget="64MB", progress=False) == \
+            oracle_count(list(model.edges), model.vlabels, p)
+    g.close()
 
 
 @pytest.mark.parametrize("table_keys", [touched._TABLE_KEYS, 0])

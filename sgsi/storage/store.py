@@ -676,6 +676,11 @@ class Store(Versions):
     def vertex_id_type(self) -> pa.DataType:
         return self._reader("vertex_ids.arrow").schema.field(0).type
 
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` has run (its files are let go)."""
+        return not self._readers
+
     def close(self):
         hooks, self._close_hooks = getattr(self, "_close_hooks", []), []
         for fn in hooks:
