@@ -569,6 +569,39 @@ def test_a_worker_gets_the_next_task_when_it_ends_one(graphs, client, monkeypatc
     assert order == sorted(order, reverse=True)
 
 
+def test_sharded_queries_after_updates_read_the_newest_version(client, tmp_path):
+    """Workers that kept a store open read each update's new version (their opening brought to
+    the newest); counts and rows as the oracle's at every version; a Graph at an older version
+    is refused with its reason."""
+    from sgsi.errors import StoreError
+    rng = random.Random(91)
+    edges, vlabels = random_graph(rng, 40, 200, 3, 3)
+    g = build_stores(tmp_path, edges, vlabels, budgets=(None,))[None]
+    old = sgsi.open(g.path)
+    pats = ["(a)-[:E0]->(b)-->(c)", "(a:1)-[:E1]->(b), (a)-->(c:0)"]
+    for step in range(3):
+        for p in pats:
+            assert g.count(p, device=CPU, client=client, progress=False) == \
+                len(oracle_matches(edges, vlabels, p)), (step, p)
+        got, _schema = rows(g.match(pats[0], device=CPU, client=client, progress=False))
+        assert got == project(oracle_matches(edges, vlabels, pats[0]), pats[0])
+        ins = [(rng.randrange(45), rng.randrange(45), rng.choice(["E0", "E1", "E2"])) for _ in range(30)]
+        ins = [e for e in ins if e[0] != e[1]]
+        gone = rng.sample(edges, 20)
+        path = tmp_path / f"u{step}"
+        path.mkdir()
+        pq.write_table(pa.table({"src": [e[0] for e in ins], "dst": [e[1] for e in ins],
+                                 "label": [e[2] for e in ins]}), path / "i.parquet")
+        pq.write_table(pa.table({"src": [e[0] for e in gone], "dst": [e[1] for e in gone],
+                                 "label": [e[2] for e in gone]}), path / "d.parquet")
+        g.update(insert=str(path / "i.parquet"), delete=str(path / "d.parquet"), label="label")
+        edges = sorted(({*edges} - {*gone}) | {*ins})
+        vlabels = {**{v: None for e in ins for v in e[:2]}, **vlabels}
+    with pytest.raises(StoreError, match="newest"):
+        old.count(pats[0], device=CPU, client=client, progress=False)
+    old.close()
+
+
 def test_options_are_checked(graphs, client):
     g = graphs[2][None]
     for bad in (0, -1, True, "2", 1.5):
