@@ -50,16 +50,14 @@ def count(graph, pattern, *, device, memory_budget, injective, cancel, progress,
     planner = Query(graph.store, graph._backends, pattern, "cpu", memory_budget, injective, cancel=cancel,
                     progress=False)
     kind = task_device(device)
-    per = TASKS_PER_WORKER[kind]
-    shards = (planner.shards(per * workers, count=True, workers=workers, gate=_gate(kind, workers))
-              if workers else None)
+    shards = _split(planner, kind, workers, count=True) if workers else None
     if shards and _small(planner, kind):
         return _here(graph, planner, memory_budget, injective, cancel, progress).count()
     total, stats = 0, {}
     if shards != []:
         with connect(workers, scheduler, client, device) as c, _Run(c) as run:
             if shards is None:
-                shards = planner.shards(per * slots(c), count=True, workers=slots(c), gate=_gate(kind, slots(c)))
+                shards = _split(planner, kind, slots(c), count=True)
                 if shards and _small(planner, kind):
                     return _here(graph, planner, memory_budget, injective, cancel, progress).count()
             options = _options(device, memory_budget, injective, workers, scheduler, client)
@@ -88,9 +86,7 @@ def match(graph, pattern, *, device, memory_budget, injective, limit, cancel, pr
     if limit == 0 or not schema.names:
         return _reader(schema, iter(())), failure
     kind = task_device(device)
-    per = TASKS_PER_WORKER[kind]
-    shards = (planner.shards(per * workers, workers=workers, gate=_gate(kind, workers))
-              if workers else None)
+    shards = _split(planner, kind, workers) if workers else None
     if shards == []:
         return _reader(schema, iter(())), failure
     if shards and _small(planner, kind):
@@ -99,7 +95,7 @@ def match(graph, pattern, *, device, memory_budget, injective, limit, cancel, pr
     try:
         c = stack.enter_context(connect(workers, scheduler, client, device))
         if shards is None:
-            shards = planner.shards(per * slots(c), workers=slots(c), gate=_gate(kind, slots(c)))
+            shards = _split(planner, kind, slots(c))
             if shards and _small(planner, kind):
                 stack.close()
                 return _here(graph, planner, memory_budget, injective, cancel, progress).stream(limit)
@@ -178,6 +174,12 @@ def _here(graph, planner, memory_budget, injective, cancel, progress):
     return Query(graph.store, graph._backends, planner.pattern, "cpu", memory_budget, injective, cancel,
                  lambda stats: graph._publish({**stats, "tasks": 0, "split_s": round(planner.split_seconds, 4)}),
                  progress)
+
+
+def _split(planner, kind, workers, count=False):
+    """The shards of ``planner``'s query for ``workers`` worker threads running ``kind`` tasks:
+    :data:`TASKS_PER_WORKER` a worker, the driver's order search gated by :func:`_gate`."""
+    return planner.shards(TASKS_PER_WORKER[kind] * workers, count=count, workers=workers, gate=_gate(kind, workers))
 
 
 def _gate(kind, workers):
