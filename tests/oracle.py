@@ -523,20 +523,29 @@ class _PatternWriter:
         return (" " if self.rng.random() < self.p_space else "") + token
 
 
+def write_edges(path, edges, labels=True):
+    """A Parquet file of ``edges`` ((src, dst, label) tuples) at ``path``: columns src, dst and,
+    where ``labels``, label (an update's insert or delete file); returns its path as a string."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    cols = {"src": [e[0] for e in edges], "dst": [e[1] for e in edges]}
+    if labels:
+        cols["label"] = [e[2] for e in edges]
+    pq.write_table(pa.table(cols), path)
+    return str(path)
+
+
 def write_graph_files(d, edges, vlabels, edge_labels=True):
     """Parquet files ``e.parquet`` (src, dst[, label]) and ``v.parquet`` (id, label; None: no vertex
     file) of a :func:`random_graph` in directory ``d`` (a pathlib.Path); returns their paths."""
     import pyarrow as pa
     import pyarrow.parquet as pq
     d.mkdir(parents=True, exist_ok=True)
-    cols = {"src": [e[0] for e in edges], "dst": [e[1] for e in edges]}
-    if edge_labels:
-        cols["label"] = [e[2] for e in edges]
-    pq.write_table(pa.table(cols), d / "e.parquet")
+    e = write_edges(d / "e.parquet", edges, edge_labels)
     if vlabels is None:
-        return str(d / "e.parquet"), None
+        return e, None
     pq.write_table(pa.table({"id": list(vlabels), "label": list(vlabels.values())}), d / "v.parquet")
-    return str(d / "e.parquet"), str(d / "v.parquet")
+    return e, str(d / "v.parquet")
 
 
 def build_stores(d, edges, vlabels, budgets=(None, "16KB")):

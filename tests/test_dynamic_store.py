@@ -25,6 +25,7 @@ import pytest
 
 import sgsi
 from oracle import oracle_count, random_graph, random_pattern, write_graph_files
+from oracle import write_edges as _write_edges
 from sgsi.cli import main as cli_main
 from sgsi.errors import InputError, StoreError
 from sgsi.join.backends import gpu_available
@@ -73,14 +74,6 @@ class Model:
             else:
                 out.add((s, d) if direction == "out" else (d, s))
         return out
-
-
-def _write_edges(path, edges, labels=True):
-    cols = {"src": [e[0] for e in edges], "dst": [e[1] for e in edges]}
-    if labels:
-        cols["label"] = [e[2] for e in edges]
-    pq.write_table(pa.table(cols), path)
-    return str(path)
 
 
 def _fresh(d, model, name, labels=True, **kw):

@@ -24,7 +24,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import sgsi
-from oracle import build_stores, oracle_matches, random_graph, random_pattern
+from oracle import build_stores, oracle_matches, random_graph, random_pattern, write_edges
 from sgsi.errors import BudgetError, Cancelled, PatternError, SgsiError
 from sgsi.join import shard as shard_mod
 from sgsi.join.query import Query
@@ -588,13 +588,8 @@ def test_sharded_queries_after_updates_read_the_newest_version(client, tmp_path)
         ins = [(rng.randrange(45), rng.randrange(45), rng.choice(["E0", "E1", "E2"])) for _ in range(30)]
         ins = [e for e in ins if e[0] != e[1]]
         gone = rng.sample(edges, 20)
-        path = tmp_path / f"u{step}"
-        path.mkdir()
-        pq.write_table(pa.table({"src": [e[0] for e in ins], "dst": [e[1] for e in ins],
-                                 "label": [e[2] for e in ins]}), path / "i.parquet")
-        pq.write_table(pa.table({"src": [e[0] for e in gone], "dst": [e[1] for e in gone],
-                                 "label": [e[2] for e in gone]}), path / "d.parquet")
-        g.update(insert=str(path / "i.parquet"), delete=str(path / "d.parquet"), label="label")
+        g.update(insert=write_edges(tmp_path / f"i{step}.parquet", ins),
+                 delete=write_edges(tmp_path / f"d{step}.parquet", gone), label="label")
         edges = sorted(({*edges} - {*gone}) | {*ins})
         vlabels = {**{v: None for e in ins for v in e[:2]}, **vlabels}
     with pytest.raises(StoreError, match="newest"):
