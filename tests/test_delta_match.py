@@ -249,6 +249,37 @@ def test_refined_anchored_queries(tmp_path, patched, monkeypatch):
         v.close()
 
 
+def test_searched_and_unpinned_anchored_counts(tmp_path, patched, monkeypatch):
+    """Anchored queries past their work at once: a count that excludes earlier edges is counted
+    again without them, less its matches with a changed pair there (``_unpinned``); the others
+    search their order from their pairs (the greedy one taken)."""
+    from sgsi.join import engine, ordering
+    from sgsi.join.backends.cpu import CpuBackend
+    for name in ("REPLAN_MIN_WORK", "REPLAN_FACTOR", "REPLAN_COST_FACTOR"):
+        monkeypatch.setattr(engine, name, 0)
+    monkeypatch.setattr(CpuBackend, "reorder_work", 0)
+    monkeypatch.setattr(CpuBackend, "search_work", 0)
+    monkeypatch.setattr(ordering, "GAIN", 0.0)
+    monkeypatch.setattr(ordering, "SAMPLE_ROWS", 8)
+    rng = random.Random(11)
+    unpinned = reordered = 0
+    for k, undirected in enumerate((False, True)):
+        v = random_versions(tmp_path / f"g{k}", rng, undirected)
+        g = patched(v)
+        try:
+            extra = [random_pattern(rng, rng.randrange(3, 6), vertex_labels=("0", "1"),
+                                    edge_labels=("E0", "E1", "E2"), p_vertex_label=0.2) for _ in range(4)]
+            for p in PATTERNS[3:] + extra:
+                for budget in ("16KB", None):
+                    check(v, p, budget=budget)
+                g.count_delta(p, since=1, device="cpu", progress=False)
+                unpinned += g.last_stats["anchors_unpinned"]
+                reordered += g.last_stats["reordered"]
+        finally:
+            v.close()
+    assert unpinned > 0 and reordered > 0
+
+
 def test_a_batch_that_changes_nothing(tmp_path, patched):
     edges, vl = random_graph(random.Random(3), 20, 60, 2, 2)
     v = Versions(tmp_path, edges, list(reversed(edges)), vl, vl)

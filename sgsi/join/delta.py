@@ -19,7 +19,10 @@ factored. Where another pattern edge joins u_i and w_i (which a seed would not t
 instead only its pairs' ends in C(u_i), C(w_i) and filters by its own pairs too. The candidate
 filter runs once per side, and drops the pairs whose ends are not candidates of the edge's ends
 (an edge left with none has no query); an anchored query is refined, on its sets cut to its
-pairs' ends, only once its join outgrows its sets (the engine's replan).
+pairs' ends, only once its join outgrows its sets (the engine's replan), and searches its order
+once past its backend's ``reorder_work`` after that (from its pairs). A count that gets there
+while it excludes earlier edges, whose filters keep their vertices joined, is counted another
+way (:func:`_unpinned`).
 """
 
 from __future__ import annotations
@@ -73,6 +76,7 @@ class Anchor:
     weight: int = 1         # what each match adds to a count (an inclusion-exclusion term's sign)
     seeded: bool = False    # the join starts from the pairs (no other pattern edge joins u and w)
     symmetry: tuple = ((), 1)   # a count's (pairs m(v) < m(w), |H|), the same for every anchor
+    unpin: bool = True      # a heavy count that excludes edges goes back to its delta (:func:`_unpinned`)
 
     @property
     def seed(self):
@@ -110,12 +114,14 @@ class Anchor:
                 for edges, keep in ((self.require, True), (self.exclude, False)) for u, w, keys in edges]
         return out
 
-    def plan(self, store, pattern, backend, injective, count=False, refine_from=None):
+    def plan(self, store, pattern, backend, injective, count=False, refine_from=None, order=None):
         """The anchored plan on the filtered sets, or refined from ``refine_from``, the candidate
-        sets of the first (the engine's replan); a ``count`` factors the vertices no filter reads."""
+        sets of the first (the engine's replan), or on ``order`` over ``refine_from`` (refined sets
+        already: the order a search found); a ``count`` factors the vertices no filter reads."""
         if refine_from is not None:         # from the first plan's sets: cut C(u), C(w) then refine
-            return make_plan(store, pattern, backend, injective=injective, refine_rounds=REFINE_ROUNDS,
-                             factor_leaves=count, filtered=refine_from, anchor=self)
+            return make_plan(store, pattern, backend, injective=injective,
+                             refine_rounds=REFINE_ROUNDS if order is None else 0, factor_leaves=count,
+                             filtered=refine_from[:len(pattern.vertices)], anchor=self, order=order)
         bits = self.base.get(backend.name)
         if bits is None:
             bits = self.base[backend.name] = [backend.to_device(b) for b in self.candidates]
@@ -205,8 +211,16 @@ class Delta:
         """{"added": matches gained, "removed": matches lost}."""
         out = {"added": 0, "removed": 0}
         stats = _Stats()
-        for sign, store, anchor in self.anchors(count=True):
-            out["added" if sign > 0 else "removed"] += anchor.weight * self._query(store, anchor, stats).count()
+        todo = self.anchors(count=True)[::-1]
+        while todo:
+            sign, store, anchor = todo.pop()
+            try:
+                n = self._query(store, anchor, stats).count()
+            except query_module.HeavyAnchor:
+                stats.unpinned += 1
+                todo += [(sign, store, a) for a in _unpinned(anchor)[::-1]]
+                continue
+            out["added" if sign > 0 else "removed"] += anchor.weight * n
         self.publish({**stats.total(self.symmetry[1]), **self.times})
         return out
 
@@ -285,6 +299,18 @@ def _leaf_terms(anchor, leaves):
             for mask in range(1 << len(free))]
 
 
+def _unpinned(anchor):
+    """``anchor``'s count as a signed sum of anchors that exclude fewer edges: its matches whose
+    excluded edges T are all unchanged are its matches with T ignored, less, for each edge e_j of
+    T, those whose pair at e_j is changed and at no edge before e_j in T is (the first such edge
+    of each match). The first term leaves T's vertices free to be factored; the others require
+    two changed pairs, where few matches are (and are not split again: 1 + |T| queries)."""
+    t = anchor.exclude
+    return [replace(anchor, exclude=())] + [
+        replace(anchor, exclude=t[:j], require=anchor.require + (t[j],), weight=-anchor.weight, unpin=False)
+        for j in range(len(t))]
+
+
 def _edges(store, pattern, strict):
     """(u, w, label id, direction) of each pattern edge on ``store``, or None where a label of the
     pattern is not the store's (a PatternError where ``strict``)."""
@@ -311,6 +337,7 @@ class _Stats:
 
     def __init__(self):
         self.sums, self.n = {}, 0
+        self.unpinned = 0       # anchored counts given back past their work (:func:`_unpinned`)
 
     def add(self, stats):
         self.n += 1
@@ -322,4 +349,4 @@ class _Stats:
 
     def total(self, symmetry=1):
         """The sums; ``symmetry``: the |H| the anchored counts shared (not a sum)."""
-        return {**self.sums, "anchored_queries": self.n, "symmetry": symmetry}
+        return {**self.sums, "anchored_queries": self.n, "anchors_unpinned": self.unpinned, "symmetry": symmetry}

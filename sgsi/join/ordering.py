@@ -89,16 +89,19 @@ class Choice:
 
 
 def choose(store, backend, plan: QueryPlan, budget: int, count: bool, done: float = 0.0,
-           least: float = 0.0, symmetric: bool = False) -> Choice:
+           least: float = 0.0, symmetric: bool = False, seed=(), keep=()) -> Choice:
     """The greedy order from ``plan``'s first vertex, and for a count both it and ``plan``'s with
     their expanding vertices last: the cheapest of them by its sampled cost, and the cost of
     ``plan``'s order (over the plan's candidate sets; ``count``: a count's), ``done`` of whose
     work has run. A query switches where the cheapest order's whole cost is a :data:`GAIN`-th or
     less of what is left of its own; no order is searched where what is left by the estimate is
     ``least`` or less. ``symmetric``: the count breaks its core's symmetry (each
-    order's cost is then divided by the order of its core's group, :mod:`.symmetry`)."""
+    order's cost is then divided by the order of its core's group, :mod:`.symmetry`).
+    ``seed``: the plan joins from these partial matches of its first vertices ((vertex, host
+    ids), as the engine's ``seed``: an anchored query's pairs), which every order keeps first;
+    ``keep``: vertices the plan joins, never factors (its row filters read them)."""
     start = time.perf_counter()
-    sampler = _Sampler(store, backend, plan, budget, symmetric)
+    sampler = _Sampler(store, backend, plan, budget, symmetric, seed, keep)
     core = [u for u in plan.order if u not in sampler.leaves]
     rest = [u for u in plan.order if u in sampler.leaves]
     planned_levels = sampler.levels(core)
@@ -133,15 +136,18 @@ def left_by_share(done: float, share: float) -> float:
 class _Sampler:
     """Sampled joins over one plan's candidate sets."""
 
-    def __init__(self, store, backend, plan, budget, symmetric=False):
+    def __init__(self, store, backend, plan, budget, symmetric=False, seed=(), keep=()):
         self.store, self.backend, self.plan, self.budget = store, backend, plan, budget
         self.symmetric = symmetric and plan.injective     # costs over the core's symmetry group
+        self.seed = tuple(seed)
+        self.keep = frozenset(keep) | {u for u, _ids in self.seed}     # never factored nor moved
         n = len(plan.pattern.vertices)
         self.adj = [set() for _ in range(n)]
         for (a, b, _lab, _d) in plan.incident:
             self.adj[a].add(b)
         core_size = sum(len(a) > 1 for a in self.adj)
         self.leaves = {u for u in range(n) if len(self.adj[u]) == 1} if core_size > 1 else set()
+        self.leaves -= {u for u, _ids in self.seed}
         self.rng = np.random.default_rng(SEED)
         self.tried = 0
         self._steps = {}        # (prefix, vertex) -> its Step
@@ -153,7 +159,7 @@ class _Sampler:
         same = 0
         while same < min(len(order), len(like), len(known)) and order[same] == like[same]:
             same += 1
-        out = list(known[:same]) or [self._roots(order[0])]
+        out = list(known[:same]) or self._first(order)
         level = out[-1]
         for u in order[len(out):]:
             if level.rows is None:      # nothing found: the rest of the order joins nothing
@@ -165,8 +171,8 @@ class _Sampler:
     def greedy(self, start, core):
         """(order, its sampled levels): from ``start``, the vertex of fewest estimated partial
         matches next."""
-        level = self._roots(start)
-        order, out = [start], [level]
+        out = self._first([start] + [u for u in core if u != start])
+        order, level = list(out[-1].order), out[-1]
         while len(order) < len(core) and level.rows is not None:
             frontier = [u for u in core if u not in order and self.adj[u] & set(order)]
             if not frontier:
@@ -188,7 +194,7 @@ class _Sampler:
         growth = {u: levels[i].estimate / max(levels[i - 1].estimate, 1.0) for i, u in enumerate(order[1:], 1)}
         late = []
         for u in sorted((u for u in order[1:] if growth[u] > 1), key=lambda u: -growth[u]):
-            if self.adj[u] & set(late):
+            if u in self.keep or self.adj[u] & set(late):
                 continue
             trial = sorted(late + [u], key=order.index)
             head = [v for v in order if v not in trial]
@@ -202,7 +208,7 @@ class _Sampler:
         """(the vertices a count's plan on ``order`` factors: its leaf groups' and subtree roots,
         its subtrees as (root, leaves))."""
         plan = self.plan
-        groups, trees = _factored_vertices(plan.pattern, plan.meets, plan.injective, order)
+        groups, trees = _factored_vertices(plan.pattern, plan.meets, plan.injective, order, self.keep)
         return ([u for g in groups for u in g] + [root for root, _kids in trees],
                 [(root, [k for g in kids for k in g]) for root, kids in trees])
 
@@ -245,6 +251,16 @@ class _Sampler:
         return rooted.work + leaves
 
     # -- levels ----------------------------------------------------------------------
+
+    def _first(self, order):
+        """The levels of ``order``'s first vertex, or of the seed's vertices (which ``order`` starts
+        with): partial matches given, not joined (no work)."""
+        if not self.seed:
+            return [self._roots(order[0])]
+        assert [u for u, _ids in self.seed] == list(order[:len(self.seed)]), "an order keeps its seed first"
+        rows = {u: np.asarray(ids, np.int32) for u, ids in self.seed}
+        return [self._drawn(tuple(order[:k]), {u: rows[u] for u in order[:k]}, float(_size(rows)), 0.0)
+                for k in range(1, len(self.seed) + 1)]
 
     def _roots(self, u):
         ids = self.backend.to_host(self.backend.bits_to_ids(self.plan.candidates[u], self.store.n_vertices,

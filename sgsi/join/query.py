@@ -68,6 +68,12 @@ def with_columns(pattern, why):
     return pat
 
 
+class HeavyAnchor(SgsiError):
+    """An anchored count has joined past its backend's ``reorder_work`` (once refined) while it
+    excludes earlier edges, whose vertices it joins for their filters: its delta counts it
+    another way (:func:`sgsi.join.delta._unpinned`)."""
+
+
 class Backends:
     """The backends of one open store: at most one idle backend a device, reused by the next
     query (its caches survive), and one more for each query running beside another."""
@@ -332,7 +338,21 @@ class Query:
             plan = self._guard(backend.run, lambda: broken(anchor.plan(store, pat, backend, injective, count)))
             refined = lambda: broken(anchor.plan(store, pat, backend, injective, count,  # noqa: E731
                                                  refine_from=plan.candidates))
-            return Engine(store, plan, backend, budget, replan=refined, progress=self.progress, seed=anchor.seed)
+
+            def reorder_anchored(refined_plan, done, share):
+                """As ``reorder`` below: an order that keeps the anchor's pairs first (its seed)
+                and joins the vertices its filters read; a count that excludes earlier edges is
+                given back to its delta instead (:class:`HeavyAnchor`)."""
+                if count and anchor.exclude and anchor.unpin:
+                    raise HeavyAnchor()
+                seed = [(u, backend.to_host(ids)) for u, ids in anchor.seed]
+                choice = self._reorder(backend, budget, refined_plan, count, done, share, seed, anchor.pinned)
+                if not choice.switch:
+                    return None, choice.stats
+                return broken(anchor.plan(store, pat, backend, injective, count, refine_from=refined_plan.candidates,
+                                          order=choice.order)), choice.stats
+            return Engine(store, plan, backend, budget, replan=refined, progress=self.progress, seed=anchor.seed,
+                          reorder=reorder_anchored if REORDER and anchor.u != anchor.w else None)
         if shard is not None:
             # A shard of a query its driver split on refined sets: on those sets where it has them
             # (restricted, refined again where the shard cuts candidate ranges), else refined at
@@ -355,19 +375,24 @@ class Query:
 
         def reorder(refined_plan, done, share):
             """The refined plan on the order a sampled search finds, where that pays for starting
-            again (:func:`ordering.choose`); none is searched where what is left of the plan's
-            work is under twice ``search_work`` (what the search itself takes): by ``done`` over
-            the ``share`` of the join it did (no sample drawn), or by the plan's sampled estimate."""
-            least = 2 * backend.search_work
-            left = ordering.left_by_share(done, share)
-            if left <= least:
-                return None, ordering.Choice(refined_plan.order, done + left, done + left, 0, 0.0, False).stats
-            choice = self._search_order(backend, budget, refined_plan, count, done, least=least)
+            again (:meth:`_reorder`)."""
+            choice = self._reorder(backend, budget, refined_plan, count, done, share)
             if not choice.switch:
                 return None, choice.stats
             return broken(self._on_order(backend, refined_plan, choice.order, count)), choice.stats
         return Engine(store, plan, backend, budget, replan=refined, progress=self.progress,
                       reorder=reorder if REORDER else None)
+
+    def _reorder(self, backend, budget, plan, count, done, share, seed=(), keep=()):
+        """:func:`ordering.choose`'s :class:`~sgsi.join.ordering.Choice` for a join of ``plan``
+        that did ``done`` over the ``share`` of it (its progress); none is searched where what is
+        left of the plan's work is under twice ``search_work`` (what the search itself takes): by
+        ``done`` and ``share`` (no sample drawn), or by the plan's sampled estimate."""
+        least = 2 * backend.search_work
+        left = ordering.left_by_share(done, share)
+        if left <= least:
+            return ordering.Choice(plan.order, done + left, done + left, 0, 0.0, False)
+        return self._search_order(backend, budget, plan, count, done, least=least, seed=seed, keep=keep)
 
     def _split_order(self, backend, budget, plan, count, gate=None):
         """A sharded query's refined ``plan`` on the order a sampled search finds, where its own
@@ -389,12 +414,13 @@ class Query:
         return make_plan(self.store, self.pattern, backend, injective=self.injective, refine_rounds=0,
                          factor_leaves=count, filtered=plan.candidates[:len(self.pattern.vertices)], order=order)
 
-    def _search_order(self, backend, budget, plan, count, done, least=0):
+    def _search_order(self, backend, budget, plan, count, done, least=0, seed=(), keep=()):
         """:func:`ordering.choose` for ``plan``, on the CPU: its sampled steps are small, and a
-        step costs the CPU a fraction of the launches and reads it costs a GPU."""
-        symmetric = count and SYMMETRY
+        step costs the CPU a fraction of the launches and reads it costs a GPU. ``seed``, ``keep``:
+        an anchored query's (``choose``'s); its costs are not divided by a symmetry group."""
+        symmetric = count and SYMMETRY and not seed and not keep
         if backend.name == "cpu":
-            return ordering.choose(self.store, backend, plan, budget // 4, count, done, least, symmetric)
+            return ordering.choose(self.store, backend, plan, budget // 4, count, done, least, symmetric, seed, keep)
         cpu = self.backends.take("cpu")
         failed = True
         try:
@@ -402,7 +428,7 @@ class Query:
             sampler = cpu if self.check is None else _Watched(cpu, self.check)
             host = replace(plan, candidates=[backend.to_host(b) for b in plan.candidates])
             out = ordering.choose(self.store, sampler, host, min(budget, cpu_budget) // 4, count, done, least,
-                                  symmetric)
+                                  symmetric, seed, keep)
             failed = False
             return out
         finally:
