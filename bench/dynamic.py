@@ -205,11 +205,11 @@ def run(args):
                undirected=undirected, memory_budget=args.build_budget).close()
     C.say(f"built {n_base:,} of {n:,} edges in {time.perf_counter() - t:.1f}s; {len(queries)} queries")
     opts = dict(device=args.device, memory_budget=args.memory_budget, progress=False)
+    if args.warm and args.device != "cpu":
+        warm_kernels(path, work, stream, base, queries, opts, args.timeout)
     with sgsi.open(path) as g:
         before = {name: timed(lambda ev, q=q: g.count(q, cancel=ev, **opts), args.timeout) for name, q in queries}
     counts = {name: c for name, (s, c, _t) in before.items() if s == "ok"}
-    if args.warm and args.device != "cpu":
-        warm_kernels(path, work, stream, base, queries, opts, args.timeout)
 
     rows, at, deleted_at = [], 0, 0
     # --stream: one Graph applies the batches and runs the deltas, a second follows the versions and
