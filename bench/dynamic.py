@@ -56,7 +56,7 @@ from sgsi.errors import Cancelled  # noqa: E402
 
 FIELDS = ["graph", "batch", "kind", "inserted", "deleted", "since", "version", "apply_s", "query", "status",
           "delta_s", "recompute_s", "speedup", "added", "removed", "count_before", "count_after", "exact",
-          "anchored_queries", "changed_s", "filter_s"]
+          "anchored_queries", "changed_s", "filter_s", "delta_path"]
 
 
 # -- the graph and its split ---------------------------------------------------------------
@@ -243,6 +243,7 @@ def run(args):
             with _opening(path, kept) as g:
                 s1, d, t1 = timed(lambda ev, q=q: g.count_delta(q, since=since, cancel=ev, **opts), args.timeout)
                 row["anchored_queries"] = g.last_stats.get("anchored_queries")
+                row["delta_path"] = g.last_stats.get("delta_path")      # anchored, or recount (join/race.py)
                 row.update(changed_s=round(g.last_stats.get("delta_changed_s", 0), 5),
                            filter_s=round(g.last_stats.get("delta_filter_s", 0), 5))
             with _opening(path, counter) as g:

@@ -280,6 +280,37 @@ def test_searched_and_unpinned_anchored_counts(tmp_path, patched, monkeypatch):
     assert unpinned > 0 and reordered > 0
 
 
+def test_counts_by_recounting_both_versions(tmp_path, patched, monkeypatch):
+    """The race's other path first (:mod:`sgsi.join.race`): a delta counted as the new count less
+    the old, with the side of fewer anchored queries counted by them where both sides flipped."""
+    from sgsi.join import race
+    first_done = race.first_done
+    monkeypatch.setattr(race, "first_done", lambda paths, cancel=None: first_done(paths[::-1], cancel))
+    rng = random.Random(13)
+    edges, vl = random_graph(rng, 24, 90, 2, 3)
+    edges = list(dict.fromkeys(edges))
+    more, _ = random_graph(rng, 24, 20, 2, 3)
+    gone = rng.sample(edges, 15)
+    batches = {"mixed": None,
+               "insert": (edges, edges + [e for e in more if e not in edges]),
+               "delete": (edges, [e for e in edges if e not in gone])}
+    sides = set()
+    for k, (kind, pair) in enumerate(batches.items()):
+        v = random_versions(tmp_path / kind, rng) if pair is None else Versions(tmp_path / kind, *pair, vl, vl)
+        g = patched(v)
+        try:
+            for p in PATTERNS[3:] + ["(a)-[:E0]->(b)-[:E1]->(c)"]:
+                got = g.count_delta(p, since=1, device="cpu", memory_budget="16KB", progress=False)
+                assert got == signs(v.expected(p)), (kind, p)
+                if g.last_stats["anchored_queries"] or g.last_stats.get("delta_path"):
+                    assert g.last_stats["delta_path"] == "recount"
+                    sides.add((kind, bool(got["added"]), bool(got["removed"])))
+        finally:
+            v.close()
+    assert {k for k, *_ in sides} == {"mixed", "insert", "delete"}
+    assert ("mixed", True, True) in sides
+
+
 def test_a_batch_that_changes_nothing(tmp_path, patched):
     edges, vl = random_graph(random.Random(3), 20, 60, 2, 2)
     v = Versions(tmp_path, edges, list(reversed(edges)), vl, vl)

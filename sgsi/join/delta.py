@@ -37,7 +37,7 @@ from ..errors import PatternError
 from ..pattern import unknown_label
 from ..storage.format import ANY_LABEL
 from . import query as query_module
-from . import symmetry
+from . import race, symmetry
 from .pairs import RowFilter, id_bits, in_bits, pair_keys
 from .plan import REFINE_ROUNDS, make_plan
 from .query import Query, drop_frames, load, reraise_stream_error, with_columns
@@ -208,21 +208,57 @@ class Delta:
         return out
 
     def count(self) -> dict:
-        """{"added": matches gained, "removed": matches lost}."""
-        out = {"added": 0, "removed": 0}
-        stats = _Stats()
-        todo = self.anchors(count=True)[::-1]
-        while todo:
-            sign, store, anchor = todo.pop()
+        """{"added": matches gained, "removed": matches lost}: by the anchored queries, or by
+        counting both versions where that ends first (:mod:`.race`): the gains less the losses
+        are the new count less the old, so a side with no flipped pair is that difference, and
+        where both sides have some, the side of fewer anchored queries is counted by them and
+        the other is that difference from it."""
+        anchors = self.anchors(count=True)
+        if not anchors:
+            self.publish({**_Stats().total(self.symmetry[1]), **self.times})
+            return {"added": 0, "removed": 0}
+        out, got = {"added": 0, "removed": 0}, {"added": 0, "removed": 0, "new": 0, "old": 0}
+        stats, recount_stats = _Stats(), _Stats()
+        # Anchored queries are many and short: a turn ends between two (none is done twice).
+        anchored = race.Path("anchored", [self._anchored(item, out, stats) for item in anchors], stoppable=False)
+        sides = sorted({sign for sign, _s, _a in anchors}, key=lambda s: sum(a[0] == s for a in anchors))
+        tasks = [self._recount(store, key, got, recount_stats)
+                 for store, key in ((self.new, "new"), (self.old, "old")) if key == "new" or self.in_old]
+        if len(sides) == 2:     # the side of fewer anchored queries
+            tasks += [self._anchored(item, got, recount_stats) for item in anchors if item[0] == sides[0]]
+        path, rounds = race.first_done([anchored, race.Path("recount", tasks)], self.options["cancel"])
+        if path is not anchored:
+            stats, change = recount_stats, got["new"] - got["old"]
+            if len(sides) == 1:     # no flipped pair on the other side: it lost (gained) nothing
+                out = {"added": change, "removed": 0} if sides[0] > 0 else {"added": 0, "removed": -change}
+            elif sides[0] > 0:
+                out = {"added": got["added"], "removed": got["added"] - change}
+            else:
+                out = {"added": got["removed"] + change, "removed": got["removed"]}
+        self.publish({**stats.total(self.symmetry[1]), **self.times, "delta_path": path.name, "delta_rounds": rounds})
+        return out
+
+    def _anchored(self, item, out, stats):
+        """The :class:`race.Path` task of the anchored count ``item`` (sign, store, anchor), summed
+        into ``out``; a heavy one that excludes edges gives back its :func:`_unpinned` terms."""
+        sign, store, anchor = item
+
+        def run(stop):
             try:
-                n = self._query(store, anchor, stats).count()
+                n = self._query(store, anchor, stats, stop).count()
             except query_module.HeavyAnchor:
                 stats.unpinned += 1
-                todo += [(sign, store, a) for a in _unpinned(anchor)[::-1]]
-                continue
+                return [self._anchored((sign, store, a), out, stats) for a in _unpinned(anchor)]
             out["added" if sign > 0 else "removed"] += anchor.weight * n
-        self.publish({**stats.total(self.symmetry[1]), **self.times})
-        return out
+            return None
+        return run
+
+    def _recount(self, store, key, got, stats):
+        """The :class:`race.Path` task of the count of the pattern on ``store``, as ``got[key]``."""
+        def run(stop):
+            got[key] = Query(store, self.backends, self.pattern, publish=stats.add,
+                             **{**self.options, "cancel": stop}).count()
+        return run
 
     def stream(self, limit=None, on_end=None):
         """The delta rows as a :class:`pyarrow.RecordBatchReader` (the named vertices' original ids
@@ -276,8 +312,9 @@ class Delta:
             if on_end is not None:
                 on_end()
 
-    def _query(self, store, anchor, stats):
-        return Query(store, self.backends, self.pattern, publish=stats.add, anchor=anchor, **self.options)
+    def _query(self, store, anchor, stats, cancel=None):
+        options = self.options if cancel is None else {**self.options, "cancel": cancel}
+        return Query(store, self.backends, self.pattern, publish=stats.add, anchor=anchor, **options)
 
 
 #: Most excluded edges to leaves an anchored count takes by inclusion-exclusion (2**k terms).
