@@ -249,7 +249,12 @@ def test_refined_anchored_queries(tmp_path, patched, monkeypatch):
         v.close()
 
 
-def test_searched_and_unpinned_anchored_counts(tmp_path, patched, monkeypatch):
+DEVICES = ["cpu", pytest.param("gpu", marks=[
+    pytest.mark.gpu, pytest.mark.skipif(not gpu_available(), reason="no CUDA GPU with CuPy on this machine")])]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_searched_and_unpinned_anchored_counts(tmp_path, patched, monkeypatch, device):
     """Anchored queries past their work at once: a count that excludes earlier edges is counted
     again without them, less its matches with a changed pair there (``_unpinned``); the others
     search their order from their pairs (the greedy one taken)."""
@@ -259,6 +264,10 @@ def test_searched_and_unpinned_anchored_counts(tmp_path, patched, monkeypatch):
         monkeypatch.setattr(engine, name, 0)
     monkeypatch.setattr(CpuBackend, "reorder_work", 0)
     monkeypatch.setattr(CpuBackend, "search_work", 0)
+    if device == "gpu":
+        from sgsi.join.backends.gpu.backend import GpuBackend
+        monkeypatch.setattr(GpuBackend, "reorder_work", 0)
+        monkeypatch.setattr(GpuBackend, "search_work", 0)
     monkeypatch.setattr(ordering, "GAIN", 0.0)
     monkeypatch.setattr(ordering, "SAMPLE_ROWS", 8)
     rng = random.Random(11)
@@ -271,8 +280,8 @@ def test_searched_and_unpinned_anchored_counts(tmp_path, patched, monkeypatch):
                                     edge_labels=("E0", "E1", "E2"), p_vertex_label=0.2) for _ in range(4)]
             for p in PATTERNS[3:] + extra:
                 for budget in ("16KB", None):
-                    check(v, p, budget=budget)
-                g.count_delta(p, since=1, device="cpu", progress=False)
+                    check(v, p, device=device, budget=budget)
+                g.count_delta(p, since=1, device=device, progress=False)
                 unpinned += g.last_stats["anchors_unpinned"]
                 reordered += g.last_stats["reordered"]
         finally:
@@ -280,7 +289,8 @@ def test_searched_and_unpinned_anchored_counts(tmp_path, patched, monkeypatch):
     assert unpinned > 0 and reordered > 0
 
 
-def test_counts_by_recounting_both_versions(tmp_path, patched, monkeypatch):
+@pytest.mark.parametrize("device", DEVICES)
+def test_counts_by_recounting_both_versions(tmp_path, patched, monkeypatch, device):
     """The race's other path first (:mod:`sgsi.join.race`): a delta counted as the new count less
     the old, with the side of fewer anchored queries counted by them where both sides flipped."""
     from sgsi.join import race
@@ -300,7 +310,7 @@ def test_counts_by_recounting_both_versions(tmp_path, patched, monkeypatch):
         g = patched(v)
         try:
             for p in PATTERNS[3:] + ["(a)-[:E0]->(b)-[:E1]->(c)"]:
-                got = g.count_delta(p, since=1, device="cpu", memory_budget="16KB", progress=False)
+                got = g.count_delta(p, since=1, device=device, memory_budget="16KB", progress=False)
                 assert got == signs(v.expected(p)), (kind, p)
                 if g.last_stats["anchored_queries"] or g.last_stats.get("delta_path"):
                     assert g.last_stats["delta_path"] == "recount"
