@@ -56,6 +56,23 @@ def test_a_path_not_stoppable_ends_its_turn_between_tasks(fast):
     assert path is whole and [x for x in log if x[0] != "n"] == [(f"w{i}", True) for i in range(3)]
 
 
+def test_a_path_whose_task_needs_longer_skips_its_turns(fast):
+    """A stopped task that says it needs 100 s gets no turn shorter than 50 s."""
+    log = []
+    runs = []
+
+    def long(stop):
+        runs.append(1)
+        try:
+            task(100.0, log, "long")(stop)
+        except Cancelled as e:
+            e.seconds = 100.0
+            raise
+    whole = race.Path("whole", [task(0.03, log, f"w{i}") for i in range(4)], stoppable=False)
+    path, rounds = race.first_done([whole, race.Path("long", [long])])
+    assert path is whole and rounds >= 1 and len(runs) == 1
+
+
 def test_a_task_may_give_back_tasks_in_its_place(fast):
     log = []
 

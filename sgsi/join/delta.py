@@ -33,7 +33,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import pyarrow as pa
 
-from ..errors import PatternError
+from ..errors import Cancelled, PatternError
 from ..pattern import unknown_label
 from ..storage.format import ANY_LABEL
 from . import query as query_module
@@ -254,10 +254,17 @@ class Delta:
         return run
 
     def _recount(self, store, key, got, stats):
-        """The :class:`race.Path` task of the count of the pattern on ``store``, as ``got[key]``."""
+        """The :class:`race.Path` task of the count of the pattern on ``store``, as ``got[key]``;
+        stopped, it says how long it needs by the share of its join done."""
         def run(stop):
-            got[key] = Query(store, self.backends, self.pattern, publish=stats.add,
-                             **{**self.options, "cancel": stop}).count()
+            query = Query(store, self.backends, self.pattern, publish=stats.add, **{**self.options, "cancel": stop})
+            start = time.monotonic()
+            try:
+                got[key] = query.count()
+            except Cancelled as e:     # at its turn's end (or the caller's cancel): how long it needs
+                share = query.progress.share() if getattr(query, "progress", None) is not None else 0.0
+                e.seconds = (time.monotonic() - start) / share if share > 0 else 0.0
+                raise
         return run
 
     def stream(self, limit=None, on_end=None):

@@ -10,7 +10,8 @@ are not stoppable ends its turn between two tasks, losing none): where one
 way is much cheaper, the race costs a few times that way's time. The first
 path is the preferred one: where it ends within its first slice the others
 never start, and they skip a turn where its tasks so far say it will end
-within that turn.
+within that turn. A stopped task may say how long it needs (its Cancelled's
+``seconds``, from its progress): its path skips the turns under half that.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ class Path:
         self.name, self.stoppable = name, stoppable      # not stoppable: a turn ends between tasks
         self.todo = list(tasks)[::-1]
         self.done, self.seconds = 0, 0.0       # tasks finished; seconds of its turns
+        self.needs = 0.0                        # seconds its stopped task said it needs
 
     def left(self):
         """Seconds its tasks left would take at the pace of those finished (infinite before one)."""
@@ -52,6 +54,8 @@ def first_done(paths, cancel=None):
         for k, path in enumerate(paths):
             if k and paths[0].left() < seconds:
                 continue                    # the preferred path is about to end: no turn
+            if path.needs > 2 * seconds:
+                continue                    # its task would not end within this turn
             if _turn(path, seconds, asked):
                 return path, rounds
         seconds *= GROWTH
@@ -72,11 +76,13 @@ def _turn(path, seconds, asked):
                 return False
             try:
                 more = path.todo[-1](stop)
-            except Cancelled:
+            except Cancelled as e:
                 if asked is not None and asked():
                     raise
+                path.needs = getattr(e, "seconds", 0.0)
                 return False                # the slice is over: this task again next turn
             path.todo.pop()
+            path.needs = 0.0
             path.done += 1
             if more:
                 path.todo += list(more)[::-1]
