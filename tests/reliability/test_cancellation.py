@@ -139,6 +139,31 @@ def test_cancel_is_checked_at_each_unit_of_work(social, unit, monkeypatch):
     g.close()
 
 
+@pytest.mark.parametrize("work", ["_degrees", "_row_counts"])
+def test_cancel_is_checked_inside_a_steps_array_work(social, work, monkeypatch):
+    """A cancel= that answers True only when asked from a step's array work (the degrees of its
+    candidate sets, the factored vertices' counts per row: no segment read, slice or round)
+    stops the query: the watched backend checks before each of its methods."""
+    import inspect
+
+    from sgsi.join.backends.cpu import CpuBackend
+    monkeypatch.setattr(CpuBackend, "light_entries", 0)       # no step row by row
+    asked = []
+
+    def asked_inside():
+        inside = any(f.function == work for f in inspect.stack()[1:6])
+        asked.append(inside)
+        return inside
+
+    g = sgsi.open(social["store"])
+    pattern = "(a:0)-[:E0]->(b)-[:E1]->(c:1)"
+    assert g.count(pattern, device="cpu") > 0
+    with pytest.raises(Cancelled, match="cancelled"):
+        g.count(pattern, device="cpu", cancel=asked_inside)
+    assert any(asked)
+    g.close()
+
+
 def _interrupt_after(con, seconds, use_registration=None):
     def fire():
         time.sleep(seconds)
