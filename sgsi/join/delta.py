@@ -222,8 +222,8 @@ class Delta:
         # Anchored queries are many and short: a turn ends between two (none is done twice).
         anchored = race.Path("anchored", [self._anchored(item, out, stats) for item in anchors], stoppable=False)
         sides = sorted({sign for sign, _s, _a in anchors}, key=lambda s: sum(a[0] == s for a in anchors))
-        tasks = [self._recount(store, key, got, recount_stats)
-                 for store, key in ((self.new, "new"), (self.old, "old")) if key == "new" or self.in_old]
+        versions = [(self.new, "new")] + ([(self.old, "old")] if self.in_old else [])     # else "old" stays 0
+        tasks = [self._recount(store, key, got, recount_stats) for store, key in versions]
         if len(sides) == 2:     # the side of fewer anchored queries
             tasks += [self._anchored(item, got, recount_stats) for item in anchors if item[0] == sides[0]]
         path, rounds = race.first_done([anchored, race.Path("recount", tasks)], self.options["cancel"])

@@ -492,17 +492,23 @@ def drop_frames(exc):
         first.__traceback__ = None
 
 
-def cancel_check(cancel):
-    """A function raising Cancelled once ``cancel`` (an Event, or a callable) says stop; None for None."""
+def cancel_asked(cancel):
+    """A function saying whether ``cancel`` (an Event, or a callable) says stop; None for None."""
     if cancel is None:
         return None
     if hasattr(cancel, "is_set"):
-        test = cancel.is_set
-    elif callable(cancel):
-        test = cancel
-    else:
-        raise SgsiError(f"cancel must be a threading.Event or a callable returning True to stop, "
-                        f"not {type(cancel).__name__}")
+        return cancel.is_set
+    if callable(cancel):
+        return cancel
+    raise SgsiError(f"cancel must be a threading.Event or a callable returning True to stop, "
+                    f"not {type(cancel).__name__}")
+
+
+def cancel_check(cancel):
+    """A function raising Cancelled once ``cancel`` (an Event, or a callable) says stop; None for None."""
+    test = cancel_asked(cancel)
+    if test is None:
+        return None
 
     def check():
         if test():

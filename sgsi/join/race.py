@@ -19,6 +19,7 @@ from __future__ import annotations
 import time
 
 from ..errors import Cancelled
+from .query import cancel_asked
 
 #: Seconds of the first path's first turn (a turn of each path a round, each round's slices
 #: :data:`GROWTH` times the last's).
@@ -45,10 +46,7 @@ class Path:
 def first_done(paths, cancel=None):
     """(the first of ``paths`` to run all of its tasks, the rounds before its last). ``cancel``: the
     caller's (a ``threading.Event`` or a callable): it stops the race with :class:`Cancelled`."""
-    if cancel is None:
-        asked = None
-    else:
-        asked = cancel.is_set if hasattr(cancel, "is_set") else cancel
+    asked = cancel_asked(cancel)
     seconds, rounds = FIRST_SLICE, 0
     while True:
         for k, path in enumerate(paths):
