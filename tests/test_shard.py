@@ -541,6 +541,31 @@ def test_tasks_keep_their_memory_until_the_query_ends(graphs, client, monkeypatc
     assert sum(worker for _running, worker in trims) >= 2, trims        # each worker's, at the end
 
 
+def test_workers_let_a_querys_data_go_when_it_ends(graphs, client):
+    """The scattered sets and the tasks' results leave the workers when a count or a match ends,
+    not when the driver's garbage collector finds the run (its tasks' callbacks hold it)."""
+    import gc
+    edges, vlabels, stores = graphs
+    p = "(a)-->(b)-->(c)"
+
+    def held():
+        return {k for keys in client.run(lambda dask_worker: list(dask_worker.data)).values() for k in keys}
+    gc.collect()
+    before = held()                             # earlier tests' (a cancelled task's result, say)
+    gc.disable()
+    try:
+        assert stores[None].count(p, device="cpu", client=client, progress=False) == len(oracle_matches(edges, vlabels, p))
+        assert stores[None].last_stats["tasks"] > 2
+        reader = stores[None].match(p, device="cpu", client=client, progress=False)
+        assert rows(reader)[0] == project(oracle_matches(edges, vlabels, p), p)
+        t0 = time.monotonic()
+        while held() - before and time.monotonic() - t0 < STOP_BOUND:
+            time.sleep(0.01)                    # the scheduler's releases are messages, not awaited
+        assert not held() - before
+    finally:
+        gc.enable()
+
+
 def test_a_worker_gets_the_next_task_when_it_ends_one(graphs, client, monkeypatch):
     """At most one task a worker thread is out at once (none queued on a worker behind a running
     one, where another worker may idle), the first shards first; the count is the oracle's."""

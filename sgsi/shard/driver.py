@@ -237,6 +237,8 @@ class _Run:
         self._lock = threading.Lock()
         self._stopped = False
         self._total = 0
+        self._held = None                   # the scattered sets (a Future)
+        self._finished = None               # as_completed of the submitted tasks
 
     def __enter__(self):
         return self
@@ -247,8 +249,22 @@ class _Run:
             with contextlib.suppress(Exception):        # the memory the tasks kept goes back
                 self.client.run(tasks.release, wait=False)
         finally:
+            self._forget()
             parts.remove(self.directory)
         return False
+
+    def _forget(self):
+        """Drop every Future of the query, so that the workers let its sets and results go now:
+        the tasks' done callbacks hold this run, and a cycle waits for the garbage collector."""
+        with self._lock:
+            finished, held = self._finished, self._held
+            self._finished = self._held = self._launch = None
+            self._pending = []
+        if finished is not None:
+            finished.clear()
+        if held is not None:
+            with contextlib.suppress(Exception):
+                held.release()
 
     def submit(self, shards, fn, head, tail=(), sets=None):
         """``fn(*head, shard, query name, directory, *tail, sets=sets)`` a shard, the first shards
@@ -258,6 +274,7 @@ class _Run:
         from distributed import as_completed
 
         held = self.client.scatter(sets, broadcast=True, hash=False) if sets is not None else None
+        self._held = held
         total = len(shards)
 
         def launch(rank, shard):
@@ -281,7 +298,8 @@ class _Run:
             rank, shard = self._pending.pop()
             future = self._launch(rank, shard)
             self.futures[future] = shard
-        self._finished.add(future)
+            finished = self._finished
+        finished.add(future)
         future.add_done_callback(self._next)
 
     def completed(self, check, progress):
