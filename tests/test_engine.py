@@ -18,12 +18,15 @@ import pytest
 import sgsi
 from oracle import oracle_count, oracle_matches, random_graph, random_pattern
 from sgsi.errors import SgsiError
+from sgsi.join.backends import gpu_available
 from sgsi.join.backends.cpu import CpuBackend
 from sgsi.pattern import parse_pattern, parse_query_text
 
 BENCH = Path(__file__).parent / "data" / "benchmarks"
 BUDGETS = [None, "64KB", "16KB"]
 CPU = "cpu"
+DEVICES = [CPU, pytest.param("gpu", marks=[
+    pytest.mark.gpu, pytest.mark.skipif(not gpu_available(), reason="no CUDA GPU with CuPy on this machine")])]
 
 
 # ---------------------------------------------------------------------------
@@ -852,6 +855,50 @@ def test_each_tuple_probes_from_its_shortest_list(tmp_path, budget):
     if budget is None:
         assert g.last_stats["entries"] == k + k * (m // k)      # step y: 40; step z: 40 tuples x 50
     g.close()
+
+
+def test_tuple_slices_tile_the_tuples_within_the_cap():
+    """``_slices``: consecutive ranges that cover every tuple once, each one's tuples but its last
+    summing to under the cap; one range where all fit."""
+    import numpy as np
+    from sgsi.join.sets import _slices
+    cpu = CpuBackend()
+    rng = np.random.default_rng(5)
+    for n, cap in [(1, 4), (50, 10), (200, 64), (30, 1000)]:
+        count = rng.integers(0, 40, n).astype(np.int64)
+        count[n // 2] = 3 * cap                                 # over the cap alone
+        got = _slices(cpu, count, cap)
+        assert got[0][0] == 0 and got[-1][1] == n and all(b == c for (_, b), (c, _) in zip(got, got[1:]))
+        assert all(count[a:b - 1].sum() < cap for a, b in got)
+        assert (len(got) == 1) == (count.sum() <= cap or n == 1)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("pattern", ["(x)<-[:E0]-(h:9)-[:E0]->(y), (x)-[:E2]->(y)",
+                                     "(x)--(h:9)--(y)--(x)",
+                                     "(a)-->(b)-->(c)-->(d)-->(a)"])
+def test_tuples_take_their_entries_a_slice_at_a_time(cases, monkeypatch, device, pattern):
+    """Rows that share a first-link vertex share its buffer, not its entries: a piece's tuples take
+    their entries a slice of tuples at a time (``expand_entries`` at most, 64 here) and test them
+    against the later links slice by slice. Counts and rows as the oracle's."""
+    from sgsi.join import engine
+    from sgsi.join.backends import gpu_available
+    monkeypatch.setattr(engine.Limits, "expand_entries", property(lambda self: 64))
+    monkeypatch.setattr(engine, "SHORTEST_LIST_MIN_PROBES", 1 << 40)   # later links streamed
+    monkeypatch.setattr(CpuBackend, "light_entries", 0)                 # every piece by tuples
+    if device == "gpu" and gpu_available():
+        from sgsi.join.backends.gpu.backend import GpuBackend
+        monkeypatch.setattr(GpuBackend, "light_entries", 0)
+    sliced, slices = [], engine._slices
+    monkeypatch.setattr(engine, "_slices", lambda *a: sliced.append(slices(*a)) or sliced[-1])
+    case = cases["hub"]
+    g = case.graphs[None]
+    assert g.count(pattern, device=device) == len(case.oracle(pattern, True))
+    reader = g.match(pattern, device=device)
+    t = reader.read_all()
+    names = parse_pattern(pattern).output_names
+    assert Counter(zip(*[t.column(n).to_pylist() for n in names])) == case.projected(pattern, True)
+    assert any(len(s) > 1 for s in sliced)
 
 
 def test_entry_sums_are_folded_as_they_come(cases, monkeypatch):

@@ -50,7 +50,7 @@ from .counting import Counting, _shared_groups
 from .plan import REFINE_ROUNDS, QueryPlan, Step, refine_cost
 from .progress import Progress
 from .sets import (_alive, _columns_read, _entries, _How, _Lists, _n_rows, _nbytes, _per_tuple, _RowSets, _Sets,
-                   _taken, _TuplesOf)
+                   _slices, _taken, _TuplesOf)
 from .stream import degree_index, neighbour_lists, segments_of, segments_spanning
 
 #: Work (buffer entries plus rows) after which a query on unrefined candidate
@@ -89,6 +89,10 @@ class _Replan(Exception):
     """The join outgrew its plan before producing results; plan again."""
 
 
+#: Entries a piece's tuples take from their buffers at once, in GBA caps (``Limits.expand_entries``):
+#: each entry is a tuple id and a value with their tests' temporaries, like a buffer entry; on the
+#: CPU 2^23, a quarter of a second of array operations between two cancel checks.
+EXPAND_FACTOR = 4
 #: Bytes a GBA entry and its bookkeeping take (value, row id, flags).
 _GBA_ENTRY_BYTES = 16
 #: Bytes of a row's int64 temporaries in a join step (tuple id, degree, offsets, sort order).
@@ -103,6 +107,11 @@ class Limits:
 
     gba_entries: int     # most buffer entries of one piece
     chunk_rows: int      # most rows of one intermediate chunk (before a step)
+
+    @property
+    def expand_entries(self) -> int:
+        """Most entries a piece's tuples take from their buffers at once (:meth:`Engine._finish`)."""
+        return EXPAND_FACTOR * self.gba_entries
 
     @classmethod
     def from_budget(cls, budget: int, width: int, backend=None):
@@ -557,28 +566,42 @@ class Engine(Counting):
             return _Sets(row_tuple, None, L.values, tcnt, _per_tuple(backend, L.start, L.of_tuple))
         got = backend.intersect_lists(lists, max(4096, 4 * lim.gba_entries))
         if got is None:
-            # Entries from the first link's lists; the other links are tested by streaming.
+            # Entries from the first link's lists, tested against the other links by streaming,
+            # a slice of tuples at a time: rows that share a first-link vertex share its buffer,
+            # not its entries (a 10M-edge 4-cycle's piece of 2^21 buffer entries made 636M).
             tcnt = _per_tuple(backend, L.count, L.of_tuple)
-            etuple, evals = _entries(backend, L.values, _per_tuple(backend, L.start, L.of_tuple), tcnt)
-            self._stats["entries"] += int(evals.size)
-            untested = list(range(1, len(step.links)))
+            tstart = _per_tuple(backend, L.start, L.of_tuple)
+            parts = []
+            for a, b in _slices(backend, tcnt, lim.expand_entries):
+                etuple, evals = _entries(backend, L.values, tstart[a:b], tcnt[a:b])
+                self._stats["entries"] += int(evals.size)
+                etuple, evals = self._tested(step, range(1, len(step.links)), [t[a:b] for t in tuples],
+                                             etuple, evals, lim, tcnt[a:b])
+                parts.append((etuple + a if a else etuple, evals))
+            etuple, evals = parts[0] if len(parts) == 1 else (self.xp.concatenate([e for e, _ in parts]),
+                                                              self.xp.concatenate([v for _, v in parts]))
         else:
             # The gathered lists intersected (each tuple probing its shortest list); the
             # links whose lists were not gathered or not intersected are left to streaming.
             etuple, evals, probes, untested = got
             self._stats["entries"] += probes
-            tcnt = backend.bincount(etuple, int(tuples[0].size)) if untested else None
-
-        # Links not tested yet (Algorithm 5): keep the entries found in N(t_j, l_j), streamed.
-        if untested:
-            cbits = self.plan.candidates[step.vertex]
-            alive = _alive(evals, (lambda j=j: self._member(step.links[j], tuples[j], etuple, evals, lim, tcnt,
-                                                                  cbits) for j in untested))
-            if alive is not None:
-                keep = backend.nonzero_index(alive)
-                etuple, evals = backend.take_values(etuple, keep), backend.take_values(evals, keep)
+            if untested:
+                etuple, evals = self._tested(step, untested, tuples, etuple, evals, lim,
+                                             backend.bincount(etuple, int(tuples[0].size)))
         scount = backend.bincount(etuple, int(tuples[0].size))
         return _Sets(row_tuple, etuple, evals, scount, backend.exclusive_sum(scount))
+
+    def _tested(self, step, untested, tuples, etuple, evals, lim, tcnt):
+        """(``etuple``, ``evals``) less the entries not in N(t_j, l_j) for each link j of
+        ``untested`` (Algorithm 5: the lists streamed); ``tcnt``: entries per tuple."""
+        backend = self.backend
+        cbits = self.plan.candidates[step.vertex]
+        alive = _alive(evals, (lambda j=j: self._member(step.links[j], tuples[j], etuple, evals, lim, tcnt, cbits)
+                               for j in untested))
+        if alive is None:
+            return etuple, evals
+        keep = backend.nonzero_index(alive)
+        return backend.take_values(etuple, keep), backend.take_values(evals, keep)
 
     def _charge(self, work):
         """Count one step's ``work`` (buffer entries plus rows); past the limit, before any

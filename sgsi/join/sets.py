@@ -87,6 +87,19 @@ def _entries(backend, values, start, count):
     return backend.repeat_index(count), backend.take_values(values, backend.ragged_indices(start, count))
 
 
+def _slices(backend, count, cap):
+    """Consecutive ranges [a, b) of the tuples, each starting its entries within one ``cap`` of the
+    ``count`` prefix (its tuples but its last sum to under ``cap``): one range where all fit."""
+    n = int(count.size)
+    total, = backend.host_reductions(("sum", count)) if n else (0,)
+    if total <= cap:
+        return [(0, n)]
+    cum = backend.prefix_sum(count)
+    bounds = backend.to_host(backend.nonzero_index(backend.xp.diff((cum - count) // cap)) + 1)
+    cuts = [0] + [int(b) for b in bounds] + [n]
+    return list(zip(cuts[:-1], cuts[1:]))
+
+
 def _packed(backend, s):
     """``s`` with its sets packed end to end and the tuple of each entry known."""
     if s.etuple is not None:
