@@ -566,20 +566,7 @@ class Engine(Counting):
             return _Sets(row_tuple, None, L.values, tcnt, _per_tuple(backend, L.start, L.of_tuple))
         got = backend.intersect_lists(lists, max(4096, 4 * lim.gba_entries))
         if got is None:
-            # Entries from the first link's lists, tested against the other links by streaming,
-            # a slice of tuples at a time: rows that share a first-link vertex share its buffer,
-            # not its entries (a 10M-edge 4-cycle's piece of 2^21 buffer entries made 636M).
-            tcnt = _per_tuple(backend, L.count, L.of_tuple)
-            tstart = _per_tuple(backend, L.start, L.of_tuple)
-            parts = []
-            for a, b in _slices(backend, tcnt, lim.expand_entries):
-                etuple, evals = _entries(backend, L.values, tstart[a:b], tcnt[a:b])
-                self._stats["entries"] += int(evals.size)
-                etuple, evals = self._tested(step, range(1, len(step.links)), [t[a:b] for t in tuples],
-                                             etuple, evals, lim, tcnt[a:b])
-                parts.append((etuple + a if a else etuple, evals))
-            etuple, evals = parts[0] if len(parts) == 1 else (self.xp.concatenate([e for e, _ in parts]),
-                                                              self.xp.concatenate([v for _, v in parts]))
+            etuple, evals = self._streamed(lists, tuples, step, lim)
         else:
             # The gathered lists intersected (each tuple probing its shortest list); the
             # links whose lists were not gathered or not intersected are left to streaming.
@@ -590,6 +577,52 @@ class Engine(Counting):
                                              backend.bincount(etuple, int(tuples[0].size)))
         scount = backend.bincount(etuple, int(tuples[0].size))
         return _Sets(row_tuple, etuple, evals, scount, backend.exclusive_sum(scount))
+
+    def _streamed(self, lists, tuples, step, lim):
+        """(tuple of each entry, entry) of S(t) for every tuple, the links tested by streaming
+        where ``intersect_lists`` could not intersect them (their bitsets too wide): each tuple
+        takes its entries from the shortest of its gathered lists (on the 10M-edge R-MAT 4-cycle,
+        5x fewer than from the first link's) and tests them against its other links. A slice of
+        tuples at a time: rows that share a first-link vertex share its buffer, not its entries
+        (one piece of that 4-cycle of 2^21 buffer entries made 636M)."""
+        backend = self.backend
+        side = [None if Lj is None else (_per_tuple(backend, Lj.count, Lj.of_tuple),
+                                         _per_tuple(backend, Lj.start, Lj.of_tuple), Lj.values) for Lj in lists]
+        n = int(tuples[0].size)
+        which = None                                # the list each tuple takes its entries from
+        best = side[0][0]
+        for j, sj in enumerate(side[1:], 1):
+            if sj is not None:
+                shorter = sj[0] < best
+                best = self.xp.where(shorter, sj[0], best)
+                which = self.xp.zeros(n, self.xp.int8) if which is None else which
+                which[shorter] = j
+        groups = [(0, None)] if which is None else \
+            [(k, backend.nonzero_index(which == k)) for k, sk in enumerate(side) if sk is not None]
+        parts = []
+        for k, rows in groups:
+            count, start, values = side[k]
+            if rows is not None:
+                count, start = backend.take_values(count, rows), backend.take_values(start, rows)
+            if not int(count.size):
+                continue
+            others = [j for j in range(len(step.links)) if j != k]
+            cols = tuples if rows is None else [backend.take_values(t, rows) for t in tuples]
+            for a, b in _slices(backend, count, lim.expand_entries):
+                etuple, evals = _entries(backend, values, start[a:b], count[a:b])
+                self._stats["entries"] += int(evals.size)
+                etuple, evals = self._tested(step, others, [t[a:b] for t in cols], etuple, evals, lim, count[a:b])
+                etuple = etuple + a if rows is None else backend.take_values(rows, etuple + a)
+                parts.append((etuple, evals))
+        if not parts:
+            return self.xp.zeros(0, self.xp.int64), self.xp.zeros(0, self.xp.int32)
+        if len(parts) == 1:
+            return parts[0]
+        etuple, evals = self.xp.concatenate([e for e, _ in parts]), self.xp.concatenate([v for _, v in parts])
+        if which is None:
+            return etuple, evals                    # slices of the tuples in order
+        order = backend.argsort(etuple)             # stable: each tuple's entries stay sorted
+        return backend.take_values(etuple, order), backend.take_values(evals, order)
 
     def _tested(self, step, untested, tuples, etuple, evals, lim, tcnt):
         """(``etuple``, ``evals``) less the entries not in N(t_j, l_j) for each link j of
