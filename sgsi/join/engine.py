@@ -50,7 +50,7 @@ from .counting import Counting, _shared_groups
 from .plan import REFINE_ROUNDS, QueryPlan, Step, refine_cost
 from .progress import Progress
 from .sets import (_alive, _columns_read, _entries, _How, _Lists, _n_rows, _nbytes, _per_tuple, _RowSets, _Sets,
-                   _slices, _taken, _TuplesOf)
+                   _slices, _taken, _tuple_slice, _TuplesOf)
 from .stream import degree_index, neighbour_lists, segments_of, segments_spanning
 
 #: Work (buffer entries plus rows) after which a query on unrefined candidate
@@ -497,7 +497,8 @@ class Engine(Counting):
         parts.clear()
         n = int(gba.size)
         lists = _Lists(t.tuple_d, xp.zeros(1, xp.int64), xp.asarray([n]), gba, n)
-        return self._finish(t.row_tuple, t.tuples, [lists] + [None] * (len(step.links) - 1), step, lim)
+        return self._finish(t.row_tuple, t.tuples, [lists] + [None] * (len(step.links) - 1), step, lim,
+                            bound=n * int(t.tuples[0].size))
 
     def _sets_whole(self, piece, deg, step: Step, lim: Limits, how=None):
         """Sets of a piece whose GBA fits the cap.
@@ -522,7 +523,7 @@ class Engine(Counting):
             probes, = backend.host_reductions(("sum", _per_tuple(backend, first.count, first.of_tuple)))
             lists += [self._other_lists(link, col, step, lim, probes)
                       for link, col in zip(step.links[1:], t.tuples[1:])]
-        return self._finish(t.row_tuple, t.tuples, lists, step, lim)
+        return self._finish(t.row_tuple, t.tuples, lists, step, lim, bound=None if how is None else how.total)
 
     def _other_lists(self, link, col, step, lim, probes):
         """``_gather`` for a later link's vertices, or None where it would not pay: the
@@ -550,9 +551,10 @@ class Engine(Counting):
             backend.gather_segment(groups, ci, verts[lo:hi], cbits, F[lo:hi], fill[lo:hi], gba)
         return _Lists(of_tuple, F, fill, gba, total)
 
-    def _finish(self, row_tuple, tuples, lists, step: Step, lim: Limits):
+    def _finish(self, row_tuple, tuples, lists, step: Step, lim: Limits, bound=None):
         """The sets S(t) from the gathered lists (``lists[j]``: link j's, or None where not
-        gathered; ``lists[0]`` always is)."""
+        gathered; ``lists[0]`` always is). ``bound``: at least the entries the tuples' first-link
+        lists hold in all, where the caller knows it (the piece's rows' degrees)."""
         backend = self.backend
         self._charge(lists[0].reserved + int(row_tuple.size))
         L = lists[0]
@@ -564,27 +566,54 @@ class Engine(Counting):
             if len(self._entries) >= _ENTRIES_HELD:
                 self.stats                      # one read folds them into the counter
             return _Sets(row_tuple, None, L.values, tcnt, _per_tuple(backend, L.start, L.of_tuple))
-        got = backend.intersect_lists(lists, max(4096, 4 * lim.gba_entries))
-        if got is None:
-            etuple, evals = self._streamed(lists, tuples, step, lim)
-        else:
-            # The gathered lists intersected (each tuple probing its shortest list); the
-            # links whose lists were not gathered or not intersected are left to streaming.
-            etuple, evals, probes, untested = got
-            self._stats["entries"] += probes
-            if untested:
-                etuple, evals = self._tested(step, untested, tuples, etuple, evals, lim,
-                                             backend.bincount(etuple, int(tuples[0].size)))
-        scount = backend.bincount(etuple, int(tuples[0].size))
+        # A slice of tuples at a time, each taking its entries from its shortest gathered list:
+        # rows that share a first-link vertex share its buffer, not its entries (a 10M-edge
+        # R-MAT 4-cycle's piece of 2^21 buffer entries made 636M from the first link's lists).
+        n = int(tuples[0].size)
+        cuts = [(0, n)] if bound is not None and bound <= lim.expand_entries else \
+            _slices(backend, self._probes(lists), lim.expand_entries)
+        parts = []
+        for a, b in cuts:
+            if (a, b) == (0, n):
+                etuple, evals = self._intersected(lists, tuples, step, lim)
+            else:
+                etuple, evals = self._intersected([None if Lj is None else _tuple_slice(Lj, a, b) for Lj in lists],
+                                                  [t[a:b] for t in tuples], step, lim)
+            parts.append((etuple + a if a else etuple, evals))
+        etuple, evals = parts[0] if len(parts) == 1 else (self.xp.concatenate([e for e, _ in parts]),
+                                                          self.xp.concatenate([v for _, v in parts]))
+        scount = backend.bincount(etuple, n)
         return _Sets(row_tuple, etuple, evals, scount, backend.exclusive_sum(scount))
 
+    def _probes(self, lists):
+        """Per tuple, the entries of its shortest gathered list."""
+        best = None
+        for Lj in lists:
+            if Lj is not None:
+                c = _per_tuple(self.backend, Lj.count, Lj.of_tuple)
+                best = c if best is None else self.xp.minimum(best, c)
+        return best
+
+    def _intersected(self, lists, tuples, step, lim):
+        """(tuple of each entry, entry) of S(t) for each tuple: the gathered lists intersected
+        (each tuple probing its shortest list), the links not gathered or not intersected tested
+        by streaming."""
+        backend = self.backend
+        got = backend.intersect_lists(lists, max(4096, 4 * lim.gba_entries))
+        if got is None:
+            return self._streamed(lists, tuples, step, lim)
+        etuple, evals, probes, untested = got
+        self._stats["entries"] += probes
+        if untested:
+            etuple, evals = self._tested(step, untested, tuples, etuple, evals, lim,
+                                         backend.bincount(etuple, int(tuples[0].size)))
+        return etuple, evals
+
     def _streamed(self, lists, tuples, step, lim):
-        """(tuple of each entry, entry) of S(t) for every tuple, the links tested by streaming
-        where ``intersect_lists`` could not intersect them (their bitsets too wide): each tuple
-        takes its entries from the shortest of its gathered lists (on the 10M-edge R-MAT 4-cycle,
-        5x fewer than from the first link's) and tests them against its other links. A slice of
-        tuples at a time: rows that share a first-link vertex share its buffer, not its entries
-        (one piece of that 4-cycle of 2^21 buffer entries made 636M)."""
+        """``_intersected`` where ``intersect_lists`` could not intersect the gathered lists (their
+        bitsets too wide): each tuple takes its entries from the shortest of its gathered lists
+        (on the 10M-edge R-MAT 4-cycle, 5x fewer than from the first link's) and tests them
+        against its other links by streaming; the tuples grouped by that list."""
         backend = self.backend
         side = [None if Lj is None else (_per_tuple(backend, Lj.count, Lj.of_tuple),
                                          _per_tuple(backend, Lj.start, Lj.of_tuple), Lj.values) for Lj in lists]
@@ -606,21 +635,17 @@ class Engine(Counting):
                 count, start = backend.take_values(count, rows), backend.take_values(start, rows)
             if not int(count.size):
                 continue
-            others = [j for j in range(len(step.links)) if j != k]
+            etuple, evals = _entries(backend, values, start, count)
+            self._stats["entries"] += int(evals.size)
             cols = tuples if rows is None else [backend.take_values(t, rows) for t in tuples]
-            for a, b in _slices(backend, count, lim.expand_entries):
-                etuple, evals = _entries(backend, values, start[a:b], count[a:b])
-                self._stats["entries"] += int(evals.size)
-                etuple, evals = self._tested(step, others, [t[a:b] for t in cols], etuple, evals, lim, count[a:b])
-                etuple = etuple + a if rows is None else backend.take_values(rows, etuple + a)
-                parts.append((etuple, evals))
+            etuple, evals = self._tested(step, [j for j in range(len(step.links)) if j != k], cols, etuple, evals,
+                                         lim, count)
+            parts.append((etuple if rows is None else backend.take_values(rows, etuple), evals))
         if not parts:
             return self.xp.zeros(0, self.xp.int64), self.xp.zeros(0, self.xp.int32)
         if len(parts) == 1:
             return parts[0]
         etuple, evals = self.xp.concatenate([e for e, _ in parts]), self.xp.concatenate([v for _, v in parts])
-        if which is None:
-            return etuple, evals                    # slices of the tuples in order
         order = backend.argsort(etuple)             # stable: each tuple's entries stay sorted
         return backend.take_values(etuple, order), backend.take_values(evals, order)
 

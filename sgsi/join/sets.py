@@ -100,6 +100,13 @@ def _slices(backend, count, cap):
     return list(zip(cuts[:-1], cuts[1:]))
 
 
+def _tuple_slice(lists, a, b):
+    """``lists`` (a :class:`_Lists`) for the tuples [a, b) only."""
+    if lists.of_tuple is None:          # tuple t is vertex t
+        return _Lists(None, lists.start[a:b], lists.count[a:b], lists.values, lists.reserved)
+    return _Lists(lists.of_tuple[a:b], lists.start, lists.count, lists.values, lists.reserved)
+
+
 def _packed(backend, s):
     """``s`` with its sets packed end to end and the tuple of each entry known."""
     if s.etuple is not None:
