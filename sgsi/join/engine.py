@@ -50,7 +50,7 @@ from .counting import Counting, _shared_groups
 from .plan import REFINE_ROUNDS, QueryPlan, Step, refine_cost
 from .progress import Progress
 from .sets import (_alive, _columns_read, _entries, _How, _Lists, _n_rows, _nbytes, _per_tuple, _RowSets, _Sets,
-                   _slices, _taken, _tuple_slice, _TuplesOf)
+                   _cuts, _slices, _taken, _tuple_slice, _TuplesOf)
 from .stream import degree_index, neighbour_lists, segments_of, segments_spanning
 
 #: Work (buffer entries plus rows) after which a query on unrefined candidate
@@ -388,10 +388,7 @@ class Engine(Counting):
         if longest <= cap and 2 * distinct >= total:
             # Rows share few first-link vertices: cut them in their own order (no gather);
             # rows whose buffers start in [k*cap, (k+1)*cap) form piece k.
-            cum = self.backend.prefix_sum(deg)
-            bounds = self.backend.to_host(self.backend.nonzero_index(xp.diff((cum - deg) // cap)) + 1)
-            cuts = [0] + [int(b) for b in bounds] + [n]
-            for a, b in zip(cuts[:-1], cuts[1:]):
+            for a, b in _cuts(self.backend, self.backend.prefix_sum(deg), deg, cap):
                 yield {u: c[a:b] for u, c in chunk.items()}, deg[a:b], _How("tuples")
             return
         # Rows sorted by their first-link vertex; distinct vertices grouped greedily.
@@ -571,28 +568,30 @@ class Engine(Counting):
         # R-MAT 4-cycle's piece of 2^21 buffer entries made 636M from the first link's lists).
         n = int(tuples[0].size)
         cuts = [(0, n)] if bound is not None and bound <= lim.expand_entries else \
-            _slices(backend, self._probes(lists), lim.expand_entries)
+            _slices(backend, self._shortest(lists)[0], lim.expand_entries)
         parts = []
         for a, b in cuts:
-            if (a, b) == (0, n):
-                etuple, evals = self._intersected(lists, tuples, step, lim)
-            else:
-                etuple, evals = self._intersected([None if Lj is None else _tuple_slice(Lj, a, b) for Lj in lists],
-                                                  [t[a:b] for t in tuples], step, lim)
+            etuple, evals = self._intersected([None if Lj is None else _tuple_slice(Lj, a, b) for Lj in lists],
+                                              [t[a:b] for t in tuples], step, lim)
             parts.append((etuple + a if a else etuple, evals))
         etuple, evals = parts[0] if len(parts) == 1 else (self.xp.concatenate([e for e, _ in parts]),
                                                           self.xp.concatenate([v for _, v in parts]))
         scount = backend.bincount(etuple, n)
         return _Sets(row_tuple, etuple, evals, scount, backend.exclusive_sum(scount))
 
-    def _probes(self, lists):
-        """Per tuple, the entries of its shortest gathered list."""
-        best = None
-        for Lj in lists:
+    def _shortest(self, lists):
+        """Per tuple, (the entries of its shortest gathered list, which list that is: None where
+        the first link's is the only one gathered)."""
+        best = _per_tuple(self.backend, lists[0].count, lists[0].of_tuple)
+        which = None
+        for j, Lj in enumerate(lists[1:], 1):
             if Lj is not None:
                 c = _per_tuple(self.backend, Lj.count, Lj.of_tuple)
-                best = c if best is None else self.xp.minimum(best, c)
-        return best
+                shorter = c < best
+                best = self.xp.where(shorter, c, best)
+                which = self.xp.zeros(int(best.size), self.xp.int8) if which is None else which
+                which[shorter] = j
+        return best, which
 
     def _intersected(self, lists, tuples, step, lim):
         """(tuple of each entry, entry) of S(t) for each tuple: the gathered lists intersected
@@ -617,15 +616,7 @@ class Engine(Counting):
         backend = self.backend
         side = [None if Lj is None else (_per_tuple(backend, Lj.count, Lj.of_tuple),
                                          _per_tuple(backend, Lj.start, Lj.of_tuple), Lj.values) for Lj in lists]
-        n = int(tuples[0].size)
-        which = None                                # the list each tuple takes its entries from
-        best = side[0][0]
-        for j, sj in enumerate(side[1:], 1):
-            if sj is not None:
-                shorter = sj[0] < best
-                best = self.xp.where(shorter, sj[0], best)
-                which = self.xp.zeros(n, self.xp.int8) if which is None else which
-                which[shorter] = j
+        which = self._shortest(lists)[1]           # the list each tuple takes its entries from
         groups = [(0, None)] if which is None else \
             [(k, backend.nonzero_index(which == k)) for k, sk in enumerate(side) if sk is not None]
         parts = []
@@ -746,7 +737,7 @@ class Engine(Counting):
         table in slices of about ``chunk_rows`` rows. Only the columns of the vertices ``keep``
         (None: all) are carried over, with the new vertex's: a count needs no column that no
         later step reads."""
-        xp, backend = self.xp, self.backend
+        backend = self.backend
         if isinstance(s, _RowSets):                       # a light piece: its entries are the output
             if s.total:
                 out = dict(s.taken) if s.taken is not None else _taken(backend, piece, s.erow, keep)
@@ -761,14 +752,10 @@ class Engine(Counting):
         cum = backend.prefix_sum(per_row)
         self._rows_ahead(total)
         cap = lim.chunk_rows
-        if total <= cap:
-            cuts = [0, n]
-        else:
-            bounds = backend.nonzero_index(xp.diff((cum - per_row) // cap)) + 1
-            cuts = [0] + [int(b) for b in backend.to_host(bounds)] + [n]
-        for i, (a, b) in enumerate(zip(cuts[:-1], cuts[1:])):
-            if place is not None:       # progress: slice i of len(cuts) - 1
-                place(i, len(cuts) - 1)
+        cuts = [(0, n)] if total <= cap else _cuts(backend, cum, per_row, cap)
+        for i, (a, b) in enumerate(cuts):
+            if place is not None:       # progress: slice i of len(cuts)
+                place(i, len(cuts))
             conflict_cols = [piece[c][a:b] for c in step.conflicts]
             sizes = (cum, total, heaviest) if b - a == n else None        # one slice: sized already
             erow, vals = backend.extend(s.row_tuple[a:b], per_row[a:b], s.evals, s.sstart, s.scount, conflict_cols,

@@ -87,17 +87,20 @@ def _entries(backend, values, start, count):
     return backend.repeat_index(count), backend.take_values(values, backend.ragged_indices(start, count))
 
 
+def _cuts(backend, cum, count, cap):
+    """Consecutive ranges [a, b) of the items of ``count`` (``cum``: its inclusive prefix sum):
+    range k holds the items that start in [k*cap, (k+1)*cap) of the prefix (its items but its
+    last sum to under ``cap``)."""
+    bounds = backend.to_host(backend.nonzero_index(backend.xp.diff((cum - count) // cap)) + 1)
+    cuts = [0] + [int(b) for b in bounds] + [int(count.size)]
+    return list(zip(cuts[:-1], cuts[1:]))
+
+
 def _slices(backend, count, cap):
-    """Consecutive ranges [a, b) of the tuples, each starting its entries within one ``cap`` of the
-    ``count`` prefix (its tuples but its last sum to under ``cap``): one range where all fit."""
+    """:func:`_cuts` of the tuples by their entries ``count``: one range where all fit ``cap``."""
     n = int(count.size)
     total, = backend.host_reductions(("sum", count)) if n else (0,)
-    if total <= cap:
-        return [(0, n)]
-    cum = backend.prefix_sum(count)
-    bounds = backend.to_host(backend.nonzero_index(backend.xp.diff((cum - count) // cap)) + 1)
-    cuts = [0] + [int(b) for b in bounds] + [n]
-    return list(zip(cuts[:-1], cuts[1:]))
+    return [(0, n)] if total <= cap else _cuts(backend, backend.prefix_sum(count), count, cap)
 
 
 def _tuple_slice(lists, a, b):
