@@ -142,10 +142,11 @@ class Graph:
         This Graph then reads the new version; other Graphs keep theirs.
         """
         from .storage.update import update_store
-        current = self.store.newest()           # its base files and deltas shared, the new ones read
-        summary = update_store(self.path, insert, delete, vertices, src=src, dst=dst, label=label, id=id,
-                               vertex_label=vertex_label, store=current)
-        self._reopen(current.newest())
+        # The new version's opening shares this one's files, deltas and caches (a delta since this
+        # version then reads from it), with only the new delta read.
+        summary, newer = update_store(self.path, insert, delete, vertices, src=src, dst=dst, label=label, id=id,
+                                      vertex_label=vertex_label, store=self.store, keep=True)
+        self._reopen(newer)
         return summary
 
     def newest(self) -> "Graph":

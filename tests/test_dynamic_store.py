@@ -34,7 +34,7 @@ from sgsi.partition.signatures import pair_group
 from sgsi.storage import delta as delta_mod
 from sgsi.storage import overlay, pairhash, touched
 from sgsi.partition import pcsr
-from sgsi.storage.lists import has_pairs_in, lists_in, partition_lists
+from sgsi.storage.lists import SegmentTable, has_pairs_in, has_pairs_mapped, lists_in, partition_lists
 from sgsi.join.query import memory_floor
 from sgsi.storage.store import Partition, Store
 
@@ -524,6 +524,61 @@ def test_has_pairs_searches_lists_across_segments():
     qs, qd = rng.integers(0, 55, 3000).astype(np.int32), rng.integers(0, 500, 3000).astype(np.int32)
     want = np.isin((qs.astype(np.int64) << 32) | qd, k)
     assert want.any() and (has_pairs_in(p, lambda i: segs[i], qs, qd) == want).all()
+
+
+def _table(segs):
+    """A SegmentTable over PCSR segments laid back to back, as a store's files hold them."""
+    flat = np.concatenate([g.reshape(-1) for g, _ci in segs])
+    goff = np.cumsum([0] + [g.size for g, _ci in segs[:-1]])
+    coff = np.cumsum([0] + [ci.size for _g, ci in segs[:-1]])
+    return SegmentTable(np.arange(len(segs)) + 7, flat, np.concatenate([ci for _g, ci in segs]), goff, coff,
+                        np.array([g.shape[0] for g, _ci in segs]), np.array([ci.size for _g, ci in segs]), 4)
+
+
+def test_pairs_are_searched_in_many_segments_at_once():
+    """has_pairs_mapped reads each pair's segment in the files' arrays (its groups and lists at their
+    offsets): the same answers as a search of each segment, and a bad offset names its segment."""
+    rng = np.random.default_rng(2)
+    k = np.unique((rng.integers(0, 60, 3000) << 32) | rng.integers(0, 500, 3000))
+    s, d = (k >> 32).astype(np.int32), (k & 0xFFFFFFFF).astype(np.int32)
+    cut = [0, 700, 1500, len(s)]
+    segs = [pcsr.build(s[a:b], d[a:b], 4) for a, b in zip(cut[:-1], cut[1:])]
+    qs, qd = rng.integers(0, 65, 4000).astype(np.int32), rng.integers(0, 500, 4000).astype(np.int32)
+    at = rng.integers(0, len(segs), qs.size)
+    want = np.zeros(qs.size, bool)
+    for i, (a, b) in enumerate(zip(cut[:-1], cut[1:])):
+        mine = at == i
+        want[mine] = np.isin((qs[mine].astype(np.int64) << 32) | qd[mine], k[a:b])
+    assert want.sum() > 100 and (has_pairs_mapped(_table(segs), at, qs, qd) == want).all()
+    bad = segs[1][0].copy()
+    bad[:, :-1, 1] = np.where(bad[:, :-1, 0] >= 0, 10 ** 6, bad[:, :-1, 1])
+    with pytest.raises(StoreError, match="segment 8 holds values out of range"):
+        has_pairs_mapped(_table([segs[0], (bad, segs[1][1]), segs[2]]), at, qs, qd)
+
+
+def test_an_update_finds_its_edges_in_lists_that_span_segments(tmp_path):
+    """touched.present over a store of many small segments a label (a hub's list spans several): each
+    edge's presence is the model's, for pairs present and absent, of every label."""
+    rng = random.Random(4)
+    edges = {(rng.randrange(40) if rng.random() < 0.5 else 0, rng.randrange(40), rng.choice(["E0", "E1", "E2"]))
+             for _ in range(900)}
+    edges = sorted(edges)
+    e, v = write_graph_files(tmp_path / "base", edges, {i: 0 for i in range(40)})
+    g = sgsi.build(str(tmp_path / "g.sgsi"), edges=e, vertices=v, memory_budget=BUDGET)
+    st = g.store
+    spans = [p for lab in range(3) for p in [st.partition(lab, "out")]]
+    assert max(len(p.seg_ids) for p in spans) > 2
+    labels = {name: st.edge_label_id(name) for name in ("E0", "E1", "E2")}
+    q = [(rng.randrange(40) if rng.random() < 0.5 else 0, rng.randrange(40), rng.choice(list(labels)))
+         for _ in range(2000)]
+    dense = {x: i for i, x in enumerate(st.vertex_ids(np.arange(st.n_vertices)).to_pylist())}
+    qs, qd = (np.array([dense[x[j]] for x in q], np.int32) for j in (0, 1))
+    ql = np.array([labels[x] for _a, _b, x in q], np.int32)
+    empty = (np.zeros(0, np.int32),) * 3
+    got = touched.present(st, (empty, empty), qs, qd, ql)
+    want = np.array([x in set(edges) for x in q])
+    assert want.any() and (~want).any() and (got == want).all()
+    g.close()
 
 
 def test_pair_groups_hash_as_pair_group():

@@ -40,7 +40,7 @@ def vertex_hash(v, n_groups, xp=np):
     The CUDA kernels compute the same with 32-bit unsigned arithmetic.
     """
     h = (v.astype(xp.uint64) * xp.uint64(_HASH_MULT)) & xp.uint64(0xFFFFFFFF)
-    return (h % xp.uint64(n_groups)).astype(xp.int64)
+    return (h % xp.asarray(n_groups, dtype=xp.uint64)).astype(xp.int64)
 
 
 def build(src: np.ndarray, dst: np.ndarray, theta: int = DEFAULT_THETA):
@@ -244,22 +244,46 @@ def lookup(groups, v, xp=np):
     end = xp.zeros(v.shape, xp.int64)
     if n_groups == 0 or v.size == 0:
         return start, end
-    cap = theta - 1
     pending = xp.flatnonzero(v >= 0)        # ids are never negative; -1 marks unused slots
-    g = vertex_hash(v[pending], n_groups, xp)
+    _chase(lambda g, _b: groups[g], v, pending, vertex_hash(v[pending], n_groups, xp), None, None,
+           start, end, theta - 1, xp)
+    return start, end
+
+
+def lookup_flat(flat, v, base, n_groups, theta, xp=np):
+    """:func:`lookup` of each ``v[i]`` in the segment whose groups start at ``flat[base[i]]`` (even),
+    ``n_groups[i]`` of them: the groups of many segments read as one int32 array, as they lie in
+    their file. Raises IndexError where an overflow link leaves its segment (a damaged one)."""
+    v = xp.asarray(v)
+    start = xp.zeros(v.shape, xp.int64)
+    end = xp.zeros(v.shape, xp.int64)
+    pending = xp.flatnonzero((v >= 0) & (n_groups > 0))
+    pairs = flat[:flat.size // 2 * 2].reshape(-1, 2)
+    ramp = xp.arange(theta)
+    b, ng = base[pending] // 2, n_groups[pending]
+    _chase(lambda g, b: pairs[(b + g * theta)[:, None] + ramp], v, pending, vertex_hash(v[pending], ng, xp), b, ng,
+           start, end, theta - 1, xp)
+    return start, end
+
+
+def _chase(rows, v, pending, g, b, ng, start, end, cap, xp):
+    """Probe group ``g`` of each pending vertex, then its overflow chain, filling ``start`` and ``end``;
+    ``rows(g, b)`` gathers the groups (k, Θ, 2), of the segments at ``b`` (``ng`` groups each) if given."""
     while pending.size:
-        grp = groups[g]                                   # (k, Θ, 2)
+        grp = rows(g, b)
         hit = grp[:, :cap, 0] == v[pending, None]
         found = hit.any(axis=1)
         s = hit.argmax(axis=1)
-        rows = xp.arange(pending.size)
-        f = rows[found]
+        f = xp.flatnonzero(found)
         start[pending[f]] = grp[f, s[f], 1]
         end[pending[f]] = grp[f, s[f] + 1, 1]
         nxt = grp[:, cap, 0]
         go = (~found) & (nxt >= 0)
         pending, g = pending[go], nxt[go].astype(xp.int64)
-    return start, end
+        if b is not None:
+            b, ng = b[go], ng[go]
+            if bool((g >= ng).any()):
+                raise IndexError("an overflow link past its segment's groups")
 
 
 def _lookup_one(groups, v, shape, n_groups, cap):

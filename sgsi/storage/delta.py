@@ -145,7 +145,8 @@ def delta_tables(ins, dele, new_ids, new_labels, changed, words):
 
 
 def write_version(store, version, entry, tables):
-    """Write ``deltas/<version>`` from ``tables``, then the manifest with ``entry`` added (each atomically)."""
+    """Write ``deltas/<version>`` from ``tables``, then the manifest with ``entry`` added (each
+    atomically); returns the manifest written."""
     root = os.path.join(store.path, DELTAS)
     os.makedirs(root, exist_ok=True)
     atomic.sweep_stale(root, prefix=".tmp-")
@@ -181,6 +182,7 @@ def write_version(store, version, entry, tables):
     m.setdefault("base_version", store.base_version)
     _step("manifest-write")
     write_manifest_atomic(store.path, m)
+    return m
 
 
 def write_manifest_atomic(path, manifest):

@@ -6,6 +6,8 @@ segments, labels or versions only.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from ..errors import StoreError
@@ -234,20 +236,69 @@ def has_pairs_in(p, get, src, dst):
                              f"(run `sgsi info --verify` on it)")
         if hidden and hidden[0] is not None:
             en = np.where(np.isin(src[rows], hidden[0]), lo, en)
-        ci = np.asarray(ci)
-        d, hi = dst[rows], en.copy()
-        while True:                                        # a loop over halvings
-            act = np.flatnonzero(lo < hi)
-            if not act.size:
-                break
-            mid = (lo[act] + hi[act]) // 2
-            less = ci[mid] < d[act]
-            lo[act[less]] = mid[less] + 1
-            hi[act[~less]] = mid[~less]
-        hit = lo < en
-        hit[hit] = ci[lo[hit]] == d[hit]
-        out[rows] |= hit
+        out[rows] |= in_lists(np.asarray(ci), lo, en, dst[rows])
     return out
+
+
+def in_lists(ci, lo, en, d):
+    """Whether each ``d[i]`` is in the sorted ``ci[lo[i]:en[i]]``: a binary search of each (a loop
+    over halvings, reading O(log length) of each list); ``lo`` is consumed."""
+    hi = en.copy()
+    while True:                                        # a loop over halvings
+        act = np.flatnonzero(lo < hi)
+        if not act.size:
+            break
+        mid = (lo[act] + hi[act]) // 2
+        less = ci[mid] < d[act]
+        lo[act[less]] = mid[less] + 1
+        hi[act[~less]] = mid[~less]
+    hit = lo < en
+    hit[hit] = ci[lo[hit]] == d[hit]
+    return hit
+
+
+def covering(first, last, keys):
+    """(i, k): each key ``keys[i]`` with each range k of ``[first[k], last[k]]`` that holds it,
+    the ranges sorted by both ends (a list that spans segments is in each of them)."""
+    keys = np.asarray(keys, np.int64)
+    j0 = np.searchsorted(np.asarray(last, np.int64), keys, "left")       # ranges ending at or past the key
+    j1 = np.searchsorted(np.asarray(first, np.int64), keys, "right")     # ranges starting at or before it
+    cnt = np.maximum(j1 - j0, 0)
+    return np.repeat(np.arange(keys.size), cnt), pcsr.ragged_indices(j0, cnt)
+
+
+@dataclass(frozen=True)
+class SegmentTable:
+    """Base segments read where they lie in the store's files (:meth:`~sgsi.storage.store.Store.segment_table`):
+    ``groups`` and ``ci`` are int32 arrays over the whole of the groups' and the lists' file; the
+    rest is per segment of ``ids`` (global segment numbers), in int32 values."""
+
+    ids: np.ndarray
+    groups: np.ndarray
+    ci: np.ndarray
+    goff: np.ndarray        # where the segment's groups start in ``groups``
+    coff: np.ndarray        # where its lists start in ``ci``
+    n_groups: np.ndarray
+    n_ci: np.ndarray
+    theta: int
+
+
+def has_pairs_mapped(table, at, src, dst):
+    """Whether segment ``table.ids[at[i]]`` holds the pair (src[i], dst[i]), for all i at once
+    (no loop over segments): hashed lookups and binary searches in the files' arrays."""
+    at = np.asarray(at, np.int64)
+    src, dst = np.asarray(src, np.int32), np.asarray(dst, np.int32)
+    n_ci = table.n_ci[at]
+    try:
+        lo, en = pcsr.lookup_flat(table.groups, src, table.goff[at], table.n_groups[at], table.theta)
+        bad = (lo < 0) | (en < lo) | (en > n_ci)
+    except IndexError:
+        lo, en, bad = None, None, np.ones(at.size, bool)
+    if bool(bad.any()):
+        raise StoreError(f"damaged store: PCSR segment {int(table.ids[at[bad][0]])} holds values out of "
+                         f"range (run `sgsi info --verify` on it)")
+    start = table.coff[at]
+    return in_lists(table.ci, lo + start, en + start, dst)
 
 
 def segment_pairs(groups, ci):

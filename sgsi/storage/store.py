@@ -35,6 +35,7 @@ import pyarrow as pa
 from ..errors import PatternError, StoreError
 from . import format as fmt
 from .format import ARROW_FILES, Partition
+from .lists import SegmentTable
 from .manifest import (count_field, first_line, identity, int_column, label_key, read_manifest,  # noqa: F401
                        verify_files, what_field)       # verify_files: the CLI's and tests' import
 from .reads import READ_ERRORS, Reading, pread, pread_threads
@@ -166,6 +167,7 @@ class Store(Versions):
         self._base_manifest = m
         self._base_max_segment_bytes = self.max_segment_bytes
         self._n_base_segments = len(self._seg_edges)
+        self._offsets = np.full((self._n_base_segments, 2), -1, np.int64)     # segment_table's, once known
         self._n_base_index = len(self._idx_rows)
         self._siblings = {}
         self._older = None          # the opening newest() made this from (Versions.newest)
@@ -500,6 +502,23 @@ class Store(Versions):
                 offset = arr.buffers()[1].address + 4 * arr.offset - base
             spans.append((name, offset, 4 * rows))
         return spans
+
+    def segment_table(self, seg_ids):
+        """The base segments ``seg_ids`` as a :class:`~.lists.SegmentTable` (their groups and lists
+        read where they lie in the files, for a test over many segments at once). Where a segment
+        lies is found on its first use and kept while the files are (a batch header read a segment)."""
+        ids = np.asarray(seg_ids, np.int64)
+        off = self._offsets
+        for seg in np.unique(ids[off[ids, 0] < 0]).tolist():     # a loop over segments not yet seen
+            found = [0, 0]
+            for name, offset, _nbytes in self.segment_spans(seg):
+                if offset % 4:
+                    raise self._damaged(name, f"batch {seg} is not aligned to its int32 values")
+                found[_READ_DIRECT.index(name)] = offset // 4
+            off[seg] = found
+        groups, ci = (self.map_buffer(name) for name in _READ_DIRECT)
+        return SegmentTable(ids, groups[:groups.size // 4 * 4].view(np.int32), ci[:ci.size // 4 * 4].view(np.int32),
+                            off[ids, 0], off[ids, 1], self._seg_groups[ids], self._seg_edges[ids], self.theta)
 
     def map_buffer(self, name):
         """A read-only uint8 array over the whole of ``name`` (one of the segment files), through

@@ -16,7 +16,7 @@ import numpy as np
 from ..partition import signatures
 from . import format as fmt
 from . import pairhash
-from .lists import edge_isin, has_pairs_in
+from .lists import covering, edge_isin, has_pairs_mapped
 
 #: Keys (edge label, direction, neighbour label) below this many: their groups come from a table.
 _TABLE_KEYS = 1 << 20
@@ -24,15 +24,18 @@ _TABLE_KEYS = 1 << 20
 
 def present(st, net, s, d, l):
     """Whether each edge (s, d, l) (ids and labels known to ``st``) is there at ``st``'s version;
-    ``net`` = (added, removed) since the base."""
+    ``net`` = (added, removed) since the base. The base segments of all the edges' labels are
+    searched at once (:func:`~.lists.has_pairs_mapped`): a 1K batch touched 85 segments, each
+    a dozen NumPy calls and halvings of its own (16 of a 23 ms update)."""
     out = np.zeros(len(s), bool)
-    by = np.argsort(l, kind="stable")                      # each label's rows, in their order
-    cut = np.flatnonzero(np.r_[True, l[by][1:] != l[by][:-1]]) if len(l) else np.zeros(0, np.int64)
-    for a, b in zip(cut.tolist(), np.r_[cut[1:], len(l)].tolist()):     # a loop over labels
-        base = st._base_partition(fmt.partition_key(int(l[by[a]]), "out"))
-        if base is not None:
-            rows = by[a:b]
-            out[rows] = has_pairs_in(base, lambda k: st._base_segment(k, check=False), s[rows], d[rows])
+    parts = [(lab, st._base_partition(fmt.partition_key(lab, "out"))) for lab in np.unique(l).tolist()]
+    parts = [(lab, p) for lab, p in parts if p is not None and len(p.seg_ids)]     # a loop over labels
+    if parts:
+        seg = np.concatenate([p.seg_ids for _lab, p in parts])
+        key = [np.concatenate([(np.int64(lab) << 32) | np.asarray(getattr(p, end), np.int64) for lab, p in parts])
+               for end in ("first_src", "last_src")]
+        row, at = covering(*key, (np.asarray(l, np.int64) << 32) | np.asarray(s, np.int64))
+        out[row[has_pairs_mapped(st.segment_table(seg), at, s[row], d[row])]] = True
     added, removed = net
     return (out & ~edge_isin(s, d, l, *removed)) | edge_isin(s, d, l, *added)
 

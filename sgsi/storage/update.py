@@ -23,9 +23,10 @@ from .update_inputs import Inputs
 
 
 def update_store(path, insert=None, delete=None, vertices=None, *, src="src", dst="dst", label=None, id="id",
-                 vertex_label=None, store=None):
+                 vertex_label=None, store=None, keep=False):
     """Apply one batch of updates to the store at ``path``; returns a summary dict (see :meth:`sgsi.Graph.update`).
-    ``store``: an opening of it, brought to the newest version (:meth:`Store.newest`), not opened again."""
+    ``store``: an opening of it, brought to the newest version (:meth:`Store.newest`), not opened again;
+    ``keep``: returns (summary, ``store`` at the new version, from the manifest written: no read)."""
     from .manifest import read_manifest
     from .store import Store
     path = os.fspath(path)
@@ -37,13 +38,16 @@ def update_store(path, insert=None, delete=None, vertices=None, *, src="src", ds
     with delta.writer_lock(path):
         given = store
         store = Store(path) if given is None else given.newest()
+        newer = None
         try:
-            summary = _Update(store, Inputs(store, src, dst, label, id, vertex_label)).run(insert, delete, vertices)
+            summary, manifest = _Update(store, Inputs(store, src, dst, label, id, vertex_label)).run(
+                insert, delete, vertices)
+            newer = store.newest(manifest) if keep else None
         finally:
-            if store is not given:
+            if store is not given and (newer is None or newer._older is not store):    # else it serves newer
                 store.close()
     summary["seconds"] = round(time.perf_counter() - t0, 6)
-    return summary
+    return (summary, newer) if keep else summary
 
 
 class _Update:
@@ -82,10 +86,10 @@ class _Update:
                                 absent=int((~d_present).sum()) + len(edges["del"][0]) - len(d_s))
         summary.update(entry["changes"])
         t = time.perf_counter()
-        delta.write_version(st, version, entry, delta.delta_tables(ins_net, del_net, inp.new_ids, inp.new_labels,
-                                                                   changed, words))
+        manifest = delta.write_version(st, version, entry, delta.delta_tables(
+            ins_net, del_net, inp.new_ids, inp.new_labels, changed, words))
         summary["write_seconds"] = round(time.perf_counter() - t, 6)       # of ``seconds``: the delta's writing
-        return summary
+        return summary, manifest
 
     def _clean(self, s, d, l):
         """Known, distinct edges (in an undirected store as (min, max)), int32."""

@@ -107,13 +107,14 @@ class Versions:
             s._set_version(version)
         return s
 
-    def newest(self):
-        """This store at the newest version on disk. Where only versions were added since it was
+    def newest(self, manifest=None):
+        """This store at the newest version on disk (``manifest``: the one there, where the caller
+        wrote it, not read again). Where only versions were added since it was
         opened (not compacted, not rebuilt), an opening that shares its base files and the deltas
         it has read, reading the new ones only: an update opened every delta twice (10 ms a 1K
         batch with two before it, and growing with every version)."""
         from .delta import read_deltas
-        m = read_manifest(self.path)
+        m = read_manifest(self.path) if manifest is None else manifest
         base = ("versions", "base_version")
         if identity(self.path) != self._identity or int(m.get("base_version", 1)) != self.base_version \
                 or {k: v for k, v in m.items() if k not in base} != \
