@@ -106,12 +106,12 @@ class Graph:
     ``force`` is not seen by Graphs opened before.
     """
 
-    def __init__(self, path, verify=False, version=None, _store=None):
+    def __init__(self, path, verify=False, version=None, _store=None, _backends=None):
         self.path = os.fspath(path)
         self.store = _store if _store is not None else Store(self.path, version=version)
         if verify:
             self.store.verify()
-        self._backends = Backends()
+        self._backends = _backends if _backends is not None else Backends()
         self._here = threading.local()      # the stats of this thread's last query
         self.last_stats = {}
 
@@ -152,7 +152,8 @@ class Graph:
     def newest(self) -> "Graph":
         """A Graph of the store's newest version, sharing the files and deltas this one has read
         (:meth:`Store.newest`); this one keeps its version."""
-        return Graph(self.path, _store=self.store.newest())
+        store = self.store.newest()
+        return Graph(self.path, _store=store, _backends=self._backends if store.shares_files(self.store) else None)
 
     def compact(self, progress=None) -> dict:
         """Merge the store's deltas into new base files (atomically; open readers go on), and read
@@ -176,9 +177,11 @@ class Graph:
 
     def _reopen(self, store=None):
         """Read ``store``, else the newest version opened anew (the old store is left to queries
-        still running on it)."""
+        still running on it). The backends stay where ``store`` shares the files (a new version):
+        their buffers, and the GPU's copies of the base segments, serve it too."""
+        if store is None or not store.shares_files(self.store):
+            self._backends.clear()
         self.store = store if store is not None else Store(self.path)
-        self._backends.clear()
 
     def close(self):
         self._backends.clear()

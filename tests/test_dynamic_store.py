@@ -9,6 +9,7 @@ update leaves the old version or the new one; ``changed_pairs`` is the set
 difference of two versions' partitions.
 """
 
+import gc
 import itertools
 import os
 import random
@@ -789,6 +790,57 @@ def test_gpu_reads_versions(tmp_path, undirected):
     for r in readers:
         r.close()
     g.close()
+
+
+def test_a_new_version_keeps_the_graphs_backends(tmp_path):
+    """Graph.update and Graph.newest read the new version with the backends the Graph had (their
+    buffers and caches; a base segment keyed alike in every version's opening); a compaction, which
+    writes new base files, starts afresh. Counts stay the oracle's."""
+    g, model, rng = _small(tmp_path, seed=41)
+    pattern = "(a)-[:E0]->(b)-->(c)"
+    assert g.count(pattern, device="cpu", progress=False) == oracle_count(list(model.edges), model.vlabels, pattern)
+    backends, first = g._backends, g.store
+    ins, dele = _random_batch(rng, model, list(model.vlabels), ["E0", "E1"], [300, 301])
+    model.apply(ins, dele)
+    g.update(insert=_write_edges(tmp_path / "i.parquet", ins), delete=_write_edges(tmp_path / "d.parquet", dele))
+    idle = backends._idle.get("cpu")
+    assert idle is not None and g._backends is backends and g.store.shares_files(first)
+    assert g.count(pattern, device="cpu", progress=False) == oracle_count(list(model.edges), model.vlabels, pattern)
+    assert backends._idle.get("cpu") is idle
+    seg = int(first.partition(0, "out").seg_ids[0])
+    assert g.store.segment_key(seg) == first.segment_key(seg) != g.store.segment_key(g.store._next_segment - 1)
+    follower = sgsi.open(g.path, version=1)
+    assert follower.newest()._backends is follower._backends
+    g.compact()
+    assert not backends._idle and not g.store.shares_files(first)
+    assert follower.newest()._backends is not follower._backends      # the compacted files: opened anew
+    follower.close()
+    g.close()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not gpu_available(), reason="no CUDA GPU with CuPy on this machine")
+def test_gpu_keeps_base_segments_for_a_new_version(tmp_path):
+    """A new version's first query copies no base segment it already holds (the base files' token
+    keys them), only those of its changes; the base entries go when the last opening of the files
+    does."""
+    from sgsi.join.backends.gpu.memory import device_memory
+    g, model, rng = _small(tmp_path, seed=43)
+    pattern = "(a)-[:E0]->(b)-[:E0]->(c)"
+    g.count(pattern, device="gpu", progress=False)
+    assert g.last_stats["h2d_segment_bytes"] > 0
+    base = g.store.base_token
+    ins = [(a, b, "E1") for a, b, _l in sorted(model.edges, key=str)[:3]]      # E1 only: E0 untouched
+    ins = [(b, a, "E1") for a, b, _l in ins]
+    model.apply(ins, [])
+    g.update(insert=_write_edges(tmp_path / "i.parquet", ins))
+    assert g.count(pattern, device="gpu", progress=False) == oracle_count(list(model.edges), model.vlabels, pattern)
+    assert g.last_stats["h2d_segment_bytes"] == 0 and g.last_stats["segments"] > 0
+    mem = device_memory()
+    assert any(k[0] == base for k in mem.cache.keys())
+    g.close()
+    gc.collect()
+    assert not any(k[0] == base for k in mem.cache.keys())
 
 
 def test_deleting_from_a_saturated_group_keeps_it_until_compaction(tmp_path):

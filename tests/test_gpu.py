@@ -1209,6 +1209,7 @@ def test_device_memory_comes_from_the_devices_limited_pool(monkeypatch):
 
     class Store:
         token = ("no store", -1)
+        base_token = ("no store", "base", -1)
 
         def on_close(self, fn):
             pass
@@ -1239,6 +1240,7 @@ def test_a_query_that_keeps_its_memory_gives_it_back_at_release():
 
     class Store:
         token = ("no store", -2)
+        base_token = ("no store", "base", -2)
 
         def on_close(self, fn):
             pass

@@ -534,3 +534,17 @@ def test_vertex_hash_formula():
     for n in (1, 7, 1000, 2**20):
         want = [((x * 2654435761) % 2**32) % n for x in v.tolist()]
         assert pcsr.vertex_hash(v, n).tolist() == want
+
+
+@pytest.mark.parametrize("theta", [2, 4, 8])
+def test_slots_are_the_pairs_that_hold_the_vertices(theta):
+    """pcsr.slots finds each vertex's pair by its hash (overflow chains too): the pairs whose
+    vertex an isin over the whole segment would pick, absent and negative ids left out."""
+    rng = np.random.default_rng(theta)
+    src = np.sort(np.concatenate([rng.integers(0, 300, 2000), np.full(50, 7)]))
+    groups, _ci = pcsr.build(src, rng.integers(0, 300, src.size), theta)
+    v = np.unique(np.concatenate([rng.integers(-1, 400, 120), [7]]))
+    pairs = groups.reshape(-1, 2)
+    want = np.flatnonzero(np.isin(pairs[:, 0], v[v >= 0]) & (np.arange(len(pairs)) % theta != theta - 1))
+    got = pcsr.slots(groups, v)
+    assert want.size > 50 and sorted(got.tolist()) == want.tolist()

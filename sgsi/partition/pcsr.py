@@ -266,17 +266,34 @@ def lookup_flat(flat, v, base, n_groups, theta, xp=np):
     return start, end
 
 
-def _chase(rows, v, pending, g, b, ng, start, end, cap, xp):
-    """Probe group ``g`` of each pending vertex, then its overflow chain, filling ``start`` and ``end``;
-    ``rows(g, b)`` gathers the groups (k, Θ, 2), of the segments at ``b`` (``ng`` groups each) if given."""
+def slots(groups, v):
+    """The pair of each vertex of ``v`` present in one segment, as an index into
+    ``groups.reshape(-1, 2)`` (its slot's vertex id and offset), for the vertices found only."""
+    n_groups, theta, _ = groups.shape
+    v = np.asarray(v)
+    at = np.full(v.shape, -1, np.int64)
+    if n_groups and v.size:
+        pending = np.flatnonzero(v >= 0)
+        _chase(lambda g, _b: groups[g], v, pending, vertex_hash(v[pending], n_groups), None, None,
+               None, None, theta - 1, np, at)
+    return at[at >= 0]
+
+
+def _chase(rows, v, pending, g, b, ng, start, end, cap, xp, at=None):
+    """Probe group ``g`` of each pending vertex, then its overflow chain, filling ``start`` and ``end``
+    (or ``at``: the pair's index, group * Θ + slot); ``rows(g, b)`` gathers the groups (k, Θ, 2), of
+    the segments at ``b`` (``ng`` groups each) if given."""
     while pending.size:
         grp = rows(g, b)
         hit = grp[:, :cap, 0] == v[pending, None]
         found = hit.any(axis=1)
         s = hit.argmax(axis=1)
         f = xp.flatnonzero(found)
-        start[pending[f]] = grp[f, s[f], 1]
-        end[pending[f]] = grp[f, s[f] + 1, 1]
+        if at is not None:
+            at[pending[f]] = g[f] * (cap + 1) + s[f]
+        else:
+            start[pending[f]] = grp[f, s[f], 1]
+            end[pending[f]] = grp[f, s[f] + 1, 1]
         nxt = grp[:, cap, 0]
         go = (~found) & (nxt >= 0)
         pending, g = pending[go], nxt[go].astype(xp.int64)

@@ -137,24 +137,28 @@ class VersionView:
         kept = pair_keys(changed[owner], nb)                 # sorted: lists by owner, each sorted
         final = sorted_unique(np.concatenate([kept[~in_sorted(kept, rk, a_sorted=True)], ak]))
         fs, fd = split_keys(final)
-        new_deg = np.bincount(np.searchsorted(changed, fs), minlength=changed.size)
-        seg_ids, first, last, seg_edges = self._segments(base, changed, fs, fd)
+        starts = np.searchsorted(fs, changed)              # fs: the changed vertices' lists, in order
+        new_deg = np.diff(starts, append=fs.size)
+        seg_ids, first, last, seg_edges = self._segments(base, changed, starts, new_deg, fs, fd)
         idx_ids, idx_first, idx_last = self._index(base, changed, new_deg)
         return fmt.Partition(key, int(base.edges + new_deg.sum() - old_deg.sum()),
                          int(base.vertices + (new_deg > 0).sum() - (old_deg > 0).sum()),
                          int(max(base.max_degree, new_deg.max(initial=0))), seg_ids, first, last, seg_edges,
                          idx_ids, idx_first, idx_last)
 
-    def _segments(self, base, changed, fs, fd):
-        """The partition's segments: base ones (masked where they hold a changed vertex) and pieces."""
+    def _segments(self, base, changed, starts, new_deg, fs, fd):
+        """The partition's segments: base ones (masked where they hold a changed vertex) and pieces.
+        ``fs[starts[i]:][:new_deg[i]]`` is the list of ``changed[i]`` (found per vertex, not per edge:
+        a 100K batch's lists held 20M edges of the 100M-edge R-MAT graph)."""
         st = self.store
         step = max(1, int(st.manifest["parameters"].get("segment_edges", 1 << 16)))
         f, l = base.first_src, base.last_src
-        slot = np.searchsorted(f, fs, "right") - 1            # the base segment each list follows
-        cuts = np.flatnonzero(np.r_[True, slot[1:] != slot[:-1]]) if fs.size else np.zeros(0, np.int64)
+        has = np.flatnonzero(new_deg)
+        slot = np.searchsorted(f, changed[has], "right") - 1  # the base segment each list follows
+        run = np.flatnonzero(np.r_[True, slot[1:] != slot[:-1]]) if has.size else np.zeros(0, np.int64)
+        cuts, slot = starts[has[run]], slot[run]
         pieces = {}                                           # slot -> [(segment id, first, last, edges)]
-        for a, b in zip(cuts.tolist(), np.r_[cuts[1:], fs.size].tolist()):
-            j = int(slot[a])
+        for j, a, b in zip(slot.tolist(), cuts.tolist(), np.r_[cuts[1:], fs.size].tolist()):
             for c in range(a, b, step):                       # pieces of at most `step` edges
                 e = min(b, c + step)
                 groups, ci = pcsr.build(fs[c:e], fd[c:e], st.theta)

@@ -33,6 +33,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..errors import PatternError, StoreError
+from ..partition import pcsr
 from . import format as fmt
 from .format import ARROW_FILES, Partition
 from .lists import SegmentTable
@@ -75,6 +76,9 @@ class Store(Versions):
         #: This opening of the store, in the keys of the caches that the process's queries share
         #: (a store rebuilt in place and opened again gets a new one).
         self.token = (self.path, next(OPENINGS))
+        #: The same for the base files, which the openings newest() and at() make share: in the keys
+        #: of what only they hold (a base segment), so that every version finds it.
+        self.base_token = (self.path, "base", self.token[1])
         self._lock = threading.Lock()
         # A store replaced on disk (build --force) while we open it would give
         # a manifest of one and files of the other: open again if the
@@ -376,9 +380,9 @@ class Store(Versions):
                 self._masked[seg_id] = hit                  # the most recent
                 return hit
         groups, ci = self._base_segment(base)
+        hide = pcsr.slots(groups, verts)          # found by their hash: no pass over the segment
         groups = groups.copy()
-        ids = groups[:, :-1, 0]
-        ids[np.isin(ids, verts)] = -1
+        groups.reshape(-1, 2)[hide, 0] = -1
         with self._lock:
             self._masked[seg_id] = (groups, ci)
             # Masked copies are kept within a quarter of the build's budget (at least two segments).
@@ -471,6 +475,16 @@ class Store(Versions):
             v = self._virtual[int(seg_id)]
             return v[4] * self.theta * 2, v[5]
         return int(self._seg_groups[seg_id]) * self.theta * 2, int(self._seg_edges[seg_id])
+
+    def segment_key(self, seg_id: int):
+        """The token of ``seg_id`` in the caches' keys: the base files' for a base segment (the
+        same in every version's opening), this opening's for one held in memory."""
+        return self.base_token if seg_id < self._n_base_segments else self.token
+
+    def shares_files(self, other) -> bool:
+        """Whether ``other`` is an opening of the same base files (made by :meth:`newest` or
+        :meth:`at` from this one or its kin), open."""
+        return other is not None and bool(self._readers) and other._readers is self._readers
 
     def segment_sizes(self, seg_id: int):
         """(groups bytes, ci bytes) of a segment."""

@@ -59,7 +59,8 @@ class DeviceMemory:
         self.cache_pool = cp.cuda.MemoryPool()     # the cache's arrays (and what makes them)
         self._lock = threading.Lock()
         self._running = Counter()           # budget -> queries running with it
-        self._stores = set()                # tokens of the stores whose closing drops their entries
+        self._stores = {}                   # token of a store whose closing drops its entries -> its base_token
+        self._bases = Counter()             # base_token -> stores open on those files
 
     def available(self) -> int:
         """Device memory sgsi may use: the free memory plus what its pool holds."""
@@ -133,20 +134,28 @@ class DeviceMemory:
         self.trim()
 
     def watch(self, store):
-        """Drop ``store``'s cache entries when it is closed or collected."""
+        """Drop ``store``'s cache entries when it is closed or collected, and those of its base
+        files (``store.base_token``) when the last opening that shares them is."""
         token = store.token
         with self._lock:
             if token in self._stores:
                 return
-            self._stores.add(token)
+            self._stores[token] = store.base_token
+            self._bases[store.base_token] += 1
         store.on_close(lambda _store: self.drop_store(token))
         weakref.finalize(store, self.drop_store, token).atexit = False
 
     def drop_store(self, token):
-        """Drop the cache's entries of one store (closed)."""
+        """Drop the cache's entries of one store (closed), and its base files' after the last."""
         with self._lock:
-            self._stores.discard(token)
-            self.cache.drop(lambda key: key[0] == token)
+            gone = {token}
+            base = self._stores.pop(token, None)
+            if base is not None:
+                self._bases[base] -= 1
+                if self._bases[base] <= 0:
+                    del self._bases[base]
+                    gone.add(base)
+            self.cache.drop(lambda key: key[0] in gone)
 
     def _follow(self):
         self.cache.resize(int(min(self._running) * CACHE_FRACTION))

@@ -297,7 +297,7 @@ class SegmentCopies:
     def _stage(self, store, seg, slot):
         """Start the copy of one segment; returns (groups, ci, event)."""
         self._time_copies()
-        hit = self._cached((store.token, "segment", seg))
+        hit = self._cached((store.segment_key(seg), "segment", seg))
         if hit is not None:
             return hit[0], hit[1], None
         # Streams may nest (a hub's list is read while later steps read theirs): never
@@ -363,7 +363,7 @@ class SegmentCopies:
         self.stats["h2d_segment_bytes"] += dev.nbytes
         d_groups = dev[:g_bytes].view(cp.int32).reshape(shape)
         d_ci = dev[g_bytes:].view(cp.int32)
-        self._cache.put((store.token, "segment", seg), (d_groups, d_ci), dev.nbytes)
+        self._cache.put((store.segment_key(seg), "segment", seg), (d_groups, d_ci), dev.nbytes)
         return d_groups, d_ci, event
 
     def segments(self, store, seg_ids):
@@ -375,7 +375,7 @@ class SegmentCopies:
             # Every segment on the device already: nothing to copy, overlap or time (a stream's
             # events cost more host time than a launch on its segment).
             for i, seg in enumerate(seg_ids):
-                hit = self._cached((store.token, "segment", seg))
+                hit = self._cached((store.segment_key(seg), "segment", seg))
                 if hit is None:             # dropped by a nested stream since: the rest copied
                     for j, groups, ci in self._timed_stream(store, seg_ids[i:]):
                         yield i + j, groups, ci
@@ -388,7 +388,7 @@ class SegmentCopies:
 
     def _resident(self, store, seg_ids):
         """Whether every segment of ``seg_ids`` is in the device cache."""
-        return all((store.token, "segment", int(s)) in self._cache for s in seg_ids)
+        return all((store.segment_key(int(s)), "segment", int(s)) in self._cache for s in seg_ids)
 
     def _timed_stream(self, store, seg_ids):
         """:meth:`segments` with copies: the stream's device time is taken by CUDA events."""
