@@ -34,7 +34,10 @@ def present(st, net, s, d, l):
         seg = np.concatenate([p.seg_ids for _lab, p in parts])
         key = [np.concatenate([(np.int64(lab) << 32) | np.asarray(getattr(p, end), np.int64) for lab, p in parts])
                for end in ("first_src", "last_src")]
-        row, at = covering(*key, (np.asarray(l, np.int64) << 32) | np.asarray(s, np.int64))
+        edge = (np.asarray(l, np.int64) << 32) | np.asarray(s, np.int64)
+        o = np.argsort(edge)               # segment by segment, sources in order: the files read in order
+        row, at = covering(*key, edge[o])
+        row = o[row]
         out[row[has_pairs_mapped(st.segment_table(seg), at, s[row], d[row])]] = True
     added, removed = net
     return (out & ~edge_isin(s, d, l, *removed)) | edge_isin(s, d, l, *added)
