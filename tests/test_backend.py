@@ -239,3 +239,34 @@ def test_bits_to_ids_sparse_and_dense(n):
         bits = np.packbits(mask, bitorder="little").view(np.uint32)
         got = be.bits_to_ids(bits, n)
         assert got.dtype == np.int32 and np.array_equal(got, np.flatnonzero(mask[:n]))
+
+
+@pytest.mark.parametrize("universe", [60, 1 << 30])
+def test_own_hits_by_table_and_by_search_agree(monkeypatch, universe):
+    """own_hits and sizes_less_own look a row's vertex up in a (tuple, rank) table where it fits,
+    else search sorted keys: the same hits and sizes either way, those of Python sets (values dense,
+    and spread over 2^30: a rank array that wide takes the search)."""
+    rng = np.random.default_rng(universe % 97)
+    sets = [np.unique(rng.integers(0, universe, rng.integers(0, 9))).astype(np.int32) for _ in range(50)]
+    scount = np.array([len(s) for s in sets], np.int64)
+    evals = np.concatenate(sets)
+    sstart, etuple = np.cumsum(scount) - scount, np.repeat(np.arange(len(sets)), scount)
+    row_tuple = rng.integers(0, len(sets), 5000)
+    pool = np.concatenate([evals, rng.integers(0, universe, 200)]).astype(np.int32)
+    cols = [rng.choice(pool, row_tuple.size) for _ in range(3)]
+    be = CpuBackend()
+    table = list(be.own_hits(row_tuple, etuple, evals, sstart, scount, cols))
+    monkeypatch.setattr(cpu_mod, "OWN_TABLE_BYTES", 1)
+    searched = list(be.own_hits(row_tuple, etuple, evals, sstart, scount, cols))
+    assert len(table) == len(searched) == 3
+    for col, (sel, hit, x), (sel2, hit2, x2) in zip(cols, table, searched):
+        want = [i for i, t in enumerate(row_tuple) if col[i] in set(sets[t].tolist())]
+        assert sel[hit].tolist() == sel2[hit2].tolist() == want and len(want) > 20
+        assert np.array_equal(x[hit], col[want]) and np.array_equal(x2[hit2], col[want])
+    sizes = be.sizes_less_own(row_tuple, etuple, evals, sstart, scount, cols)
+    monkeypatch.setattr(cpu_mod, "OWN_TABLE_BYTES", 1 << 24)
+    assert np.array_equal(sizes, be.sizes_less_own(row_tuple, etuple, evals, sstart, scount, cols))
+    empty = np.zeros(len(sets), np.int64)                  # sets not packed, all empty: gaps only
+    assert not be.sizes_less_own(row_tuple, None, np.arange(5, dtype=np.int32), empty, empty, cols).any()
+    own = [set(sets[t].tolist()) for t in row_tuple]
+    assert sizes.tolist() == [len(own[i]) - sum(int(c[i]) in own[i] for c in cols) for i in range(row_tuple.size)]

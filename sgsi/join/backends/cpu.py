@@ -22,6 +22,8 @@ from .membership import intersect_ranked, member
 
 #: The share of the memory budget (one part in this many) the CPU backend keeps derived arrays in.
 DERIVED_CACHE_SHARE = 8
+#: Most bytes of own_hits' table of (tuple, distinct value) membership, and of its rank array.
+OWN_TABLE_BYTES = 1 << 24
 
 
 class CpuBackend:
@@ -327,11 +329,48 @@ class CpuBackend:
         packed: tuple t's set is ``evals[sstart[t] : sstart[t] + scount[t]]``, sorted, and
         ``etuple`` the tuple of each entry; ``row_tuple`` the tuple of each row.
 
-        A row's vertex can be in S(t) only within [min, max] of S(t): that is tested first, and
-        only the rows left are binary-searched (keys tuple << 32 | vertex, sorted). The GPU's
-        reference (there a thread a row searches its tuple's set)."""
+        By :meth:`_own_table` where it fits (``sel`` the rows whose vertex is in their set), else
+        by :meth:`_own_search`. The GPU's reference (there a thread a row searches its tuple's set)."""
         if not cols or evals.size == 0:
             return
+        hits = self._own_table(row_tuple, etuple, evals, scount, len(cols))
+        if hits is None:
+            yield from self._own_search(row_tuple, etuple, evals, sstart, scount, cols)
+            return
+        for col in cols:
+            h = hits(col)
+            sel = np.flatnonzero(h)
+            yield sel, h[sel], col[sel]
+
+    def _own_table(self, row_tuple, etuple, evals, scount, n_cols):
+        """``hits(col)``: whether each row's vertex ``col[i]`` is in its tuple's set (bool, all the
+        rows), read from a table of (tuple, rank among the sets' distinct values); None where the
+        table or the ranks over [min, max] of the values pass :data:`OWN_TABLE_BYTES`, or the ranks
+        outnumber 4 lookups each. A count's last step tests millions of rows against sets of a few
+        entries: yeast's sparse_24_94 made 137M binary searches, half its 10 s."""
+        u, rank = self.distinct_index(evals)
+        nd = int(u.size) + 1                    # rank nd - 1: in no set
+        u0, span = int(u[0]), int(u[-1]) - int(u[0]) + 1
+        if scount.size * nd > OWN_TABLE_BYTES or span + 2 > min(OWN_TABLE_BYTES // 4,
+                                                                 max(4096, 4 * n_cols * row_tuple.size)):
+            return None
+        table = np.zeros(scount.size * nd, bool)
+        table[etuple.astype(np.int64) * nd + rank] = True
+        ranks = np.full(span + 2, nd - 1, np.int32)     # [min - 1, max + 1]: the ends stand for any vertex past them
+        ranks[u - (u0 - 1)] = np.arange(nd - 1, dtype=np.int32)
+        base = row_tuple.astype(np.int32) * np.int32(nd)       # the table fits int32: 4-byte passes
+
+        def hits(col):
+            at = col.astype(np.int64) - (u0 - 1)
+            np.clip(at, 0, span + 1, out=at)
+            at = np.take(ranks, at)
+            at += base
+            return np.take(table, at)
+        return hits
+
+    def _own_search(self, row_tuple, etuple, evals, sstart, scount, cols):
+        """:meth:`own_hits` by binary search: a row's vertex can be in S(t) only within [min, max]
+        of S(t), tested first; the rows left search keys tuple << 32 | vertex, sorted."""
         skeys = (etuple.astype(np.int64) << 32) | evals.astype(np.int64)
         nonempty = scount > 0
         lo = np.full(scount.size, -1, np.int64)
@@ -353,14 +392,21 @@ class CpuBackend:
         vertices of a row differ). Tuple t's set is ``evals[sstart[t] : sstart[t] + scount[t]]``,
         sorted; ``etuple`` the tuple of each entry where the sets are packed, None where gaps
         lie between them. The GPU kernel ``sizes_less_own``'s reference: the sets packed, then
-        :meth:`own_hits`."""
+        :meth:`own_hits`' table or search."""
         counts = scount[row_tuple].astype(np.int64)
         if not cols or evals.size == 0:
             return counts
         if etuple is None:
             etuple, evals = self.repeat_index(scount), evals[pcsr.ragged_indices(sstart, scount)]
             sstart = self.exclusive_sum(scount)
-        for sel, hit, _x in self.own_hits(row_tuple, etuple, evals, sstart, scount, cols):
+            if evals.size == 0:
+                return counts
+        hits = self._own_table(row_tuple, etuple, evals, scount, len(cols))
+        if hits is not None:
+            for col in cols:
+                counts -= hits(col)
+            return counts
+        for sel, hit, _x in self._own_search(row_tuple, etuple, evals, sstart, scount, cols):
             counts[sel] -= hit
         return counts
 
