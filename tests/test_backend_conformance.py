@@ -330,6 +330,9 @@ def test_piece_summary_degrees_and_distinct_sum(backend):
         span = (int(col.min()), int(col.max()))
         assert backend.distinct_sum(backend.to_device(col), backend.to_device(deg), span) == int(
             dense[np.unique(col)].sum())
+        wide = (col.astype(np.int64) * 1000003).astype(np.int32)       # ids spread far apart
+        assert backend.distinct_sum(backend.to_device(wide), backend.to_device(deg), (
+            int(wide.min()), int(wide.max()))) == int(dense[np.unique(col)].sum())
 
 
 @pytest.mark.parametrize("lengths,gathered", [([5, 5], None), ([300, 3, 60, 60], [True, False, True, True])])
