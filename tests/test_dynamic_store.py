@@ -104,6 +104,7 @@ def _partition_pairs(st, lid, direction):
     n = st.n_vertices
     owner, nb = partition_lists(st, p, np.arange(n, dtype=np.int32))
     if owner.size:
+        assert (owner[1:] >= owner[:-1]).all(), "lists not by owner"
         same = owner[1:] == owner[:-1]
         assert (nb[1:][same] > nb[:-1][same]).all(), "a list is not sorted and distinct"
     assert (np.diff(p.first_src) >= 0).all() and (np.diff(p.last_src) >= 0).all()
