@@ -180,14 +180,8 @@ def lists_in(seg_ids, first, last, get, vertices):
         for k in np.flatnonzero(hi > lo):
             groups, ci, *hidden = get(int(seg_ids[k]))
             a, b = int(lo[k]), int(hi[k])
-            try:
-                st, en = pcsr.lookup(groups, vertices[a:b])
-            except IndexError:
-                st = en = np.full(1, -1)
+            st, en = _looked_up(lambda: pcsr.lookup(groups, vertices[a:b]), int(seg_ids[k]), len(ci))
             cnt = (en - st).astype(np.int64)
-            if int(st.min(initial=0)) < 0 or int(cnt.min(initial=0)) < 0 or int(en.max(initial=0)) > len(ci):
-                raise StoreError(f"damaged store: PCSR segment {int(seg_ids[k])} holds values out of range "
-                                 f"(run `sgsi info --verify` on it)")
             if hidden and hidden[0] is not None:
                 cnt[np.isin(vertices[a:b], hidden[0])] = 0
             if not cnt.sum():
@@ -229,17 +223,28 @@ def has_pairs_in(p, get, src, dst):
         seg = int(p.seg_ids[k])
         groups, ci, *hidden = get(seg)
         rows = o[int(lo_k[k]):int(hi_k[k])]
-        try:
-            lo, en = pcsr.lookup(groups, src[rows])
-        except IndexError:
-            lo = en = np.full(1, -1)
-        if int(lo.min(initial=0)) < 0 or int((en - lo).min(initial=0)) < 0 or int(en.max(initial=0)) > len(ci):
-            raise StoreError(f"damaged store: PCSR segment {seg} holds values out of range "
-                             f"(run `sgsi info --verify` on it)")
+        lo, en = _looked_up(lambda: pcsr.lookup(groups, src[rows]), seg, len(ci))
         if hidden and hidden[0] is not None:
             en = np.where(np.isin(src[rows], hidden[0]), lo, en)
         out[rows] |= in_lists(np.asarray(ci), lo, en, dst[rows])
     return out
+
+
+def _looked_up(find, seg, n_ci):
+    """(start, end) of the lists ``find()`` looks up, checked to lie within their segment's ``n_ci``
+    list values (they index and size arrays): a StoreError naming the segment (``seg``: its number,
+    or each row's) where they do not, or an overflow link leaves its groups (a damaged segment)."""
+    try:
+        lo, en = find()
+        bad = (lo < 0) | (en < lo) | (en > n_ci)
+    except IndexError:
+        lo = en = None
+        bad = np.ones(np.size(seg), bool)
+    if bool(bad.any()):
+        at = seg if np.ndim(seg) == 0 else seg[np.flatnonzero(bad)[0]]
+        raise StoreError(f"damaged store: PCSR segment {int(at)} holds values out of range "
+                         f"(run `sgsi info --verify` on it)")
+    return lo, en
 
 
 def in_lists(ci, lo, en, d):
@@ -290,15 +295,8 @@ def has_pairs_mapped(table, at, src, dst):
     (no loop over segments): hashed lookups and binary searches in the files' arrays."""
     at = np.asarray(at, np.int64)
     src, dst = np.asarray(src, np.int32), np.asarray(dst, np.int32)
-    n_ci = table.n_ci[at]
-    try:
-        lo, en = pcsr.lookup_flat(table.groups, src, table.goff[at], table.n_groups[at], table.theta)
-        bad = (lo < 0) | (en < lo) | (en > n_ci)
-    except IndexError:
-        lo, en, bad = None, None, np.ones(at.size, bool)
-    if bool(bad.any()):
-        raise StoreError(f"damaged store: PCSR segment {int(table.ids[at[bad][0]])} holds values out of "
-                         f"range (run `sgsi info --verify` on it)")
+    lo, en = _looked_up(lambda: pcsr.lookup_flat(table.groups, src, table.goff[at], table.n_groups[at], table.theta),
+                        table.ids[at], table.n_ci[at])
     start = table.coff[at]
     return in_lists(table.ci, lo + start, en + start, dst)
 

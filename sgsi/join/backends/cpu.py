@@ -346,13 +346,15 @@ class CpuBackend:
         """``hits(col)``: whether each row's vertex ``col[i]`` is in its tuple's set (bool, all the
         rows), read from a table of (tuple, rank among the sets' distinct values), each vertex's
         rank from an array over [min - 1, max + 1] of the values (a gather that clips); None where
-        the table or the ranks pass :data:`OWN_TABLE_BYTES`, or the ranks outnumber 4 lookups each. A count's last step tests millions of rows against sets of a few
-        entries: yeast's sparse_24_94 made 137M binary searches, half its 10 s."""
+        the table or the ranks pass :data:`OWN_TABLE_BYTES`, or the ranks outnumber 4 lookups each.
+        A count's last step tests millions of rows against sets of a few entries: yeast's
+        sparse_24_94 made 137M binary searches, half its 10 s."""
         u, rank = self.distinct_index(evals)
         nd = int(u.size) + 1                    # rank nd - 1: in no set
         off = max(int(u[0]) - 1, 0)             # ranks over [off, max + 1]: ids past either end clip to one
         size = int(u[-1]) - off + 2
-        if scount.size * nd > OWN_TABLE_BYTES or size > min(OWN_TABLE_BYTES // 4, max(4096, 4 * n_cols * row_tuple.size)):
+        lookups = n_cols * row_tuple.size
+        if scount.size * nd > OWN_TABLE_BYTES or size > min(OWN_TABLE_BYTES // 4, max(4096, 4 * lookups)):
             return None
         table = np.zeros(scount.size * nd, bool)
         table[etuple.astype(np.int64) * nd + rank] = True
