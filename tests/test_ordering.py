@@ -204,8 +204,8 @@ def deferred_wins(monkeypatch):
     built = []
     real_deferred, real_cost = ordering._Sampler.deferred, ordering._Sampler.cost
 
-    def deferred(self, order, levels, rest):
-        late = real_deferred(self, order, levels, rest)
+    def deferred(self, order, levels, rest, wide=True):
+        late = real_deferred(self, order, levels, rest, wide)
         built.append(late)
         return late
 
@@ -253,15 +253,18 @@ def test_deferred_vertices_expand_are_apart_and_factored(graph):
         core = [u for u in plan.order if u not in sampler.leaves]
         rest = [u for u in plan.order if u in sampler.leaves]
         levels = sampler.levels(core)
-        late = sampler.deferred(core, levels, rest)
-        est = {u: levels[i].estimate / max(levels[i - 1].estimate, 1.0) for i, u in enumerate(core[1:], 1)}
-        head = [u for u in core if u not in late]
-        assert all(est[u] > 1 for u in late)
-        assert not any(sampler.adj[u] & set(late) for u in late)
-        assert all(sampler.adj[v] & set(head[:i]) for i, v in enumerate(head[1:], 1))
-        groups, trees = _factored_vertices(plan.pattern, plan.meets, plan.injective, head + late + rest)
-        assert set(late) <= {v for gr in groups for v in gr} | {r for r, _k in trees}
-        seen += len(late)
+        for wide in (False, True):          # with wide subtrees factoring or not
+            late = sampler.deferred(core, levels, rest, wide)
+            est = {u: levels[i].estimate / max(levels[i - 1].estimate, 1.0) for i, u in enumerate(core[1:], 1)}
+            head = [u for u in core if u not in late]
+            assert all(est[u] > 1 for u in late)
+            assert not any(sampler.adj[u] & set(late) for u in late)
+            assert all(sampler.adj[v] & set(head[:i]) for i, v in enumerate(head[1:], 1))
+            groups, trees = _factored_vertices(plan.pattern, plan.meets, plan.injective, head + late + rest,
+                                               wide=wide)
+            assert set(late) <= {v for gr in groups for v in gr} | {v for r, k in trees for gr in k for v in [r] + gr}
+            assert wide or all(set(gr) <= sampler.leaves for _r, k in trees for gr in k)    # narrow: leaves only
+            seen += len(late)
     assert seen > 0
 
 

@@ -32,7 +32,10 @@ query. A query whose refined plan has run past ``backend.reorder_work``
   counted per row of the core it multiplies no row (on 44 of yeast's slow
   GPU queries 12 cancelled ones finish; one of 32 ran slower, 0.82x); and
   again on the moved order's own levels (:data:`DEFER_ROUNDS`: on 125 slow
-  CPU queries 8 more finish within 10 s, one fewer).
+  CPU queries 8 more finish within 10 s, one fewer); each way twice, the
+  vertices moved as factored by narrow subtrees only and then by wide ones
+  too (:func:`~sgsi.join.plan._factored_vertices`): the wide rule alone took
+  one greedy path away from a 14x cheaper order (yeast's sparse_16_188).
 
 :func:`choose` estimates the plan's order and the greedy one from the same
 first vertex (and, for a count, both with their expanding vertices last); the
@@ -112,15 +115,22 @@ def choose(store, backend, plan: QueryPlan, budget: int, count: bool, done: floa
     order, levels = sampler.greedy(core[0], core)
     options = [(sampler.cost(order, levels, rest, count), 0, order)]
     if count:       # each order with its expanding vertices counted last, where a count factors them
+        costed = {tuple(order)}
         for base, known in ((core, planned_levels), (order, levels)):
-            for _round in range(DEFER_ROUNDS):     # again on the moved order's own levels
-                late = sampler.deferred(base, known, rest)
-                moved = [u for u in base if u not in late] + late
-                if not late or moved == base:
-                    break
-                moved_levels = sampler.levels(moved, base, known)
-                options.append((sampler.cost(moved, moved_levels, rest, count), len(late), moved))
-                base, known = moved, moved_levels
+            # The vertices moved as factored by narrow subtrees, then by wide ones too: each a
+            # greedy path, which the wide rule alone may take away from a cheaper order.
+            for wide in (False, True):
+                at, at_levels = base, known
+                for _round in range(DEFER_ROUNDS):     # again on the moved order's own levels
+                    late = sampler.deferred(at, at_levels, rest, wide)
+                    moved = [u for u in at if u not in late] + late
+                    if not late or moved == at:
+                        break
+                    moved_levels = sampler.levels(moved, at, at_levels)
+                    if tuple(moved) not in costed:
+                        costed.add(tuple(moved))
+                        options.append((sampler.cost(moved, moved_levels, rest, count), len(late), moved))
+                    at, at_levels = moved, moved_levels
     cost, deferred, order = min(options, key=lambda o: o[0])
     return Choice(order + rest, cost, planned, sampler.tried, time.perf_counter() - start, cost * GAIN <= left,
                   deferred)
@@ -184,11 +194,12 @@ class _Sampler:
             out.append(level)
         return order + [u for u in core if u not in order], out
 
-    def deferred(self, order, levels, rest):
+    def deferred(self, order, levels, rest, wide=True):
         """Vertices of ``order`` to join last, where a count factors them: those whose step makes
         more partial matches than it takes (most first), no two adjacent, each leaving the
-        order's prefix connected and factored with the others (:func:`_factored_vertices`). A
-        vertex counted per row of the core prunes nothing, but its matches multiply no row."""
+        order's prefix connected and factored with the others (:func:`_factored_vertices`, with
+        wide subtrees or not). A vertex counted per row of the core prunes nothing, but its
+        matches multiply no row."""
         if len(levels) < len(order) or any(level.rows is None for level in levels):
             return []
         growth = {u: levels[i].estimate / max(levels[i - 1].estimate, 1.0) for i, u in enumerate(order[1:], 1)}
@@ -200,17 +211,17 @@ class _Sampler:
             head = [v for v in order if v not in trial]
             if not all(self.adj[v] & set(head[:i]) for i, v in enumerate(head[1:], 1)):
                 continue
-            if set(trial) <= set(self._factored(head + trial + rest)[0]):
+            if set(trial) <= set(self._factored(head + trial + rest, wide)[0]):
                 late = trial
         return late
 
-    def _factored(self, order):
-        """(the vertices a count's plan on ``order`` factors: its leaf groups' and subtree roots,
-        its subtrees as (root, leaves))."""
+    def _factored(self, order, wide=True):
+        """(the vertices a count's plan on ``order`` factors, its subtrees as (root, the vertices
+        counted per row of the core and the root))."""
         plan = self.plan
-        groups, trees = _factored_vertices(plan.pattern, plan.meets, plan.injective, order, self.keep)
-        return ([u for g in groups for u in g] + [root for root, _kids in trees],
-                [(root, [k for g in kids for k in g]) for root, kids in trees])
+        groups, trees = _factored_vertices(plan.pattern, plan.meets, plan.injective, order, self.keep, wide)
+        trees = [(root, [k for g in kids for k in g]) for root, kids in trees]
+        return [u for g in groups for u in g] + [u for root, kids in trees for u in [root] + kids], trees
 
     def cost(self, order, levels, rest, count):
         """The estimated work of joining ``order`` (then ``rest``), given its sampled ``levels``:
@@ -221,11 +232,12 @@ class _Sampler:
         plan = self.plan
         factored, trees = self._factored(order + rest)
         core = [u for u in order if u not in factored]
+        in_trees = {u for root, kids in trees for u in [root] + kids}
         work = float(sum(level.work for level in levels[:len(core)]))
         last = levels[len(core) - 1] if len(levels) >= len(core) else None
         if last is not None and last.rows is not None:
             for u in factored:
-                if self.adj[u] <= set(core):
+                if u not in in_trees and self.adj[u] <= set(core):
                     work += last.weight * self._count(last, u)[1]
             for root, kids in trees:
                 work += self._subtree_work(last, root, kids, core)
@@ -246,7 +258,7 @@ class _Sampler:
         if rooted.rows is None:
             return rooted.work
         leaves = sum(rooted.weight * self._count(rooted, k)[1] for k in kids)
-        if len(kids) == 1 and counting.WEIGHTED_SUBTREES:
+        if len(kids) == 1 and self.adj[kids[0]] == {root} and counting.WEIGHTED_SUBTREES:
             leaves = min(leaves, counting.collisions(self._step(tuple(core) + (root,), kids[0]), root) * rooted.work)
         return rooted.work + leaves
 

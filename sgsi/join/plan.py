@@ -100,17 +100,19 @@ class LeafGroup:
 
 @dataclass
 class Subtree:
-    """A factored vertex with leaves of its own, counted per row of the core (count only).
+    """A factored vertex with leaves of its own, counted per row of the core (count only); a
+    wide one also with the groups of factored vertices that may take its vertex or share its
+    leaves' (their neighbours are all in the core or the root).
 
-    Per core row m, the root u takes each x of S_u \\ m, and its leaves' groups are
-    counted per (m, x) as any leaf group: the subtree counts Σ_x Π_groups. Its vertices'
-    candidate sets meet no other factored vertex's (under injective matching), so the
-    subtree's count multiplies with the others'.
+    Per core row m, the root u takes each x of S_u \\ m, and its groups are counted per
+    (m, x) as any leaf group: the subtree counts Σ_x Π_groups. Its vertices' candidate sets
+    meet no other factored vertex's (under injective matching), so the subtree's count
+    multiplies with the others'.
     """
 
     root: int
     step: Step              # the root's join step over the core
-    groups: list            # the leaves' :class:`LeafGroup`, their blocks joined to the core and the root
+    groups: list            # its :class:`LeafGroup`, their blocks joined to the core and the root
 
 
 def _incident(pattern: Pattern, edge_ids):
@@ -304,7 +306,7 @@ def _set_partitions(mask):
         sub = (sub - 1) & rest
 
 
-def _factored_vertices(pattern: Pattern, meets, injective, order, keep=frozenset()):
+def _factored_vertices(pattern: Pattern, meets, injective, order, keep=frozenset(), wide=True):
     """Pattern vertices whose matches a count takes per row of the rest, without enumerating them.
 
     A vertex u none of whose neighbours is factored has, given a row m of the
@@ -329,10 +331,16 @@ def _factored_vertices(pattern: Pattern, meets, injective, order, keep=frozenset
 
     * a last vertex of the core's order whose factored neighbours are all leaves of its own
       becomes the root of a :class:`Subtree` with them, where their candidates meet no
-      other factored vertex's.
+      other factored vertex's;
+    * else a last vertex with factored neighbours becomes the root of one that takes their
+      groups and those whose candidates meet its own (their vertices' neighbours are all in
+      the core or the root), where none of it meets another subtree, and only where a vertex
+      before it is factored too: a root joins as many rows as the core would with it, and it
+      takes the pattern's symmetries that would move it away (:mod:`.symmetry`).
 
-    Returns the groups (lists of vertices) and the subtrees ((root, its leaves' groups)),
-    or none when fewer than two vertices qualify. The vertices ``keep`` stay in the core.
+    Returns the groups (lists of vertices) and the subtrees ((root, its groups)),
+    or none when fewer than two vertices qualify. The vertices ``keep`` stay in the core;
+    ``wide``: whether wide subtrees are taken.
     """
     n = len(pattern.vertices)
     nbrs = [set() for _ in range(n)]
@@ -363,6 +371,7 @@ def _factored_vertices(pattern: Pattern, meets, injective, order, keep=frozenset
         return injective and _meet(meets, us, in_trees)
 
     core = [u for u in order if u not in picked]
+    undo = None                         # the state before the wide roots last picked
     for u in reversed(core[1:]):        # the core keeps at least its first vertex
         if u in keep:
             break
@@ -370,21 +379,35 @@ def _factored_vertices(pattern: Pattern, meets, injective, order, keep=frozenset
         if not kids:
             if meets_trees([u]) or not pick(u):
                 break
+            undo = None
             continue
-        # A root: every factored neighbour is a leaf of its own, and no other factored vertex
-        # may take the subtree's vertices (its count then multiplies with theirs).
-        if not kids <= leaves or kids & in_trees:
+        # A root: no other factored vertex may take the subtree's vertices (its count then
+        # multiplies with theirs). Its own leaves alone, or (a wide root) with the groups that
+        # would meet it, kept only where a vertex before it is factored too.
+        if kids & in_trees:
             break
         own = [g for g in groups if set(g) & kids]
         others = [w for g in groups if g not in own for w in g]
         sub = [u] + sorted(kids)
-        if any(not set(g) <= kids for g in own) or meets_trees(sub) or (
-                injective and _meet(meets, sub, others)):
+        narrow = kids <= leaves and all(set(g) <= kids for g in own) and not (
+            injective and _meet(meets, sub, others))
+        if not narrow and not wide:
             break
+        if not narrow:
+            own = [g for g in groups if set(g) & kids or injective and _meet(meets, [u], g)]
+            sub = [u] + [w for g in own for w in g]
+        if meets_trees(sub):
+            break
+        if not narrow and not undo:
+            undo = (list(groups), list(trees), set(in_trees), set(picked))     # undone if it is the last
         groups = [g for g in groups if g not in own]
         trees.append((u, own))
         in_trees.update(sub)
         picked.add(u)
+        if narrow:
+            undo = None
+    if undo:                            # the last vertices picked are wide roots: none of them
+        groups, trees, in_trees, picked = undo
     if not (2 <= len(picked) < n):
         return [], []
     return groups, trees
