@@ -328,3 +328,27 @@ def test_a_one_leaf_subtree_is_costed_as_the_engine_counts_it(graph, monkeypatch
     assert weighted <= rooted.work * (1 + collisions)
     monkeypatch.setattr(counting, "WEIGHTED_SUBTREES", False)
     assert sampler._subtree_work(last, root, [leaf], core) > weighted
+
+
+def test_a_one_kid_subtree_whose_kid_is_no_leaf_is_costed_as_extended(graph, monkeypatch):
+    """A wide subtree's one kid that also joins the core (x joins r and a) is counted per row the
+    root extends, as the engine counts it (no weights: they hold the kid's links to the root
+    only); the weights' bound, less here, is not taken."""
+    from sgsi.join import counting
+    monkeypatch.setattr(ordering, "SAMPLE_ROWS", 1 << 30)
+    monkeypatch.setattr(ordering, "MATERIALISE_ROWS", 1 << 30)
+    g = graph[2][None]
+    backend = CpuBackend()
+    backend.begin(g.store)
+    plan = make_plan(g.store, query.load("(a)--(b)--(c)--(a), (c)--(r), (r)--(x), (x)--(a)"), backend,
+                     refine_rounds=2, factor_leaves=True)
+    sampler = ordering._Sampler(g.store, backend, plan, 1 << 28)
+    root, kid = (next(i for i, v in enumerate(plan.pattern.vertices) if v.name == n) for n in "rx")
+    core = [u for u in plan.order if u not in (root, kid)]
+    last = sampler.levels(core)[-1]
+    rooted = sampler._next(last, root)
+    extended = rooted.work + rooted.weight * sampler._count(rooted, kid)[1]
+    collisions = sum(c != root for c in sampler._step(tuple(core) + (root,), kid).conflicts)
+    assert rooted.work > 0 and collisions * rooted.work < extended - rooted.work     # the bound is less
+    assert sampler._subtree_work(last, root, [kid], core) == pytest.approx(extended)
+    assert counting.WEIGHTED_SUBTREES
