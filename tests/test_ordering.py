@@ -282,16 +282,15 @@ def test_costs_are_over_the_core_symmetry_group(graph):
     assert broken.planned_cost * size == pytest.approx(plain.planned_cost)
 
 
-def _subtree_sampler(graph, monkeypatch):
-    """(the refined count plan of a triangle with a subtree (c)--(r)--(x), its sampler drawing
-    every row)."""
+def _subtree_sampler(graph, monkeypatch, pattern="(a)--(b)--(c)--(a), (c)--(r), (r)--(x)"):
+    """(the refined count plan of ``pattern``, by default a triangle with a subtree (c)--(r)--(x),
+    its sampler drawing every row)."""
     monkeypatch.setattr(ordering, "SAMPLE_ROWS", 1 << 30)
     monkeypatch.setattr(ordering, "MATERIALISE_ROWS", 1 << 30)
     g = graph[2][None]
     backend = CpuBackend()
     backend.begin(g.store)
-    plan = make_plan(g.store, query.load("(a)--(b)--(c)--(a), (c)--(r), (r)--(x)"), backend,
-                     refine_rounds=2, factor_leaves=True)
+    plan = make_plan(g.store, query.load(pattern), backend, refine_rounds=2, factor_leaves=True)
     return plan, ordering._Sampler(g.store, backend, plan, 1 << 28)
 
 
@@ -335,14 +334,7 @@ def test_a_one_kid_subtree_whose_kid_is_no_leaf_is_costed_as_extended(graph, mon
     root extends, as the engine counts it (no weights: they hold the kid's links to the root
     only); the weights' bound, less here, is not taken."""
     from sgsi.join import counting
-    monkeypatch.setattr(ordering, "SAMPLE_ROWS", 1 << 30)
-    monkeypatch.setattr(ordering, "MATERIALISE_ROWS", 1 << 30)
-    g = graph[2][None]
-    backend = CpuBackend()
-    backend.begin(g.store)
-    plan = make_plan(g.store, query.load("(a)--(b)--(c)--(a), (c)--(r), (r)--(x), (x)--(a)"), backend,
-                     refine_rounds=2, factor_leaves=True)
-    sampler = ordering._Sampler(g.store, backend, plan, 1 << 28)
+    plan, sampler = _subtree_sampler(graph, monkeypatch, "(a)--(b)--(c)--(a), (c)--(r), (r)--(x), (x)--(a)")
     root, kid = (next(i for i, v in enumerate(plan.pattern.vertices) if v.name == n) for n in "rx")
     core = [u for u in plan.order if u not in (root, kid)]
     last = sampler.levels(core)[-1]

@@ -211,17 +211,17 @@ class _Sampler:
             head = [v for v in order if v not in trial]
             if not all(self.adj[v] & set(head[:i]) for i, v in enumerate(head[1:], 1)):
                 continue
-            if set(trial) <= set(self._factored(head + trial + rest, wide)[0]):
+            grouped, trees = self._factored(head + trial + rest, wide)
+            if set(trial) <= set(grouped).union(*([root] + kids for root, kids in trees)):
                 late = trial
         return late
 
     def _factored(self, order, wide=True):
-        """(the vertices a count's plan on ``order`` factors, its subtrees as (root, the vertices
-        counted per row of the core and the root))."""
+        """(the vertices a count's plan on ``order`` counts per row of the core, its subtrees as
+        (root, the vertices counted per row of the core and the root))."""
         plan = self.plan
         groups, trees = _factored_vertices(plan.pattern, plan.meets, plan.injective, order, self.keep, wide)
-        trees = [(root, [k for g in kids for k in g]) for root, kids in trees]
-        return [u for g in groups for u in g] + [u for root, kids in trees for u in [root] + kids], trees
+        return [u for g in groups for u in g], [(root, [k for g in kids for k in g]) for root, kids in trees]
 
     def cost(self, order, levels, rest, count):
         """The estimated work of joining ``order`` (then ``rest``), given its sampled ``levels``:
@@ -230,14 +230,14 @@ class _Sampler:
         if not count:
             return float(sum(level.work for level in levels))
         plan = self.plan
-        factored, trees = self._factored(order + rest)
+        grouped, trees = self._factored(order + rest)
+        factored = set(grouped).union(*([root] + kids for root, kids in trees))
         core = [u for u in order if u not in factored]
-        in_trees = {u for root, kids in trees for u in [root] + kids}
         work = float(sum(level.work for level in levels[:len(core)]))
         last = levels[len(core) - 1] if len(levels) >= len(core) else None
         if last is not None and last.rows is not None:
-            for u in factored:
-                if u not in in_trees and self.adj[u] <= set(core):
+            for u in grouped:
+                if self.adj[u] <= set(core):
                     work += last.weight * self._count(last, u)[1]
             for root, kids in trees:
                 work += self._subtree_work(last, root, kids, core)
