@@ -301,7 +301,7 @@ class _Sampler:
     def _sampled(self, level, order, counted):
         """The level of ``order``, the vertex after ``level``'s joined to its rows (:meth:`_next`)."""
         u = order[-1]
-        rng = _rng(order)
+        rng = None
         out = None
         if counted is None:
             out, work = self._extended(order, level.rows, MATERIALISE_ROWS)
@@ -316,6 +316,7 @@ class _Sampler:
             n = _size(rows)
             if count > MATERIALISE_ROWS:    # extend a share of the rows only
                 keep = max(1, int(n * MATERIALISE_ROWS / count))
+                rng = _rng(order)
                 rows = _take(rows, np.sort(rng.choice(n, size=keep, replace=False)))
             out = self._extended(order, rows)[0]
         if _size(out) == 0:
@@ -339,6 +340,8 @@ class _Sampler:
         return {w: np.concatenate([c[w] for c in chunks]) for w in order}, engine.work
 
     def _drawn(self, order, rows, estimate, work, rng=None):
+        """The level of ``order`` from its partial matches ``rows``: at most :data:`SAMPLE_ROWS` of
+        them drawn (``rng``: the order's generator, where a share of its rows was drawn with it)."""
         n = _size(rows)
         if n == 0:                      # no candidate: nothing to join
             return _Level(tuple(order), None, 0.0, 0.0, work)
