@@ -124,36 +124,6 @@ def test_levels_unsampled_are_the_partial_matches(graph, pattern, monkeypatch):
     assert seen > 0
 
 
-def test_a_prefix_is_sampled_once_whichever_order_reaches_it(graph, monkeypatch):
-    """A level's draws are seeded by its order: sampled after another order that shares its
-    prefix, an order's levels are those sampled alone (rows, estimates, work), and the shared
-    prefix's steps are not run again."""
-    monkeypatch.setattr(ordering, "SAMPLE_ROWS", 4)            # levels drawn, not whole
-    monkeypatch.setattr(ordering, "MATERIALISE_ROWS", 16)      # and shares of the rows extended
-    g = graph[2][None]
-    backend = CpuBackend()
-    backend.begin(g.store)
-    plan = make_plan(g.store, query.load(PATTERNS[4]), backend, refine_rounds=2)
-    sampler = ordering._Sampler(g.store, backend, plan, 1 << 28)
-    first, _levels = sampler.greedy(plan.order[0], plan.order)
-    other = first[:2] + first[2:][::-1]
-    if any(not sampler.adj[u] & set(other[:i]) for i, u in enumerate(other[1:], 1)):
-        other = first[:2] + sorted(first[2:], key=lambda u: -len(sampler.adj[u] & set(first[:2])))
-    before = sampler.tried
-    after = sampler.levels(other)
-    fresh = ordering._Sampler(g.store, backend, plan, 1 << 28)
-    alone = fresh.levels(other)
-    assert 0 < sampler.tried - before < fresh.tried         # the shared prefix not sampled again
-    drawn = 0
-    for a, b in zip(after, alone):
-        assert (a.order, a.estimate, a.weight, a.work) == (b.order, b.estimate, b.weight, b.work)
-        assert (a.rows is None) == (b.rows is None)
-        if a.rows is not None:
-            assert all((a.rows[u] == b.rows[u]).all() for u in a.order)
-            drawn += a.weight > 1
-    assert len(after) == len(alone) and drawn > 0          # some level was a draw
-
-
 def test_no_greedy_search_where_the_plan_has_run_its_estimate(graph, monkeypatch):
     """A plan that has done the work its estimate holds keeps its order, unsearched; with nothing
     done, the greedy order is searched and taken at any gain."""

@@ -41,10 +41,8 @@ query. A query whose refined plan has run past ``backend.reorder_work``
 first vertex (and, for a count, both with their expanding vertices last); the
 query starts again on the cheapest where it costs at most a :data:`GAIN`-th
 of what is left of the plan's (on yeast, a query that had run past its
-plan's estimate started again and took 1.4x as long). A
-level's draws are seeded by its order's prefix, so each prefix is sampled once whichever order
-reaches it (the planned, greedy and moved orders share many: 13.5% fewer sampled steps on 154
-slow yeast queries), and a query plans the same each time. Leaves (one
+plan's estimate started again and took 1.4x as long). The
+draws have a fixed seed: a query plans the same each time. Leaves (one
 neighbour) stay out of the search, after the rest in the plan's order: they
 prune nothing, and a count factors them.
 """
@@ -66,7 +64,7 @@ SAMPLE_ROWS = 1024
 #: Most extensions of the drawn rows a level materialises to draw the next level's from (past
 #: it, fewer parent rows are extended: the level's estimate is the count over all of them).
 MATERIALISE_ROWS = 1 << 16
-#: The random draws' seed (with each level's order: :func:`_rng`).
+#: The random draws' seed.
 SEED = 41
 #: How many times cheaper the greedy order has to be estimated for a query to take it.
 GAIN = 2.0
@@ -128,7 +126,7 @@ def choose(store, backend, plan: QueryPlan, budget: int, count: bool, done: floa
                     moved = [u for u in at if u not in late] + late
                     if not late or moved == at:
                         break
-                    moved_levels = sampler.levels(moved)
+                    moved_levels = sampler.levels(moved, at, at_levels)
                     if tuple(moved) not in costed:
                         costed.add(tuple(moved))
                         options.append((sampler.cost(moved, moved_levels, rest, count), len(late), moved))
@@ -160,16 +158,18 @@ class _Sampler:
         core_size = sum(len(a) > 1 for a in self.adj)
         self.leaves = {u for u in range(n) if len(self.adj[u]) == 1} if core_size > 1 else set()
         self.leaves -= {u for u, _ids in self.seed}
+        self.rng = np.random.default_rng(SEED)
         self.tried = 0
-        self._levels = {}       # order -> its sampled level (its draws seeded by the order)
-        self._counts = {}       # (order, vertex) -> _count of the order's level
         self._steps = {}        # (prefix, vertex) -> its Step
         self._plans = {}        # order -> the plan that joins it
 
-    def levels(self, order):
-        """The sampled level of each prefix of ``order`` (none past a level found empty); each
-        prefix's level is sampled once, whichever order reaches it first."""
-        out = self._first(order)
+    def levels(self, order, like=(), known=()):
+        """The sampled level of each prefix of ``order`` (none past a level found empty); those of
+        the prefix it shares with order ``like`` are taken from ``like``'s levels ``known``."""
+        same = 0
+        while same < min(len(order), len(like), len(known)) and order[same] == like[same]:
+            same += 1
+        out = list(known[:same]) or self._first(order)
         level = out[-1]
         for u in order[len(out):]:
             if level.rows is None:      # nothing found: the rest of the order joins nothing
@@ -269,22 +269,15 @@ class _Sampler:
         with): partial matches given, not joined (no work)."""
         if not self.seed:
             return [self._roots(order[0])]
-        first = tuple(order[:len(self.seed)])
-        assert [u for u, _ids in self.seed] == list(first), "an order keeps its seed first"
-        if first not in self._levels:
-            rows = {u: np.asarray(ids, np.int32) for u, ids in self.seed}
-            for k in range(1, len(first) + 1):
-                self._levels[first[:k]] = self._drawn(first[:k], {u: rows[u] for u in first[:k]},
-                                                      float(_size(rows)), 0.0)
-        return [self._levels[first[:k]] for k in range(1, len(first) + 1)]
+        assert [u for u, _ids in self.seed] == list(order[:len(self.seed)]), "an order keeps its seed first"
+        rows = {u: np.asarray(ids, np.int32) for u, ids in self.seed}
+        return [self._drawn(tuple(order[:k]), {u: rows[u] for u in order[:k]}, float(_size(rows)), 0.0)
+                for k in range(1, len(self.seed) + 1)]
 
     def _roots(self, u):
-        if (u,) in self._levels:
-            return self._levels[(u,)]
         ids = self.backend.to_host(self.backend.bits_to_ids(self.plan.candidates[u], self.store.n_vertices,
                                                            self.plan.candidate_counts[u]))
-        level = self._levels[(u,)] = self._drawn((u,), {u: ids.astype(np.int32)}, float(ids.size), float(ids.size))
-        return level
+        return self._drawn((u,), {u: ids.astype(np.int32)}, float(ids.size), float(ids.size))
 
     def _next(self, level, u, counted=None):
         """The level after ``level`` with ``u`` joined (``counted``: its :meth:`_count`, if known;
@@ -293,15 +286,6 @@ class _Sampler:
         if level.rows is None:
             return level
         order = level.order + (u,)
-        known = self._levels.get(order)
-        if known is None:
-            known = self._levels[order] = self._sampled(level, order, counted)
-        return known
-
-    def _sampled(self, level, order, counted):
-        """The level of ``order``, the vertex after ``level``'s joined to its rows (:meth:`_next`)."""
-        u = order[-1]
-        rng = None
         out = None
         if counted is None:
             out, work = self._extended(order, level.rows, MATERIALISE_ROWS)
@@ -316,12 +300,11 @@ class _Sampler:
             n = _size(rows)
             if count > MATERIALISE_ROWS:    # extend a share of the rows only
                 keep = max(1, int(n * MATERIALISE_ROWS / count))
-                rng = _rng(order)
-                rows = _take(rows, np.sort(rng.choice(n, size=keep, replace=False)))
+                rows = _take(rows, np.sort(self.rng.choice(n, size=keep, replace=False)))
             out = self._extended(order, rows)[0]
         if _size(out) == 0:
             return _Level(order, None, estimate, 0.0, work)
-        return self._drawn(order, out, estimate, work, rng)
+        return self._drawn(order, out, estimate, work)
 
     def _extended(self, order, rows, most=None):
         """(``rows`` extended by the last vertex of ``order``, host columns; the step's work),
@@ -339,27 +322,20 @@ class _Sampler:
                     {w: np.zeros(0, dtype=np.int32) for w in order}), engine.work
         return {w: np.concatenate([c[w] for c in chunks]) for w in order}, engine.work
 
-    def _drawn(self, order, rows, estimate, work, rng=None):
-        """The level of ``order`` from its partial matches ``rows``: at most :data:`SAMPLE_ROWS` of
-        them drawn (``rng``: the order's generator, where a share of its rows was drawn with it)."""
+    def _drawn(self, order, rows, estimate, work):
         n = _size(rows)
         if n == 0:                      # no candidate: nothing to join
             return _Level(tuple(order), None, 0.0, 0.0, work)
         if n > SAMPLE_ROWS:
-            rng = rng or _rng(order)
-            rows = _take(rows, np.sort(rng.choice(n, size=SAMPLE_ROWS, replace=False)))
+            rows = _take(rows, np.sort(self.rng.choice(n, size=SAMPLE_ROWS, replace=False)))
         return _Level(tuple(order), rows, estimate, estimate / _size(rows), work)
 
     def _count(self, level, u):
         """(extensions of ``level``'s drawn rows by ``u``, the step's work: entries and rows),
-        exact over them; counted once."""
-        key = (level.order, u)
-        got = self._counts.get(key)
-        if got is None:
-            self.tried += 1
-            engine = self._engine(level.order + (u,), level.rows)
-            got = self._counts[key] = (engine.count(), engine.work)
-        return got
+        exact over them."""
+        self.tried += 1
+        engine = self._engine(level.order + (u,), level.rows)
+        return engine.count(), engine.work
 
     def _step(self, prefix, u):
         """The join step of ``u`` after the vertices ``prefix`` (a tuple), built once: each sampled
@@ -394,12 +370,6 @@ class _Level:
     estimate: float         # estimated partial matches of ``order``
     weight: float           # partial matches each drawn row stands for
     work: float             # estimated work (entries and rows) of the step that made it
-
-
-def _rng(order):
-    """The draws of ``order``'s level: seeded by the order, so that a level is the same whichever
-    search path reaches it (and is sampled once: :meth:`_Sampler._next`)."""
-    return np.random.default_rng([SEED, *order])
 
 
 def _size(rows):
