@@ -322,7 +322,7 @@ def test_a_one_leaf_subtree_is_costed_as_the_engine_counts_it(graph, monkeypatch
     last = sampler.levels(core)[-1]
     weighted = sampler._subtree_work(last, root, [leaf], core)
     rooted = sampler._next(last, root)
-    collisions = sum(c != root for c in sampler._step(tuple(core) + (root,), leaf).conflicts)
+    collisions = counting.collisions(sampler._step(tuple(core) + (root,), leaf), root)
     assert collisions >= 1 and rooted.work > 0
     assert weighted <= rooted.work * (1 + collisions)
     monkeypatch.setattr(counting, "WEIGHTED_SUBTREES", False)
@@ -340,7 +340,7 @@ def test_a_one_kid_subtree_whose_kid_is_no_leaf_is_costed_as_extended(graph, mon
     last = sampler.levels(core)[-1]
     rooted = sampler._next(last, root)
     extended = rooted.work + rooted.weight * sampler._count(rooted, kid)[1]
-    collisions = sum(c != root for c in sampler._step(tuple(core) + (root,), kid).conflicts)
+    collisions = counting.collisions(sampler._step(tuple(core) + (root,), kid), root)
     assert rooted.work > 0 and collisions * rooted.work < extended - rooted.work     # the bound is less
     assert sampler._subtree_work(last, root, [kid], core) == pytest.approx(extended)
     assert counting.WEIGHTED_SUBTREES
