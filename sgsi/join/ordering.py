@@ -70,6 +70,11 @@ SEED = 41
 GAIN = 2.0
 #: Rounds of moving expanding vertices last, each on the levels of the order the last one made.
 DEFER_ROUNDS = 2
+#: Streams of draws the greedy path is sampled on (each its own path and deferrals), the second
+#: only where the work left by the cheapest order found is ``EXPLORE`` times the search's
+#: ``least`` (twice ``search_work``) or more.
+STREAMS = 2
+EXPLORE = 8
 
 
 @dataclass
@@ -112,11 +117,27 @@ def choose(store, backend, plan: QueryPlan, budget: int, count: bool, done: floa
     left = planned - done
     if left <= least:
         return Choice(core + rest, planned, planned, sampler.tried, time.perf_counter() - start, False)
-    order, levels = sampler.greedy(core[0], core)
-    options = [(sampler.cost(order, levels, rest, count), 0, order)]
-    if count:       # each order with its expanding vertices counted last, where a count factors them
-        costed = {tuple(order)}
+    options, costed = [], set()
+    tried = 0
+    for stream in range(STREAMS):
+        if stream:
+            # The greedy path again on other draws, where the work left is many searches' worth:
+            # an order's estimate varies up to 10x with the draws, and each path weighs others.
+            if least <= 0 or min(left, min(o[0] for o in options)) < EXPLORE * least:
+                break
+            tried += sampler.tried
+            sampler = _Sampler(store, backend, plan, budget, symmetric, seed, keep, SEED + stream)
+            planned_levels = None
+        order, levels = sampler.greedy(core[0], core)
+        if tuple(order) not in costed:
+            costed.add(tuple(order))
+            options.append((sampler.cost(order, levels, rest, count), 0, order))
+        if not count:
+            continue
+        # each order with its expanding vertices counted last, where a count factors them
         for base, known in ((core, planned_levels), (order, levels)):
+            if known is None:
+                continue
             # The vertices moved as factored by narrow subtrees, then by wide ones too: each a
             # greedy path, which the wide rule alone may take away from a cheaper order.
             for wide in (False, True):
@@ -131,8 +152,9 @@ def choose(store, backend, plan: QueryPlan, budget: int, count: bool, done: floa
                         costed.add(tuple(moved))
                         options.append((sampler.cost(moved, moved_levels, rest, count), len(late), moved))
                     at, at_levels = moved, moved_levels
+    tried += sampler.tried
     cost, deferred, order = min(options, key=lambda o: o[0])
-    return Choice(order + rest, cost, planned, sampler.tried, time.perf_counter() - start, cost * GAIN <= left,
+    return Choice(order + rest, cost, planned, tried, time.perf_counter() - start, cost * GAIN <= left,
                   deferred)
 
 
@@ -146,7 +168,7 @@ def left_by_share(done: float, share: float) -> float:
 class _Sampler:
     """Sampled joins over one plan's candidate sets."""
 
-    def __init__(self, store, backend, plan, budget, symmetric=False, seed=(), keep=()):
+    def __init__(self, store, backend, plan, budget, symmetric=False, seed=(), keep=(), draws=SEED):
         self.store, self.backend, self.plan, self.budget = store, backend, plan, budget
         self.symmetric = symmetric and plan.injective     # costs over the core's symmetry group
         self.seed = tuple(seed)
@@ -158,7 +180,7 @@ class _Sampler:
         core_size = sum(len(a) > 1 for a in self.adj)
         self.leaves = {u for u in range(n) if len(self.adj[u]) == 1} if core_size > 1 else set()
         self.leaves -= {u for u, _ids in self.seed}
-        self.rng = np.random.default_rng(SEED)
+        self.rng = np.random.default_rng(draws)
         self.tried = 0
         self._steps = {}        # (prefix, vertex) -> its Step
         self._plans = {}        # order -> the plan that joins it
