@@ -74,6 +74,50 @@ def test_counts_and_rows_on_searched_orders_vs_oracle(graph, device, search_at_o
     assert reordered >= len(patterns)          # most queries ran on the greedy order
 
 
+@pytest.fixture
+def second_stream(search_at_once, monkeypatch):
+    """As search_at_once, with a search cost so small that every search samples its second stream
+    of draws; yields the streams' seeds sampled."""
+    monkeypatch.setattr(CpuBackend, "search_work", 1e-9)
+    if gpu_available():
+        from sgsi.join.backends.gpu.backend import GpuBackend
+        monkeypatch.setattr(GpuBackend, "search_work", 1e-9)
+    draws = []
+    init = ordering._Sampler.__init__
+
+    def spy(self, store, backend, plan, budget, symmetric=False, seed=(), keep=(), draws_=ordering.SEED):
+        draws.append(draws_)
+        init(self, store, backend, plan, budget, symmetric, seed, keep, draws_)
+    monkeypatch.setattr(ordering._Sampler, "__init__", spy)
+    return draws
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("gpu", marks=[
+    pytest.mark.gpu, pytest.mark.skipif(not gpu_available(), reason="no CUDA GPU with CuPy on this machine")])])
+def test_counts_on_orders_of_the_second_stream_vs_oracle(graph, device, second_stream):
+    """Counts (at the default and a 16KB budget) and rows on orders found on either stream of draws."""
+    edges, vl, stores, patterns = graph
+    for p in patterns:
+        matches = oracle_matches(edges, vl, p)
+        for budget, g in stores.items():
+            assert g.count(p, device=device, memory_budget=budget, progress=False) == len(matches), (p, budget)
+        if parse_pattern(p).output_names and len(matches) < 20000:
+            t = stores["16KB"].match(p, device=device, memory_budget="16KB", progress=False).read_all()
+            cols = parse_pattern(p).output_vertices
+            assert Counter(zip(*[c.to_pylist() for c in t.columns])) == \
+                Counter(tuple(m[i] for i in cols) for m in matches), p
+    assert second_stream.count(ordering.SEED + 1) >= len(patterns)
+
+
+def test_no_second_stream_below_its_gate(graph, second_stream, monkeypatch):
+    """The second stream is sampled only where the cheapest order leaves EXPLORE times ``least``."""
+    edges, vl, stores, patterns = graph
+    monkeypatch.setattr(ordering, "EXPLORE", 1e300)
+    for p in patterns:
+        assert stores[None].count(p, progress=False) == oracle_count(edges, vl, p), p
+    assert second_stream and set(second_stream) == {ordering.SEED}
+
+
 def test_the_search_is_recorded_and_kept_without_gain(graph, search_at_once, monkeypatch):
     monkeypatch.setattr(ordering, "GAIN", 1e300)          # no order is that much cheaper
     edges, vl, stores, patterns = graph

@@ -107,7 +107,9 @@ def choose(store, backend, plan: QueryPlan, budget: int, count: bool, done: floa
     order's cost is then divided by the order of its core's group, :mod:`.symmetry`).
     ``seed``: the plan joins from these partial matches of its first vertices ((vertex, host
     ids), as the engine's ``seed``: an anchored query's pairs), which every order keeps first;
-    ``keep``: vertices the plan joins, never factors (its row filters read them)."""
+    ``keep``: vertices the plan joins, never factors (its row filters read them). Where the cheapest
+    order found leaves :data:`EXPLORE` times ``least`` or more, the greedy path and its deferrals
+    are sampled again on a second stream of draws (:data:`STREAMS`) and weighed with the first's."""
     start = time.perf_counter()
     sampler = _Sampler(store, backend, plan, budget, symmetric, seed, keep)
     core = [u for u in plan.order if u not in sampler.leaves]
