@@ -30,6 +30,7 @@ class Progress:
         self.levels = []                # [(share before the current unit, the unit's share)]
         self.rows = 0                   # rows (or matches) so far
         self.lines = 0
+        self._since, self._last = self.start, 0.0     # the pace's start (a replan starts it again)
 
     def at(self, level, before, width):
         """Level ``level`` starts a unit: ``before`` of its input done, the unit ``width`` of it."""
@@ -56,7 +57,11 @@ class Progress:
             return
         self.next = now + EVERY
         self.lines += 1
-        self.report(f"sgsi: {now - self.start:.0f} s, about {100 * self.share():.0f}% done, "
+        share = self.share()
+        if share < self._last:          # planned again: the work starts over
+            self._since = now
+        self._last = share
+        self.report(f"sgsi: {now - self.start:.0f} s, {_done(share)}{_left(now - self._since, share)}, "
                     f"{self.rows:,} {self.what} so far")
 
 
@@ -77,3 +82,32 @@ def reporter(progress):
     from ..errors import SgsiError
     raise SgsiError(f"progress must be True, False or a callable taking a line of text, not "
                     f"{type(progress).__name__}")
+
+
+def _done(share):
+    """The share done in words: whole percent from 10%, two figures below (a hard query's first
+    hours may be a thousandth of a percent)."""
+    pct = 100 * share
+    if pct == 0:
+        return "about 0% done"
+    if pct < 1e-4:
+        return "under 0.0001% done"
+    return f"about {pct:.2g}% done" if pct < 1 else f"about {pct:.{1 if pct < 10 else 0}f}% done"
+
+
+def _left(seconds, share):
+    """", some TIME left at this pace": the share done in ``seconds``, over what is left."""
+    if share <= 0 or share >= 1.0 or seconds < EVERY:
+        return ""
+    return f", some {_duration(seconds * (1 - share) / share)} left at this pace"
+
+
+def _duration(seconds):
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 90 * 60:
+        return f"{seconds / 60:.0f} min"
+    if seconds < 48 * 3600:
+        return f"{seconds / 3600:.1f} h"
+    days = seconds / 86400
+    return f"{days:.1f} days" if days < 10 else f"{days:,.0f} days"
