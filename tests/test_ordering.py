@@ -77,7 +77,7 @@ def test_counts_and_rows_on_searched_orders_vs_oracle(graph, device, search_at_o
 @pytest.fixture
 def second_stream(search_at_once, monkeypatch):
     """As search_at_once, with a search cost so small that every search samples its second stream
-    of draws; yields the streams' seeds sampled."""
+    of draws; returns the list of the seeds of the samplers made (one a stream searched)."""
     monkeypatch.setattr(CpuBackend, "search_work", 1e-9)
     if gpu_available():
         from sgsi.join.backends.gpu.backend import GpuBackend

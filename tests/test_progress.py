@@ -1,5 +1,7 @@
 """Progress lines (sgsi/join/progress.py): the share done in words and the time left at the pace so far."""
 
+from types import SimpleNamespace
+
 from sgsi.join import progress
 from sgsi.join.progress import Progress
 
@@ -26,7 +28,7 @@ def test_the_time_left_at_the_pace_so_far():
 def test_a_replan_starts_the_pace_again(monkeypatch):
     """Where the share drops (the query planned again), the time left counts from the drop."""
     now = [100.0]
-    monkeypatch.setattr(progress.time, "monotonic", lambda: now[0])
+    monkeypatch.setattr(progress, "time", SimpleNamespace(monotonic=lambda: now[0]))
     monkeypatch.setattr(progress, "AFTER", 0.0)
     monkeypatch.setattr(progress, "EVERY", 0.0)
     lines = []
