@@ -289,6 +289,34 @@ def test_searched_and_unpinned_anchored_counts(tmp_path, patched, monkeypatch, d
     assert unpinned > 0 and reordered > 0
 
 
+def test_anchored_orders_of_the_second_stream(tmp_path, patched, monkeypatch):
+    """Anchored queries whose search samples its second stream of draws (a search cost next to
+    nothing) keep their anchors' pairs first and their filters' vertices joined, as on the first."""
+    from sgsi.join import engine, ordering
+    from sgsi.join.backends.cpu import CpuBackend
+    for name in ("REPLAN_MIN_WORK", "REPLAN_FACTOR", "REPLAN_COST_FACTOR"):
+        monkeypatch.setattr(engine, name, 0)
+    monkeypatch.setattr(CpuBackend, "reorder_work", 0)
+    monkeypatch.setattr(CpuBackend, "search_work", 1e-9)
+    monkeypatch.setattr(ordering, "GAIN", 0.0)
+    monkeypatch.setattr(ordering, "SAMPLE_ROWS", 8)
+    seeded = []
+    init = ordering._Sampler.__init__
+
+    def spy(self, store, backend, plan, budget, symmetric=False, seed=(), keep=(), draws=ordering.SEED):
+        seeded.append((draws, bool(seed)))
+        init(self, store, backend, plan, budget, symmetric, seed, keep, draws)
+    monkeypatch.setattr(ordering._Sampler, "__init__", spy)
+    v = random_versions(tmp_path, random.Random(13))
+    patched(v)
+    try:
+        for p in PATTERNS[3:]:
+            check(v, p, budget="16KB")
+    finally:
+        v.close()
+    assert (ordering.SEED + 1, True) in seeded          # an anchored query's second stream ran
+
+
 @pytest.mark.parametrize("device", DEVICES)
 def test_counts_by_recounting_both_versions(tmp_path, patched, monkeypatch, device):
     """The race's other path first (:mod:`sgsi.join.race`): a delta counted as the new count less
