@@ -96,6 +96,8 @@ def run(args):
     n_base = int(round(n * 0.9))
     base, stream = edges.take(perm[:n_base]), edges.take(perm[n_base:])
     gone = base.take(np.random.default_rng(args.seed + 1).permutation(n_base))
+    if args.work:
+        os.makedirs(args.work, exist_ok=True)
     work = tempfile.mkdtemp(prefix="update-cost-", dir=args.work)
     try:
         pq.write_table(base, os.path.join(work, "base.parquet"))
