@@ -96,13 +96,15 @@ def _done(share):
 
 
 def _left(seconds, share):
-    """", some TIME left at this pace": the share done in ``seconds``, over what is left."""
+    """The clause ", some TIME left at this pace": what is left at the pace of ``share`` done in
+    ``seconds`` (nothing before a line's interval, or with nothing done)."""
     if share <= 0 or share >= 1.0 or seconds < EVERY:
         return ""
     return f", some {_duration(seconds * (1 - share) / share)} left at this pace"
 
 
 def _duration(seconds):
+    """``seconds`` in the unit a person reads: s, min, h or days."""
     if seconds < 90:
         return f"{seconds:.0f} s"
     if seconds < 90 * 60:
