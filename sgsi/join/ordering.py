@@ -129,17 +129,16 @@ def choose(store, backend, plan: QueryPlan, budget: int, count: bool, done: floa
                 break
             tried += sampler.tried
             sampler = _Sampler(store, backend, plan, budget, symmetric, seed, keep, SEED + stream)
-            planned_levels = None
         order, levels = sampler.greedy(core[0], core)
         if tuple(order) not in costed:
             costed.add(tuple(order))
             options.append((sampler.cost(order, levels, rest, count), 0, order))
         if not count:
             continue
-        # each order with its expanding vertices counted last, where a count factors them
-        for base, known in ((core, planned_levels), (order, levels)):
-            if known is None:
-                continue
+        # each order with its expanding vertices counted last, where a count factors them (the
+        # plan's own on the first stream's levels only)
+        bases = [(order, levels)] if stream else [(core, planned_levels), (order, levels)]
+        for base, known in bases:
             # The vertices moved as factored by narrow subtrees, then by wide ones too: each a
             # greedy path, which the wide rule alone may take away from a cheaper order.
             for wide in (False, True):
@@ -235,8 +234,7 @@ class _Sampler:
             head = [v for v in order if v not in trial]
             if not all(self.adj[v] & set(head[:i]) for i, v in enumerate(head[1:], 1)):
                 continue
-            grouped, trees = self._factored(head + trial + rest, wide)
-            if set(trial) <= set(grouped).union(*([root] + kids for root, kids in trees)):
+            if set(trial) <= _all_factored(*self._factored(head + trial + rest, wide)):
                 late = trial
         return late
 
@@ -255,7 +253,7 @@ class _Sampler:
             return float(sum(level.work for level in levels))
         plan = self.plan
         grouped, trees = self._factored(order + rest)
-        factored = set(grouped).union(*([root] + kids for root, kids in trees))
+        factored = _all_factored(grouped, trees)
         core = [u for u in order if u not in factored]
         work = float(sum(level.work for level in levels[:len(core)]))
         last = levels[len(core) - 1] if len(levels) >= len(core) else None
@@ -394,6 +392,11 @@ class _Level:
     estimate: float         # estimated partial matches of ``order``
     weight: float           # partial matches each drawn row stands for
     work: float             # estimated work (entries and rows) of the step that made it
+
+
+def _all_factored(grouped, trees):
+    """Every vertex of :meth:`_Sampler._factored`'s groups and subtrees (roots too), as a set."""
+    return set(grouped).union(*([root] + kids for root, kids in trees))
 
 
 def _size(rows):
