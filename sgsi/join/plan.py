@@ -262,7 +262,6 @@ def _meet(meets, us, ws):
 def _leaf_group(store, backend, inc, bits, meets, group, core, injective):
     """The :class:`LeafGroup` of factored vertices ``group``: a step per block of them that may
     share a vertex (its candidates, the AND of theirs, appended to ``bits``), and the terms."""
-    xp = backend.xp
     block_of = {}                      # bitmask of leaves -> index in blocks
     blocks = []
     for mask in range(1, 1 << len(group)):
@@ -273,7 +272,7 @@ def _leaf_group(store, backend, inc, bits, meets, group, core, injective):
             shared = bits[members[0]]
             for u in members[1:]:
                 shared = shared & bits[u]
-            if not bool(xp.any(shared)):
+            if not backend.popcount(shared):
                 continue               # no vertex is a candidate of them all: the block is empty
             vertex = len(bits)
             bits.append(shared)

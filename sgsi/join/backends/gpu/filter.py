@@ -13,14 +13,24 @@ import numpy as np
 from ...stream import segment_ranges
 from ..base import Overlaps, sets_then_summary
 from .launch import BLOCK, Kernels, grid
-from .primitives import pointer, pointers, record_table, stack_rows
+from .primitives import pointer, pointers, record_table
 from .transfers import read_last, read_small, to_device_small
 
 kernel = Kernels("filter")
 
 
-#: Set bits of uint32 words, summed (per row with ``axis=1``).
-_popcount_rows = cp.ReductionKernel("uint32 x", "int64 y", "__popc(x)", "a + b", "y = a", "0", "sgsi_popcount")
+#: Blocks a bitset's ``popcount_rows`` takes at most (each strides over its words).
+_POPCOUNT_BLOCKS = 64
+
+
+def popcount_rows(bitsets, out):
+    """Queue ``out[i] += `` the set bits of ``bitsets[i]`` (equal sizes; ``out`` int64, zeroed):
+    one launch, a grid row a bitset."""
+    words = int(bitsets[0].size) if bitsets else 0
+    if words:
+        kernel("popcount_rows")((min(_POPCOUNT_BLOCKS, grid(words)[0]), len(bitsets)), (BLOCK,),
+                                (pointers(bitsets), words, out))
+    return out
 
 
 #: Blocks of a ``candidate_bits`` launch an SM (the kernel's CB_BLOCKS_PER_SM): a launch has at most
@@ -125,7 +135,7 @@ class FilterSteps:
         meets = GpuOverlaps(bits)
         pairs = (k * k + 1) // 2
         buf = cp.zeros(k + pairs + 1, cp.int64)      # the counts, k * k int32 answers, the cost
-        _popcount_rows(stack_rows(bits), axis=1, out=buf[:k])
+        popcount_rows(bits, buf[:k])
         meets._launch(buf[k:k + pairs].view(cp.int32)[:k * k])
         if cost_jobs is not None:
             self.add_union_degrees(buf[k + pairs:], bits, cost_jobs)
@@ -138,7 +148,7 @@ class FilterSteps:
         """The set bits of each bitset (equal sizes), as Python integers: one reduction, one read."""
         if not bitsets:
             return []
-        return read_small(_popcount_rows(stack_rows(bitsets), axis=1)).tolist()
+        return read_small(popcount_rows(bitsets, cp.zeros(len(bitsets), cp.int64))).tolist()
 
 
     def refine_drop(self, store, p, bits, keep, users, ends, needs):

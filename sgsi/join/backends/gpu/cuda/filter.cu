@@ -326,6 +326,19 @@ extern "C" __global__ void segments_meeting(const unsigned int* __restrict__ bit
     for (int s = a; s < n_seg && first[s] <= hi; ++s) flags[s] = 1;
 }
 
+// out[r] += the set bits of bitset rows[r] (words uint32 each), for each grid row r (out zeroed):
+// a grid-stride loop over the words, warp shuffles, one atomic per warp. (CuPy's reduction over
+// rows compiled a CUB kernel for each size class of the bitsets: seconds on a graph's first query.)
+extern "C" __global__ void popcount_rows(const unsigned int* const* __restrict__ rows, long long words,
+                                         long long* __restrict__ out) {
+    const unsigned int* a = rows[blockIdx.y];
+    long long sum = 0;
+    long long stride = (long long)gridDim.x * blockDim.x;
+    for (long long w = (long long)blockIdx.x * blockDim.x + threadIdx.x; w < words; w += stride) sum += __popc(a[w]);
+    for (int o = 16; o > 0; o >>= 1) sum += __shfl_down_sync(FULL, sum, o);
+    if ((threadIdx.x & 31) == 0 && sum) atomicAdd((unsigned long long*)out + blockIdx.y, (unsigned long long)sum);
+}
+
 // Whether bitsets rows[i] and cols[j] (words uint32 each) share a set bit, for every i, j
 // (reference: backends.base.Overlaps): out[i * n_cols + j] = 1 where they do (out zeroed).
 // Each pair gets per_pair blocks, each ORing the ANDs of a stretch of the words.
