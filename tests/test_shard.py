@@ -8,6 +8,7 @@ tasks, a task run twice, the interfaces' options, and sgsi without Dask.
 """
 
 import glob
+import math
 import os
 import random
 import subprocess
@@ -451,6 +452,60 @@ def test_split_on_a_searched_order_vs_oracle(graphs, client, split, monkeypatch)
         got, _schema = rows(g.match(p, device=CPU, client=client))
         assert got == project(matches, p), p
     assert reordered >= 2
+
+
+@pytest.mark.parametrize("switch", [False, True], ids=["kept", "switched"])
+def test_gpu_tasks_of_the_plan_run_while_the_driver_searches(graphs, client, switch, monkeypatch):
+    """Where the driver searches its plan's order for GPU tasks, the plan's own tasks are submitted
+    first; where the search switches, they are stopped as soon as it finds the order (before it
+    ends) and the searched order's run. CPU tasks wait for the search. Counts and rows are the
+    oracle's either way, and ``early_tasks`` says which ran."""
+    from sgsi.join import ordering
+    from sgsi.join.backends.cpu import CpuBackend
+    from sgsi.shard import driver
+    monkeypatch.setattr(CpuBackend, "reorder_work", 0)
+    monkeypatch.setattr(CpuBackend, "search_work", 0)
+    monkeypatch.setattr(driver, "search_gate", lambda _kind: (0, 0))
+    monkeypatch.setattr(ordering, "GAIN", 0.0 if switch else math.inf)
+    monkeypatch.setattr(ordering, "SAMPLE_ROWS", 8)
+    events = []
+    submit, drop, choose = driver._Run.submit, driver._Tasks.drop, ordering.choose
+    monkeypatch.setattr(driver._Run, "submit", lambda *a, **k: (events.append("submit"), submit(*a, **k))[1])
+    monkeypatch.setattr(driver._Tasks, "drop", lambda tasks: (events.append("drop"), drop(tasks))[1])
+    monkeypatch.setattr(ordering, "choose", lambda *a, **k: (lambda c: (events.append("searched"), c)[1])(
+        choose(*a, **k)))
+    edges, vlabels, stores = graphs
+    g = stores[None]
+    p = "(a)--(b)--(c)--(d)--(a), (a)--(c)"
+    matches = oracle_matches(edges, vlabels, p)
+    count = lambda: g.count(p, device=CPU, client=client, progress=False)        # noqa: E731
+    match = lambda: rows(g.match(p, device=CPU, client=client, progress=False))[0]     # noqa: E731
+    for kind, early in (("gpu", True), ("cpu", False)):
+        monkeypatch.setattr(driver, "task_device", lambda _d, kind=kind: kind)
+        for run in (count, match):
+            events.clear()
+            assert run() in (len(matches), project(matches, p))
+            if not early:
+                assert events == ["searched", "submit"]
+            else:
+                assert events == (["submit", "drop", "searched", "submit"] if switch else ["submit", "searched"])
+            assert g.last_stats["early_tasks"] == early and g.last_stats["reordered"] == switch
+            assert wait_idle(client) < STOP_BOUND
+
+
+def test_a_task_its_query_stopped_returns_none(graphs, client, monkeypatch, tmp_path):
+    """A task whose query stopped it ends quietly with None (no error in a worker's log); a driver
+    that gets None from a run it did not stop raises Cancelled, never a short count."""
+    _e, _v, stores = graphs
+    g = stores[None]
+    p = "(a)-->(b)-->(c)"
+    shard = Query(g.store, g._backends, p, CPU).shards(2)[0]
+    opts = {"device": CPU, "memory_budget": None, "injective": True}
+    assert tasks.count(g.path, p, opts, shard, "q", str(tmp_path), None)[0] is None      # no marker: stopped
+    assert tasks.match(g.path, p, opts, shard, "q", str(tmp_path), None)[0] is None
+    monkeypatch.setattr(tasks, "count", lambda *a, **k: (None, {}))
+    with pytest.raises(Cancelled, match="stopped on its worker"):
+        g.count(p, device=CPU, client=client, progress=False)
 
 
 def test_the_drivers_search_is_gated_by_the_tasks_backend_and_cancelled(graphs, client, monkeypatch):

@@ -97,7 +97,7 @@ class Choice:
 
 
 def choose(store, backend, plan: QueryPlan, budget: int, count: bool, done: float = 0.0,
-           least: float = 0.0, symmetric: bool = False, seed=(), keep=()) -> Choice:
+           least: float = 0.0, symmetric: bool = False, seed=(), keep=(), ahead=None) -> Choice:
     """The greedy order from ``plan``'s first vertex, and for a count both it and ``plan``'s with
     their expanding vertices last: the cheapest of them by its sampled cost, and the cost of
     ``plan``'s order (over the plan's candidate sets; ``count``: a count's), ``done`` of whose
@@ -109,7 +109,9 @@ def choose(store, backend, plan: QueryPlan, budget: int, count: bool, done: floa
     ids), as the engine's ``seed``: an anchored query's pairs), which every order keeps first;
     ``keep``: vertices the plan joins, never factors (its row filters read them). Where the cheapest
     order found leaves :data:`EXPLORE` times ``least`` or more, the greedy path and its deferrals
-    are sampled again on a second stream of draws (:data:`STREAMS`) and weighed with the first's."""
+    are sampled again on a second stream of draws (:data:`STREAMS`) and weighed with the first's.
+    ``ahead`` (:class:`Ahead`): where the search is to run, ``ahead.start()`` before it (not in its
+    ``seconds``), and ``ahead.drop()`` once an order is found that it will switch to."""
     start = time.perf_counter()
     sampler = _Sampler(store, backend, plan, budget, symmetric, seed, keep)
     core = [u for u in plan.order if u not in sampler.leaves]
@@ -119,8 +121,18 @@ def choose(store, backend, plan: QueryPlan, budget: int, count: bool, done: floa
     left = planned - done
     if left <= least:
         return Choice(core + rest, planned, planned, sampler.tried, time.perf_counter() - start, False)
+    if ahead is not None:
+        begun = time.perf_counter()
+        ahead.start()
+        start += time.perf_counter() - begun
     options, costed = [], set()
     tried = 0
+
+    def add(option):
+        known = any(o[0] * GAIN <= left for o in options)
+        options.append(option)
+        if ahead is not None and not known and option[0] * GAIN <= left:
+            ahead.drop()                # the query switches: to this order or a cheaper one
     for stream in range(STREAMS):
         if stream:
             # The greedy path again on other draws, where the work left is many searches' worth:
@@ -132,7 +144,7 @@ def choose(store, backend, plan: QueryPlan, budget: int, count: bool, done: floa
         order, levels = sampler.greedy(core[0], core)
         if tuple(order) not in costed:
             costed.add(tuple(order))
-            options.append((sampler.cost(order, levels, rest, count), 0, order))
+            add((sampler.cost(order, levels, rest, count), 0, order))
         if not count:
             continue
         # each order with its expanding vertices counted last, where a count factors them (the
@@ -151,12 +163,23 @@ def choose(store, backend, plan: QueryPlan, budget: int, count: bool, done: floa
                     moved_levels = sampler.levels(moved, at, at_levels)
                     if tuple(moved) not in costed:
                         costed.add(tuple(moved))
-                        options.append((sampler.cost(moved, moved_levels, rest, count), len(late), moved))
+                        add((sampler.cost(moved, moved_levels, rest, count), len(late), moved))
                     at, at_levels = moved, moved_levels
     tried += sampler.tried
     cost, deferred, order = min(options, key=lambda o: o[0])
     return Choice(order + rest, cost, planned, tried, time.perf_counter() - start, cost * GAIN <= left,
                   deferred)
+
+
+class Ahead:
+    """What runs beside an order search (:func:`choose`'s ``ahead``): begun before it, dropped
+    once the search has found an order it will switch to."""
+
+    def start(self):
+        pass
+
+    def drop(self):
+        pass
 
 
 def left_by_share(done: float, share: float) -> float:

@@ -109,6 +109,21 @@ class Backends:
             self._idle.clear()
 
 
+class _Early(ordering.Ahead):
+    """A split plan's own (shards, sets), made by ``make()`` and handed to the driver's
+    ``ahead.start`` before its order search (:meth:`Query.shards`)."""
+
+    def __init__(self, make, ahead):
+        self.make, self.ahead, self.shards = make, ahead, None
+
+    def start(self):
+        self.shards = self.make()
+        self.ahead.start(*self.shards)
+
+    def drop(self):
+        self.ahead.drop()
+
+
 class Query:
     """One count or match of ``pattern`` over ``store``; see the module's docstring.
 
@@ -263,14 +278,19 @@ class Query:
 
     # -- a sharded query's split ---------------------------------------------------------
 
-    def shards(self, tasks, count=False, workers=None, gate=None):
+    def shards(self, tasks, count=False, workers=None, gate=None, ahead=None):
         """About ``tasks`` :class:`~sgsi.join.shard.Shard` of this query, the most costly first
         (:func:`~sgsi.join.shard.split_rows` or :func:`~sgsi.join.shard.split` of its refined
         plan), after the budget check; none where a benchmark query's label matches nothing.
         The refined plan's candidate sets are left in ``split_sets``, for the tasks; ``workers``:
         those that will run them (partial matches are cut in rounds of one task a worker);
         ``gate``: (``reorder_work``, ``search_work``) of the backend they run on, which gate the
-        order search as that backend gates its own (default: this query's)."""
+        order search as that backend gates its own (default: this query's).
+
+        ``ahead``: where an order search is to run, ``ahead.start(shards, sets)`` is given the
+        shards of the plan's own order and their sets first (the driver runs them while the search
+        goes on), and ``ahead.drop()`` is called once the search has found an order it will take;
+        those very shards are returned where the search keeps the order."""
         def split_on(backend):
             start = time.perf_counter()
             budget = self._begin(backend)
@@ -280,16 +300,25 @@ class Query:
             if plan.empty:
                 return []
             watched = backend if self.check is None else _Watched(backend, self.check)
-            plan = self._guard(backend.run, lambda: self._split_order(watched, budget, plan, count, gate))
-            self.split_sets = SplitSets(tuple(backend.to_host(b) for b in plan.candidates))
-            out = self._guard(backend.run, lambda: self._split(backend, plan, budget, tasks, workers))
-            if count and SYMMETRY:              # every task joins one embedding of each orbit
-                given = symmetry.of_plan(plan)
-                self.split_symmetry = given[1]
-                out = [replace(s, symmetry=(tuple(given[0]), given[1])) for s in out]
+            early = ahead and _Early(lambda: self._split_shards(backend, plan, budget, tasks, workers, count), ahead)
+            searched = self._guard(backend.run, lambda: self._split_order(watched, budget, plan, count, gate,
+                                                                          early or None))
+            out, self.split_sets = (early.shards if early and early.shards and searched is plan else
+                                    self._split_shards(backend, searched, budget, tasks, workers, count))
             self.split_seconds = time.perf_counter() - start
             return out
         return self._on_backend(split_on)
+
+    def _split_shards(self, backend, plan, budget, tasks, workers, count):
+        """(the shards of ``plan``, its candidate sets as :class:`SplitSets`); a count's tasks each
+        join one embedding of every orbit of the plan's symmetry group (its |H| in ``split_symmetry``)."""
+        sets = SplitSets(tuple(backend.to_host(b) for b in plan.candidates))
+        out = self._guard(backend.run, lambda: self._split(backend, plan, budget, tasks, workers))
+        if count and SYMMETRY:              # every task joins one embedding of each orbit
+            given = symmetry.of_plan(plan)
+            self.split_symmetry = given[1]
+            out = [replace(s, symmetry=(tuple(given[0]), given[1])) for s in out]
+        return out, sets
 
     def candidates(self):
         """The filtered candidate bitsets of the pattern's vertices on the host (unrefined: the
@@ -394,15 +423,16 @@ class Query:
             return ordering.Choice(plan.order, done + left, done + left, 0, 0.0, False)
         return self._search_order(backend, budget, plan, count, done, least=least, seed=seed, keep=keep)
 
-    def _split_order(self, backend, budget, plan, count, gate=None):
+    def _split_order(self, backend, budget, plan, count, gate=None, ahead=None):
         """A sharded query's refined ``plan`` on the order a sampled search finds, where its own
         order is estimated past ``reorder_work`` and twice ``search_work`` (``gate``; default
         ``backend``'s), and the cheapest order searched at a ``GAIN``-th of it or less
-        (:func:`ordering.choose`): its tasks join in the order of the plan split."""
+        (:func:`ordering.choose`, with ``ahead``): its tasks join in the order of the plan split."""
         if not REORDER:
             return plan
         reorder_work, search_work = gate or (backend.reorder_work, backend.search_work)
-        choice = self._search_order(backend, budget, plan, count, 0, least=max(reorder_work, 2 * search_work))
+        choice = self._search_order(backend, budget, plan, count, 0, least=max(reorder_work, 2 * search_work),
+                                    ahead=ahead)
         self.split_search = choice.stats
         if not choice.switch:
             return plan
@@ -414,13 +444,14 @@ class Query:
         return make_plan(self.store, self.pattern, backend, injective=self.injective, refine_rounds=0,
                          factor_leaves=count, filtered=plan.candidates[:len(self.pattern.vertices)], order=order)
 
-    def _search_order(self, backend, budget, plan, count, done, least=0, seed=(), keep=()):
+    def _search_order(self, backend, budget, plan, count, done, least=0, seed=(), keep=(), ahead=None):
         """:func:`ordering.choose` for ``plan``, on the CPU: its sampled steps are small, and a
-        step costs the CPU a fraction of the launches and reads it costs a GPU. ``seed``, ``keep``:
-        an anchored query's (``choose``'s); its costs are not divided by a symmetry group."""
+        step costs the CPU a fraction of the launches and reads it costs a GPU. ``seed``, ``keep``,
+        ``ahead``: ``choose``'s (an anchored query's costs are not divided by a symmetry group)."""
         symmetric = count and SYMMETRY and not seed and not keep
         if backend.name == "cpu":
-            return ordering.choose(self.store, backend, plan, budget // 4, count, done, least, symmetric, seed, keep)
+            return ordering.choose(self.store, backend, plan, budget // 4, count, done, least, symmetric, seed, keep,
+                                   ahead)
         cpu = self.backends.take("cpu")
         failed = True
         try:
@@ -428,7 +459,7 @@ class Query:
             sampler = cpu if self.check is None else _Watched(cpu, self.check)
             host = replace(plan, candidates=[backend.to_host(b) for b in plan.candidates])
             out = ordering.choose(self.store, sampler, host, min(budget, cpu_budget) // 4, count, done, least,
-                                  symmetric, seed, keep)
+                                  symmetric, seed, keep, ahead)
             failed = False
             return out
         finally:

@@ -20,6 +20,7 @@ import time
 from collections import OrderedDict
 
 from ..db.stores import OpenStores
+from ..errors import Cancelled
 from ..join.query import Backends, Query, reraise_stream_error
 from ..storage.store import Store
 from . import parts
@@ -54,18 +55,21 @@ _CANCELLED = OrderedDict()      # the names of the last cancelled queries
 
 def count(path, pattern, options, shard, name, directory, sets=None):
     """The matches of ``shard`` of the query, and the engine's stats; ``sets``: the driver's
-    :class:`~sgsi.join.shard.SplitSets`, or None."""
+    :class:`~sgsi.join.shard.SplitSets`, or None. A task its query stopped returns None matches
+    (the driver reads no result of a query it stopped; a worker's log shows no error for it)."""
     stats = {}
-    with _watch(name, directory) as stop, _STORES.use(path) as g:
+    with _stopped(), _watch(name, directory) as stop, _STORES.use(path) as g:
         n = Query(g.store, g.backends, pattern, cancel=stop, publish=stats.update, progress=False,
                   shard=shard, shard_sets=sets, keep_memory=True, **options).count()
-    return n, stats
+        return n, stats
+    return None, stats
 
 
 def match(path, pattern, options, shard, name, directory, limit, sets=None):
-    """Write the rows of ``shard`` as its part in ``directory``; the rows written, and the stats."""
+    """Write the rows of ``shard`` as its part in ``directory``; the rows written (None where its
+    query stopped it, as :func:`count`), and the stats."""
     stats = {}
-    with _watch(name, directory) as stop, _STORES.use(path) as g:
+    with _stopped(), _watch(name, directory) as stop, _STORES.use(path) as g:
         reader, failure = Query(g.store, g.backends, pattern, cancel=stop, publish=stats.update, progress=False,
                                 shard=shard, shard_sets=sets, keep_memory=True, **options).stream(limit)
         try:
@@ -75,7 +79,17 @@ def match(path, pattern, options, shard, name, directory, limit, sets=None):
             raise
         finally:
             reader.close()
-    return rows, stats
+        return rows, stats
+    return None, stats
+
+
+@contextlib.contextmanager
+def _stopped():
+    """A task stopped by its query (its :class:`_Stop`) ends quietly, its result None."""
+    try:
+        yield
+    except Cancelled:
+        pass
 
 
 @contextlib.contextmanager
