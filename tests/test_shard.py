@@ -454,20 +454,33 @@ def test_split_on_a_searched_order_vs_oracle(graphs, client, split, monkeypatch)
     assert reordered >= 2
 
 
-@pytest.mark.parametrize("switch", [False, True], ids=["kept", "switched"])
-def test_gpu_tasks_of_the_plan_run_while_the_driver_searches(graphs, client, switch, monkeypatch):
-    """Where the driver searches its plan's order for GPU tasks, the plan's own tasks are submitted
-    first; where the search switches, they are stopped as soon as it finds the order (before it
-    ends) and the searched order's run. CPU tasks wait for the search. Counts and rows are the
-    oracle's either way, and ``early_tasks`` says which ran."""
+@pytest.mark.parametrize("case", ["kept", "switched", "greedy"])
+def test_gpu_tasks_of_the_plan_run_while_the_driver_searches(graphs, client, case, monkeypatch):
+    """Where the driver's search for GPU tasks finds a first order that leaves it undecided, the
+    plan's own tasks are submitted then, and run on where it keeps the plan's order ("kept");
+    where it later finds one to switch to ("switched"), they are stopped at once (before the search
+    ends) and the searched order's run. Where the first order decides a switch ("greedy"), and for
+    CPU tasks, none runs before the search ends. Counts and rows are the oracle's every time, and
+    ``early_tasks`` says which ran."""
     from sgsi.join import ordering
-    from sgsi.join.backends.cpu import CpuBackend
     from sgsi.shard import driver
-    monkeypatch.setattr(CpuBackend, "reorder_work", 0)
-    monkeypatch.setattr(CpuBackend, "search_work", 0)
-    monkeypatch.setattr(driver, "search_gate", lambda _kind: (0, 0))
-    monkeypatch.setattr(ordering, "GAIN", 0.0 if switch else math.inf)
+    monkeypatch.setattr(driver, "search_gate", lambda _kind: (1, 1))
+    monkeypatch.setattr(ordering, "EXPLORE", 0)         # a second stream wherever the first leaves > 0
     monkeypatch.setattr(ordering, "SAMPLE_ROWS", 8)
+    calls = []
+    greedy, cost = ordering._Sampler.greedy, ordering._Sampler.cost
+
+    def greedy_from(sampler, start, core):              # each stream's path from its own vertex
+        calls.append("greedy")
+        return greedy(sampler, core[(calls.count("greedy") - 1) % len(core)], core)
+
+    def scripted(sampler, *a, **k):                     # the plan's cost, then the orders'
+        cost(sampler, *a, **k)
+        calls.append("cost")
+        n = calls.count("cost")
+        return 1e9 if n == 1 or (case != "greedy" and (n == 2 or case == "kept")) else 1.0
+    monkeypatch.setattr(ordering._Sampler, "greedy", greedy_from)
+    monkeypatch.setattr(ordering._Sampler, "cost", scripted)
     events = []
     submit, drop, choose = driver._Run.submit, driver._Tasks.drop, ordering.choose
     monkeypatch.setattr(driver._Run, "submit", lambda *a, **k: (events.append("submit"), submit(*a, **k))[1])
@@ -480,16 +493,17 @@ def test_gpu_tasks_of_the_plan_run_while_the_driver_searches(graphs, client, swi
     matches = oracle_matches(edges, vlabels, p)
     count = lambda: g.count(p, device=CPU, client=client, progress=False)        # noqa: E731
     match = lambda: rows(g.match(p, device=CPU, client=client, progress=False))[0]     # noqa: E731
-    for kind, early in (("gpu", True), ("cpu", False)):
+    want = {"kept": ["submit", "searched"], "switched": ["submit", "drop", "searched", "submit"],
+            "greedy": ["searched", "submit"]}[case]
+    for kind in ("gpu", "cpu"):
         monkeypatch.setattr(driver, "task_device", lambda _d, kind=kind: kind)
         for run in (count, match):
             events.clear()
+            calls.clear()
             assert run() in (len(matches), project(matches, p))
-            if not early:
-                assert events == ["searched", "submit"]
-            else:
-                assert events == (["submit", "drop", "searched", "submit"] if switch else ["submit", "searched"])
-            assert g.last_stats["early_tasks"] == early and g.last_stats["reordered"] == switch
+            early = kind == "gpu" and case != "greedy"
+            assert events == (want if early else ["searched", "submit"])
+            assert g.last_stats["early_tasks"] == early and g.last_stats["reordered"] == (case != "kept")
             assert wait_idle(client) < STOP_BOUND
 
 

@@ -110,8 +110,8 @@ def choose(store, backend, plan: QueryPlan, budget: int, count: bool, done: floa
     ``keep``: vertices the plan joins, never factors (its row filters read them). Where the cheapest
     order found leaves :data:`EXPLORE` times ``least`` or more, the greedy path and its deferrals
     are sampled again on a second stream of draws (:data:`STREAMS`) and weighed with the first's.
-    ``ahead`` (:class:`Ahead`): where the search is to run, ``ahead.start()`` before it (not in its
-    ``seconds``), and ``ahead.drop()`` once an order is found that it will switch to."""
+    ``ahead`` (:class:`Ahead`): started once the first order found leaves the search undecided
+    (not in its ``seconds``), dropped once an order is found that it will switch to."""
     start = time.perf_counter()
     sampler = _Sampler(store, backend, plan, budget, symmetric, seed, keep)
     core = [u for u in plan.order if u not in sampler.leaves]
@@ -121,18 +121,13 @@ def choose(store, backend, plan: QueryPlan, budget: int, count: bool, done: floa
     left = planned - done
     if left <= least:
         return Choice(core + rest, planned, planned, sampler.tried, time.perf_counter() - start, False)
-    if ahead is not None:
-        begun = time.perf_counter()
-        ahead.start()
-        start += time.perf_counter() - begun
     options, costed = [], set()
     tried = 0
+    beside = _Beside(ahead, left)
 
     def add(option):
-        known = any(o[0] * GAIN <= left for o in options)
         options.append(option)
-        if ahead is not None and not known and option[0] * GAIN <= left:
-            ahead.drop()                # the query switches: to this order or a cheaper one
+        beside.found(option[0])
     for stream in range(STREAMS):
         if stream:
             # The greedy path again on other draws, where the work left is many searches' worth:
@@ -167,19 +162,45 @@ def choose(store, backend, plan: QueryPlan, budget: int, count: bool, done: floa
                     at, at_levels = moved, moved_levels
     tried += sampler.tried
     cost, deferred, order = min(options, key=lambda o: o[0])
-    return Choice(order + rest, cost, planned, tried, time.perf_counter() - start, cost * GAIN <= left,
-                  deferred)
+    return Choice(order + rest, cost, planned, tried, time.perf_counter() - start - beside.seconds,
+                  cost * GAIN <= left, deferred)
 
 
 class Ahead:
-    """What runs beside an order search (:func:`choose`'s ``ahead``): begun before it, dropped
-    once the search has found an order it will switch to."""
+    """What runs beside an order search (:func:`choose`'s ``ahead``), on the plan's order: begun
+    where the first order found leaves the search undecided, dropped once it finds an order it
+    will switch to."""
 
     def start(self):
         pass
 
     def drop(self):
         pass
+
+
+class _Beside:
+    """:func:`choose`'s use of an :class:`Ahead` as it finds orders: no start where the first one
+    decides a switch already (on yeast most switches are the greedy path's), and no drop after
+    the switch is decided (``seconds``: ``start``'s own time, not the search's)."""
+
+    def __init__(self, ahead, left):
+        self.ahead, self.left = ahead, left
+        self.started = self.decided = ahead is None
+        self.seconds = 0.0
+
+    def found(self, cost):
+        """An order of estimated ``cost`` was found."""
+        if self.decided:
+            return
+        if cost * GAIN <= self.left:            # the query switches: to this order or a cheaper one
+            self.decided = True
+            if self.started:
+                self.ahead.drop()
+        elif not self.started:
+            self.started = True
+            begun = time.perf_counter()
+            self.ahead.start()
+            self.seconds += time.perf_counter() - begun
 
 
 def left_by_share(done: float, share: float) -> float:

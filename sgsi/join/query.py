@@ -111,7 +111,7 @@ class Backends:
 
 class _Early(ordering.Ahead):
     """A split plan's own (shards, sets), made by ``make()`` and handed to the driver's
-    ``ahead.start`` before its order search (:meth:`Query.shards`)."""
+    ``ahead.start`` during its order search (:meth:`Query.shards`)."""
 
     def __init__(self, make, ahead):
         self.make, self.ahead, self.shards = make, ahead, None
@@ -287,10 +287,10 @@ class Query:
         ``gate``: (``reorder_work``, ``search_work``) of the backend they run on, which gate the
         order search as that backend gates its own (default: this query's).
 
-        ``ahead``: where an order search is to run, ``ahead.start(shards, sets)`` is given the
-        shards of the plan's own order and their sets first (the driver runs them while the search
-        goes on), and ``ahead.drop()`` is called once the search has found an order it will take;
-        those very shards are returned where the search keeps the order."""
+        ``ahead``: where the order search's first order leaves it undecided, ``ahead.start(shards,
+        sets)`` is given the shards of the plan's own order and their sets (the driver runs them
+        while the search goes on), and ``ahead.drop()`` is called if the search then finds an order
+        it will take; those very shards are returned where the search keeps the order."""
         def split_on(backend):
             start = time.perf_counter()
             budget = self._begin(backend)

@@ -231,9 +231,10 @@ class _Once:
 class _Tasks:
     """The cluster of a sharded query and its run of tasks (:class:`_Run`), each begun on first use
     and ended with ``stack``. Where the driver searches the query's order for GPU tasks
-    (:data:`EARLY`), the tasks of the plan's own order run meanwhile (:meth:`start`): where the
-    search keeps that order, it costs no time before the tasks; they stop as soon as it finds an
-    order it switches to (:meth:`drop`), and that order's run (:meth:`keep`)."""
+    (:data:`EARLY`) and its first order found leaves the search undecided, the tasks of the plan's
+    own order run meanwhile (:meth:`start`): where the search keeps that order, the rest of it
+    costs no time before the tasks; they stop as soon as it finds an order it switches to
+    (:meth:`drop`), and that order's run (:meth:`keep`)."""
 
     def __init__(self, stack, where, fn, head, tail=()):
         self.stack, self.where = stack, where       # where: (workers, scheduler, client, device)
