@@ -507,6 +507,28 @@ def test_gpu_tasks_of_the_plan_run_while_the_driver_searches(graphs, client, cas
             assert wait_idle(client) < STOP_BOUND
 
 
+def test_a_cancel_during_the_search_stops_the_early_tasks(graphs, client, monkeypatch):
+    """A cancel that comes while the driver searches, its plan's GPU tasks running, stops the
+    search and those tasks, and removes the query's scratch directory."""
+    from sgsi.join import ordering
+    from sgsi.shard import driver
+    monkeypatch.setattr(driver, "task_device", lambda _d: "gpu")
+    monkeypatch.setattr(driver, "search_gate", lambda _kind: (1, 1))
+    monkeypatch.setattr(ordering, "EXPLORE", 0)
+    monkeypatch.setattr(ordering, "SAMPLE_ROWS", 8)
+    monkeypatch.setattr(ordering._Sampler, "cost", lambda *a, **k: 1e9)     # no order decides
+    stop = threading.Event()
+    start = driver._Tasks.start
+    monkeypatch.setattr(driver._Tasks, "start", lambda tasks, *a: (start(tasks, *a), stop.set())[0])
+    before = scratch_dirs()
+    with pytest.raises(Cancelled):
+        graphs[2][None].count("(a)--(b)--(c)--(d)--(a), (a)--(c)", device=CPU, client=client, cancel=stop,
+                              progress=False)
+    assert stop.is_set()
+    assert wait_idle(client) < STOP_BOUND
+    assert gone(before)
+
+
 def test_a_task_its_query_stopped_returns_none(graphs, client, monkeypatch, tmp_path):
     """A task whose query stopped it ends quietly with None (no error in a worker's log); a driver
     that gets None from a run it did not stop raises Cancelled, never a short count."""

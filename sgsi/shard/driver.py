@@ -40,9 +40,9 @@ POLL = 0.02
 #: Whether a sharded query's tasks of its plan's own order start while its driver searches another,
 #: by device. GPU tasks leave the driver's CPU to the search (one H200, six yeast queries of 1-10 s:
 #: the two whose search kept the order 0.14 and 0.35 s faster, the four that switched as before).
-#: CPU tasks share the cores with it: on 2 cores (one task at a time beside the search), 16 yeast
-#: queries of 0.3-4 s: the searches ran 1.3-2x as long, and the 8 that switched ran 0.72-0.92x as
-#: fast, the 7 that kept the order 0.92-1.26x (0.96x in all).
+#: CPU tasks share the cores with it: on 2 cores, 16 yeast queries of 0.3-4 s, side by side: the
+#: 8 that keep the order 1.09x, the 2 that switch after their first order 0.72x, the 6 decided at
+#: it (the same path either way) 0.95x: 0.98x in all.
 EARLY = {"cpu": False, "gpu": True}
 #: Tasks of a query submitted a worker thread at once; the rest wait in the driver, the most
 #: costly first (:meth:`_Run.submit`).
