@@ -5,10 +5,10 @@ the tasks after (the last :data:`KEPT_STORES` stores, known by path and
 manifest identity: :class:`sgsi.db.stores.OpenStores`). A task that ends well
 keeps its free memory (the GPU pool's blocks) for the next task of its query,
 which would allocate it again; the driver gives it back with :func:`release`
-when the query ends. A task stops with
-:class:`~sgsi.errors.Cancelled` at the engine's next check once its query's
-marker file is gone (:mod:`.parts`), or, on a host that does not see the
-query's directory, once :func:`cancel` of its query has run on its worker.
+when the query ends. A task stops at the engine's next check (its result
+None: no error in the worker's log) once its query's marker file is gone
+(:mod:`.parts`), or, on a host that does not see the query's directory, once
+:func:`cancel` of its query has run on its worker.
 """
 
 from __future__ import annotations
