@@ -2,6 +2,7 @@
 search's decision in last_stats, and counts and rows on the orders it takes against the oracle."""
 
 import random
+import time
 from dataclasses import replace
 from collections import Counter
 
@@ -388,3 +389,33 @@ def test_a_one_kid_subtree_whose_kid_is_no_leaf_is_costed_as_extended(graph, mon
     assert rooted.work > 0 and collisions * rooted.work < extended - rooted.work     # the bound is less
     assert sampler._subtree_work(last, root, [kid], core) == pytest.approx(extended)
     assert counting.WEIGHTED_SUBTREES
+
+
+@pytest.mark.parametrize("costs,want", [
+    ([100, 100, 100], ["start"]),                   # no order decides: begun, kept
+    ([100, 100, 10, 1], ["start", "drop"]),         # a later order decides: begun, then dropped once
+    ([10, 100, 1], []),                             # the first order decides: never begun
+])
+def test_what_runs_beside_the_search_starts_and_stops(costs, want, monkeypatch):
+    """An :class:`ordering.Ahead` begins at the first order found that leaves the search undecided
+    (its cost over GAIN above the work left) and is dropped at the first that decides a switch,
+    never twice; the time it takes is not the search's."""
+    monkeypatch.setattr(ordering, "GAIN", 2.0)
+    calls = []
+
+    class Ahead(ordering.Ahead):
+        def start(self):
+            calls.append("start")
+            time.sleep(0.01)
+
+        def drop(self):
+            calls.append("drop")
+    beside = ordering._Beside(Ahead(), left=40.0)
+    for cost in costs:
+        beside.found(cost)
+    assert calls == want
+    assert (beside.seconds >= 0.01) == ("start" in want)     # kept out of the search's seconds
+    none = ordering._Beside(None, left=40.0)
+    for cost in costs:
+        none.found(cost)                            # no Ahead: nothing to call
+    assert none.seconds == 0.0
