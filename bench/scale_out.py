@@ -20,6 +20,12 @@ after (other jobs may share it).
     ... --round-ratio 1                             # tasks of one size, as before this session's rounds
 
 Data sets: ``$SGSI_BENCHMARKS/<set>``, else /work/shared/benchmarks/<set>, else tests/data/benchmarks/<set>.
+``--walks`` instead: random walks (``--sizes``, ``--queries``, seeded by size) of an R-MAT graph
+(``--edges``, ``--shape``, ``--edge-labels``, ``--vertex-labels``), generated where missing under
+``--graphs`` (default bench/data), as a set named ``walks``::
+
+    python bench/scale_out.py --walks --edges 1e7 --edge-labels 16 --vertex-labels 64 --sizes 12 16 \
+        --queries 32 --long 10 --short 0 --sample 64 --out bench/results/scale_out_cpu_rmat.md
 """
 
 from __future__ import annotations
@@ -61,6 +67,35 @@ def timed(fn, timeout=None):
     finally:
         if timer:
             timer.cancel()
+
+
+def sets(args):
+    """(name, benchmark folder, store path, a function building the store) of each set."""
+    if args.walks:
+        yield ("walks",) + walk_set(args)
+        return
+    for name in args.set or ["yeast", "hprd-hard"]:
+        args.set = name
+        base = data_dir(args)
+        store = os.path.join(C.DATA_DIR, f"{name}.sgsi")
+        yield name, base, store, lambda store=store, base=base: sgsi.build(store, graph=os.path.join(base, "data.graph"))
+
+
+def walk_set(args):
+    """The ``--walks`` set: (its folder, whose queries/ holds the walks as ``query_walk<k>_<i>.graph``,
+    the graph's store path, a function building it)."""
+    gdir = C.walk_graph(argparse.Namespace(**{**vars(args), "data": args.graphs}))
+    base = f"{gdir}-walks"
+    folder = os.path.join(base, "queries")
+    os.makedirs(folder, exist_ok=True)
+    for name in os.listdir(folder):             # another run's walks
+        os.remove(os.path.join(folder, name))
+    seen = {}
+    for k, pattern in C.walk_queries(gdir, args):
+        seen[k] = seen.get(k, -1) + 1
+        with open(os.path.join(folder, f"query_walk{k}_{seen[k]}.graph"), "w") as f:
+            f.write(pattern + "\n")
+    return base, gdir + ".sgsi", lambda: C.build_store(gdir)[0]
 
 
 def candidates(args, base, set_name):
@@ -142,6 +177,9 @@ def main(argv=None):
     p.add_argument("--beyond-timeout", type=float, default=30.0)
     p.add_argument("--beyond-queries", help="comma-separated query files for --beyond instead of the first N")
     p.add_argument("--out", default=None, help="markdown (default bench/results/scale_out_<device>.md)")
+    p.add_argument("--walks", action="store_true", help="random walks of an R-MAT graph instead of --set's")
+    p.add_argument("--graphs", default=C.DATA_DIR, help="where --walks' graph is generated and kept")
+    C.add_walk_options(p, edges=1e7, queries=24)
     args = p.parse_args(argv)
     args.out = args.out or os.path.join(C.RESULTS_DIR, f"scale_out_{args.device}.md")
     if args.tasks_per_worker:
@@ -157,12 +195,9 @@ def main(argv=None):
     C.say(f"cores available to k processes: {cores}")
     rows, beyond = [], []
     graphs = []
-    for set_name in args.set or ["yeast", "hprd-hard"]:
-        args.set = set_name
-        base = data_dir(args)
-        store = os.path.join(C.DATA_DIR, f"{set_name}.sgsi")
+    for set_name, base, store, build in sets(args):
         os.makedirs(C.DATA_DIR, exist_ok=True)
-        g = sgsi.open(store) if os.path.exists(store) else sgsi.build(store, graph=os.path.join(base, "data.graph"))
+        g = sgsi.open(store) if os.path.exists(store) else build()
         graphs.append(g)
         expected = C.expected_counts(base) if os.path.exists(os.path.join(base, "expected.txt")) else {}
         long_, short = screen(g, base, candidates(args, base, set_name), args)
