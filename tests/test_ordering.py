@@ -203,7 +203,7 @@ def test_no_search_where_the_join_is_nearly_done_by_its_progress(graph, search_a
     search = g.last_stats["order_search"]
     assert search["switched"] is False and g.last_stats["reordered"] == 0
     assert (len(calls), search["steps"] > 0) == ((0, False) if share else (1, True))
-    assert ordering.left_by_share(30.0, 0.25) == 90.0 and ordering.left_by_share(30.0, 0.0) == float("inf")
+    assert progress.left_by_share(30.0, 0.25) == 90.0 and progress.left_by_share(30.0, 0.0) == float("inf")
 
 
 def test_a_vertex_without_candidates_costs_nothing(graph):

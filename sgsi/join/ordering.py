@@ -49,7 +49,6 @@ prune nothing, and a count factors them.
 
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import dataclass, replace
 
@@ -201,13 +200,6 @@ class _Beside:
             begun = time.perf_counter()
             self.ahead.start()
             self.seconds += time.perf_counter() - begun
-
-
-def left_by_share(done: float, share: float) -> float:
-    """The work left of a join that did ``done`` over ``share`` of it by its progress (infinite
-    where the share is 0). Sampled estimates of a plan's order ran 1.7-4.5x over the work of whole
-    yeast queries; this one is measured."""
-    return done * (1.0 - share) / share if share > 0 else math.inf
 
 
 class _Sampler:

@@ -27,7 +27,7 @@ from .backends import get_backend
 from . import ordering, symmetry
 from .engine import Engine
 from .plan import REFINE_ROUNDS, make_plan
-from .progress import Progress, reporter
+from .progress import Progress, left_by_share, reporter
 from .shard import SplitSets, split, split_rows
 
 #: The most vertices a pattern may have. The engine runs one join step per
@@ -418,7 +418,7 @@ class Query:
         left of the plan's work is under twice ``search_work`` (what the search itself takes): by
         ``done`` and ``share`` (no sample drawn), or by the plan's sampled estimate."""
         least = 2 * backend.search_work
-        left = ordering.left_by_share(done, share)
+        left = left_by_share(done, share)
         if left <= least:
             return ordering.Choice(plan.order, done + left, done + left, 0, 0.0, False)
         return self._search_order(backend, budget, plan, count, done, least=least, seed=seed, keep=keep)

@@ -243,11 +243,11 @@ class _Tasks:
         self.run = None                 # the _Run of ``shards``
         self.shards = None
         self.early = 0                  # 1: tasks began before the order search ended
-        self._ends = False              # whether ``stack`` ends the run
 
     def client(self):
         if self._client is None:
             self._client = self.stack.enter_context(connect(*self.where))
+            self.stack.callback(self._end)          # the run ends before its client closes
         return self._client
 
     def start(self, shards, sets):
@@ -267,8 +267,6 @@ class _Tasks:
 
     def _start(self, shards, sets):
         client = self.client()
-        if not self._ends:
-            self._ends = bool(self.stack.callback(self._end))
         self._end()
         self.run, self.shards = _Run(client), shards
         self.run.submit(shards, self.fn, self.head, self.tail, sets=sets)
