@@ -115,14 +115,33 @@ def test_distinct_index_and_pair_key(backend, n):
         uniq, idx = _host(backend, backend.distinct_index(backend.to_device(v)))
         want_u, want_i = np.unique(v, return_inverse=True)
         assert uniq.dtype == v.dtype and np.array_equal(uniq, want_u) and np.array_equal(idx, want_i)
-        got = _host(backend, backend.distinct_index(backend.to_device(v), (int(v.min()), int(v.max()))))
-        assert np.array_equal(got[0], want_u) and np.array_equal(got[1], want_i)
+        for lo, hi in ((int(v.min()), int(v.max())), (int(v.min()) - 3, int(v.max()) + 2 * n),
+                       (int(v.min()) - 20 * n, int(v.max()))):      # a span may bound the values only
+            got = _host(backend, backend.distinct_index(backend.to_device(v), (lo, hi)))
+            assert np.array_equal(got[0], want_u) and np.array_equal(got[1], want_i)
     c0 = np.sort(rng.integers(-3, 40, n)).astype(np.int32)
     for c1 in (rng.integers(0, (1 << 31) - 1, n).astype(np.int32), np.full(n, 5, np.int32)):
         for a0, a1 in ((c0, c1), (c0.astype(np.int64), c1[::-1].copy())):
             key, asc = backend.pair_key(backend.to_device(a0), backend.to_device(a1))
             want = (a0.astype(np.int64) << 32) | a1.astype(np.int64)
             assert np.array_equal(_host(backend, key), want) and asc == bool(np.all(np.diff(want) >= 0))
+
+
+@pytest.mark.parametrize("n", [1, 40, 3000])
+def test_distinct_tuples(backend, n):
+    """The distinct rows of 2 to 4 int32 columns, sorted first column major, and each row's
+    tuple among them (np.unique over rows): few distinct values (their ranks combined), more
+    (radix sorted), and values spread wide (lexsorted)."""
+    from sgsi.join.sets import _distinct_tuples
+    rng = np.random.default_rng(n + 7)
+    for k in (2, 3, 4):
+        for high in (3, max(4, n // 2), 1 << 20):
+            cols = [rng.integers(0, high, n).astype(np.int32) + 100 * j for j in range(k)]
+            cols[0] = cols[0][::-1].copy()          # not ascending: no sorted shortcut
+            row_tuple, tuples = _distinct_tuples(backend, [backend.to_device(c) for c in cols])
+            want, inverse = np.unique(np.stack(cols, axis=1), axis=0, return_inverse=True)
+            got = np.stack([_host(backend, t) for t in tuples], axis=1)
+            assert np.array_equal(got, want) and np.array_equal(_host(backend, row_tuple), inverse.ravel())
 
 
 @pytest.mark.parametrize("n", [0, 1, 255, 5000])

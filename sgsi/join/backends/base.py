@@ -123,7 +123,8 @@ class Backend(Protocol):
         """(int64 keys ``c0 << 32 | c1``, whether they ascend)."""
 
     def distinct_index(self, values, span=None):
-        """(sorted distinct values, index of each element among them) of a non-empty int array."""
+        """(sorted distinct values, index of each element among them) of a non-empty int array;
+        ``span``: (lo, hi) bounding the values where the caller knows them."""
 
     def argsort(self, a):
         """A stable ``argsort``."""

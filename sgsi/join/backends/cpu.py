@@ -243,7 +243,7 @@ class CpuBackend:
 
         Vertex ids are dense: over a range not much wider than the input, a mark
         array and a prefix sum give both in linear passes; otherwise sort and search.
-        ``span``: (min, max) of ``values`` where the caller knows them.
+        ``span``: (lo, hi) bounding ``values`` where the caller knows them (their min and max, or wider).
         """
         lo, hi = span if span is not None else self.host_reductions(("min", values), ("max", values))
         r = hi - lo + 1

@@ -511,8 +511,8 @@ class ArrayOps:
         """(sorted distinct values of a non-empty int array, index of each element among them)
         (reference: CpuBackend.distinct_index): int32 and int64 values over a range of at most
         ``DISTINCT_DENSE_RANGE`` (or 16 a value) by :func:`distinct_dense` (four launches, one host
-        read); others by a mark array and a scan, or a sort and a search. ``span``: (min, max) of
-        ``values`` where the caller knows them (no host read then)."""
+        read); others by a mark array and a scan, or a sort and a search. ``span``: (lo, hi) bounding
+        ``values`` where the caller knows them (their min and max, or wider; no host read then)."""
         lo, hi = span if span is not None else read_reductions((("min", values), ("max", values)))
         r = hi - lo + 1
         if values.dtype in (np.int32, np.int64):
