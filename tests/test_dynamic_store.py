@@ -9,6 +9,7 @@ update leaves the old version or the new one; ``changed_pairs`` is the set
 difference of two versions' partitions.
 """
 
+import collections
 import gc
 import itertools
 import os
@@ -36,6 +37,8 @@ from sgsi.storage import delta as delta_mod
 from sgsi.storage import overlay, pairhash, touched
 from sgsi.partition import pcsr
 from sgsi.storage.lists import SegmentTable, has_pairs_in, has_pairs_mapped, lists_in, partition_lists
+from sgsi.join.backends.cpu import CpuBackend
+from sgsi.join.plan import _degree_mask
 from sgsi.join.query import memory_floor
 from sgsi.storage.store import Partition, Store
 
@@ -152,11 +155,17 @@ def assert_same(st, fresh, model, exact_signatures=False):
     assert st.n_edges == sum(2 if st.undirected and s != d else 1 for s, d, _l in model.edges)
     values = st.manifest["edge_labels"]["values"]
     labels = [(i, v) for i, v in enumerate(values)] + [(-1, None)]
+    ids = st.vertex_ids(np.arange(st.n_vertices)).to_pylist()
+    cpu = CpuBackend("64MB")
     for lid, value in labels:
         for direction in _directions(st, lid):
             got = _partition_pairs(st, lid, direction)
             assert got == model.pairs(value if st.has_edge_labels and lid >= 0 else None, direction), \
                 (lid, direction)
+            degree = collections.Counter(a for a, _b in got)
+            for k in (1, 2, 3):         # the filter's degree masks: the base's, patched at a version
+                want = np.array([degree[i] >= k for i in ids], bool)
+                assert np.array_equal(_degree_mask(st, cpu, lid, direction, k), want), (lid, direction, k)
             if fresh is not None and (value is None or fresh.edge_label_id(str(value)) is not None):
                 fl = -1 if lid == -1 else fresh.edge_label_id(str(value)) if st.has_edge_labels else 0
                 assert got == _partition_pairs(fresh, fl, direction)
