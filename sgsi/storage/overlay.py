@@ -134,9 +134,7 @@ class VersionView:
             return base
         owner, nb = lists_in(base.seg_ids, base.first_src, base.last_src, st._base_segment, changed)
         old_deg = np.bincount(owner, minlength=changed.size)
-        kept = pair_keys(changed[owner], nb)                 # sorted: lists by owner, each sorted
-        final = sorted_unique(np.concatenate([kept[~in_sorted(kept, rk, a_sorted=True)], ak]))
-        fs, fd = split_keys(final)
+        fs, fd = _final_lists(changed[owner], nb, ak, rk)
         starts = np.searchsorted(fs, changed)              # fs: the changed vertices' lists, in order
         new_deg = np.diff(starts, append=fs.size)
         seg_ids, first, last, seg_edges = self._segments(base, changed, starts, new_deg, fs, fd)
@@ -245,6 +243,22 @@ class VersionView:
         start = int(seg) * step
         rows = min(step, self.n_vertices - start)
         return start, rows, max(0, min(step, self.n_base - start))
+
+
+def _final_lists(src, nb, ak, rk):
+    """(src, nb) of the changed vertices' lists now: their base pairs (``src``, ``nb``: by source,
+    each list sorted) less the removed pair keys ``rk``, with the added ones ``ak`` (sorted,
+    distinct) put in their places. The added pairs are few against the lists (a 100K batch's
+    87K against 10.5M on the 100M-edge R-MAT graph): inserted where a search finds their place,
+    where a sort of all the keys and their split took 0.47 of a partition's 1.3 s."""
+    kept = pair_keys(src, nb)                           # sorted: lists by source, each sorted
+    if rk.size:
+        keep = ~in_sorted(kept, rk, a_sorted=True)
+        src, nb, kept = src[keep], nb[keep], kept[keep]
+    at = np.searchsorted(kept, ak)
+    new = kept[np.minimum(at, kept.size - 1)] != ak if kept.size else np.ones(ak.size, bool)
+    a_src, a_dst = split_keys(ak[new])
+    return np.insert(src, at[new], a_src), np.insert(nb, at[new], a_dst)
 
 
 def partition_pairs(key, undirected, s, d, l):
