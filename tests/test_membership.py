@@ -1,8 +1,9 @@
 """Later linking edges (sgsi.join.backends.membership.member) against a brute-force set test.
 
 Random graphs and entries; caps small enough to force every path: one
-bitset, blocks of linking vertices, and the binary-search fallback, with
-values tested as ids and as ranks among a candidate set.
+bitset, blocks of linking vertices, and the binary-search fallback (also
+where the bitsets would be too sparse for the entries), with values tested
+as ids and as ranks among a candidate set.
 """
 
 import numpy as np
@@ -50,7 +51,10 @@ class _Link:
 @pytest.mark.parametrize("cap", [1 << 20, 4096, 64, 1])
 @pytest.mark.parametrize("ranked", [False, True])
 @pytest.mark.parametrize("seed", range(3))
-def test_member_vs_brute_force(store, cap, ranked, seed):
+@pytest.mark.parametrize("sparse", [False, True], ids=["", "searched"])
+def test_member_vs_brute_force(store, cap, ranked, seed, sparse, monkeypatch):
+    if sparse:                  # bitsets deemed too sparse for the entries: searched whatever the cap
+        monkeypatch.setattr(membership, "SEARCH_PAST", 0)
     rng = np.random.default_rng(seed)
     be = CpuBackend()
     nv = store.store.n_vertices
