@@ -24,10 +24,10 @@ import numpy as np
 
 from ..stream import neighbour_lists
 
-#: Bitset bytes an entry may cost (the rows of all linking vertices over the entries' value range,
-#: zeroed block by block) before the entries are searched in the sorted lists instead. A 100K-edge
-#: batch's triangle delta on the 100M-edge R-MAT graph (2 cores): 1 MB rows of 580-8,283 linking
-#: vertices; the search 3-7x faster from some 2,000 bytes an entry, even at 1,300-1,600.
+#: Bitset bytes an entry may cost (the rows of a block's linking vertices over its entries' value
+#: range) before the block's entries are searched in the sorted lists instead. A 100K-edge batch's
+#: triangle delta on the 100M-edge R-MAT graph (2 cores): blocks of 8 rows of 1 MB for ~1,000
+#: entries each, searched 3-7x faster.
 SEARCH_PAST = 2048
 
 
@@ -57,9 +57,9 @@ def member(backend, store, link, vcol, erow, evals, cap, ecount=None, cbits=None
     b0 = xmin >> 3
     width = (xmax >> 3) - b0 + 1                 # bytes per bitset row
     nd = int(uniq.size)
-    if width > cap or nd * width > SEARCH_PAST * n:
-        return _member_search(backend, store, p, uniq, k_t, erow, evals, ranks)
     per_block = max(1, cap // width)             # linking vertices per block
+    if width > cap or (nd <= per_block and nd * width > SEARCH_PAST * n):
+        return _member_search(backend, store, p, uniq, np.take(k_t, erow), evals, ranks)
     if nd <= per_block:
         bits = _bitset(backend, store, p, uniq, xmin, xmax, b0, width, ranks)
         return in_rows(bits, k_t * width - b0, erow, evals, ecount)
@@ -81,11 +81,15 @@ def member(backend, store, link, vcol, erow, evals, cap, ecount=None, cbits=None
         r0, r1 = b * per_block, min(nd, (b + 1) * per_block)
         sel = perm[e0:e1]
         ev = np.take(evals, sel)
+        kq = np.take(k_t, np.take(erow, sel)) - r0      # each entry's linking vertex in the block
         lo, hi = int(ev.min()), int(ev.max())
         bb0 = lo >> 3
         w = (hi >> 3) - bb0 + 1
+        if (r1 - r0) * w > SEARCH_PAST * (e1 - e0):    # a sparse block: its entries searched
+            found[sel] = _member_search(backend, store, p, uniq[r0:r1], kq, ev, ranks)
+            continue
         bits = _bitset(backend, store, p, uniq[r0:r1], lo, hi, bb0, w, ranks)
-        found[sel] = _test(bits, np.take((k_t - r0) * w - bb0, np.take(erow, sel)), ev)
+        found[sel] = _test(bits, kq * w - bb0, ev)
     return found
 
 
@@ -151,11 +155,11 @@ def in_rows(bits, rowbase, erow, evals, ecount=None):
     return _test(bits, np.take(rowbase, erow), evals)
 
 
-def _member_search(backend, store, p, uniq, k_t, erow, evals, ranks=None):
-    """Value ranges too wide for a bitset row: binary search of sorted (vertex, neighbour)
-    keys, one segment at a time (a vertex's list may continue in the next segment)."""
+def _member_search(backend, store, p, uniq, kq, evals, ranks=None):
+    """Entry i (of vertex ``uniq[kq[i]]``) by a binary search of sorted (vertex, neighbour) keys, one
+    segment at a time (a vertex's list may continue in the next segment): where a bitset row would
+    pass the cap, or the rows would be sparse for the entries (:data:`SEARCH_PAST`)."""
     found = np.zeros(evals.size, dtype=bool)
-    kq = np.take(k_t, erow)
     keys = (kq.astype(np.int64) << 32) | evals.astype(np.int64)
     for lo, hi, nb, owner in neighbour_lists(store, backend, p, uniq):
         if ranks is not None:
