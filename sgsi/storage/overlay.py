@@ -252,6 +252,9 @@ def _final_lists(src, nb, ak, rk):
     batches on the 100M-edge R-MAT graph: 87K against 10.5M): inserted where a search finds their
     place, where a sort of all the keys and their split took 0.47 of a partition's 1.3 s."""
     kept = pair_keys(src, nb)                           # sorted: lists by source, each sorted
+    if kept.size > 1 and not bool((kept[1:] > kept[:-1]).all()):     # not so (a pass): sorted here
+        kept = sorted_unique(kept)
+        src, nb = split_keys(kept)
     if rk.size:
         keep = ~in_sorted(kept, rk, a_sorted=True)
         src, nb, kept = src[keep], nb[keep], kept[keep]
