@@ -940,3 +940,25 @@ def test_edge_sets_match_python_sets(offset):
         now = (now - gone) | new
     added, removed = net_events(versions)
     assert triples(added) == sorted(now - start) and triples(removed) == sorted(start - now)
+
+
+@pytest.mark.parametrize("shuffled", [False, True], ids=["by-source", "out-of-order"])
+def test_final_lists_are_the_sorted_union_less_the_removed(shuffled):
+    """overlay._final_lists: the changed vertices' base pairs less the removed ones, with the added
+    ones (some already there) in their places, as a sort of all the keys gives them; base pairs out
+    of order (a layout the search does not expect) are sorted first."""
+    from sgsi.storage.lists import pair_keys, sorted_unique, split_keys
+    rng = np.random.default_rng(3)
+    base = sorted_unique(pair_keys(rng.integers(0, 50, 3000), rng.integers(0, 400, 3000)))
+    src, nb = split_keys(base)
+    ak = sorted_unique(np.concatenate([pair_keys(rng.integers(0, 60, 300), rng.integers(0, 400, 300)),
+                                       rng.choice(base, 40)]))
+    rk = sorted_unique(rng.choice(base, 200))
+    rk = rk[~np.isin(rk, ak)]
+    if shuffled:
+        o = rng.permutation(src.size)
+        src, nb = src[o], nb[o]
+    fs, fd = overlay._final_lists(src, nb, ak, rk)
+    want = sorted_unique(np.concatenate([base[~np.isin(base, rk)], ak]))
+    assert fs.dtype == np.int32 and fd.dtype == np.int32
+    assert np.array_equal(pair_keys(fs, fd), want)
