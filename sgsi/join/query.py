@@ -111,14 +111,14 @@ class Backends:
 
 class _Early(ordering.Ahead):
     """A split plan's own (shards, sets), made by ``make()`` and handed to the driver's
-    ``ahead.start`` during its order search (:meth:`Query.shards`)."""
+    ``ahead.start`` during its order search (:meth:`Query.shards`): ``split`` once made."""
 
     def __init__(self, make, ahead):
-        self.make, self.ahead, self.shards = make, ahead, None
+        self.make, self.ahead, self.split = make, ahead, None
 
     def start(self):
-        self.shards = self.make()
-        self.ahead.start(*self.shards)
+        self.split = self.make()
+        self.ahead.start(*self.split)
 
     def drop(self):
         self.ahead.drop()
@@ -302,8 +302,8 @@ class Query:
             watched = backend if self.check is None else _Watched(backend, self.check)
             early = ahead and _Early(lambda: self._split_shards(backend, plan, budget, tasks, workers, count), ahead)
             searched = self._guard(backend.run, lambda: self._split_order(watched, budget, plan, count, gate,
-                                                                          early or None))
-            out, self.split_sets = (early.shards if early and early.shards and searched is plan else
+                                                                          early))
+            out, self.split_sets = (early.split if early and early.split and searched is plan else
                                     self._split_shards(backend, searched, budget, tasks, workers, count))
             self.split_seconds = time.perf_counter() - start
             return out
