@@ -238,9 +238,10 @@ def test_bits(backend, n):
 # -- join steps ---------------------------------------------------------------------------------
 
 
-def _segment(rng, n, theta=4):
-    """A PCSR segment of a random graph on ``n`` vertices: (groups, ci, adjacency as sets)."""
-    src = np.sort(rng.integers(0, n, n * 4))
+def _segment(rng, n, theta=4, edges=4):
+    """A PCSR segment of a random graph on ``n`` vertices, some ``edges`` a vertex: (groups, ci,
+    adjacency as sets)."""
+    src = np.sort(rng.integers(0, n, n * edges))
     dst = rng.integers(0, n, src.size)
     e = np.unique(np.stack([src, dst], 1), axis=0)
     groups, ci = pcsr.build(e[:, 0], e[:, 1], theta)
@@ -288,6 +289,41 @@ def test_pcsr_lookup_gather_and_row_lists(backend):
     assert vals.tolist() == [x for w in want for x in w]
     taken, vals2 = _host(backend, backend.pack_rows(gba, F, fill, take=[backend.to_device(own)]))
     assert np.array_equal(vals2, vals) and np.array_equal(taken[0], own[erow])
+
+
+@pytest.mark.parametrize("k,n_conflicts", [(1, 0), (2, 1), (3, 2), (33, 0)])
+def test_block_counts(backend, k, n_conflicts):
+    """block_counts: per row, the entries of C(u) in all k of its lists (one segment each, lists of
+    some 40 of 100 vertices; a hub's of 90 among them), less its own vertices; past a warp's 32
+    links the GPU declines."""
+    rng = np.random.default_rng(k)
+    n = 100
+    segs = [_segment(rng, n, edges=60) for _ in range(min(k, 4))]
+    hub = np.unique(np.c_[np.zeros(90, np.int64), rng.choice(n, 90, replace=False)], axis=0)
+    segs[0] = pcsr.build(hub[:, 0], hub[:, 1], 4) + ([set(hub[:, 1].tolist())] + [set()] * (n - 1),)
+    cand = rng.random(n) < 0.7
+    cbits = backend.to_device(np.packbits(np.r_[cand, np.zeros((-n) % 32, bool)], bitorder="little").view(np.uint32))
+    m = 500
+    cols = [rng.integers(0, n, m).astype(np.int32) for _ in range(k)]
+    cols[0][: m // 2] = 0                               # half the rows at the hub
+    own = [rng.integers(0, n, m).astype(np.int32) for _ in range(n_conflicts)]
+    want = []
+    for i in range(m):
+        s = {x for x in range(n) if cand[x]}
+        for j in range(k):
+            s &= segs[j % len(segs)][2][cols[j][i]]
+        want.append(len(s - {o[i] for o in own}))
+    assert k > 3 or sum(w > 0 for w in want) >= 100
+    dev = [(backend.to_device(segs[j % len(segs)][0]), backend.to_device(segs[j % len(segs)][1]),
+            backend.to_device(cols[j])) for j in range(k)]
+    conf = [backend.to_device(o) for o in own]
+    got = backend.block_counts(dev, cbits, conf)
+    if k > 32 and backend.name == "gpu":
+        assert got is None
+        return
+    assert _host(backend, got).tolist() == want
+    empty = [(g, c, v[:0]) for g, c, v in dev]
+    assert _host(backend, backend.block_counts(empty, cbits, [o[:0] for o in conf])).tolist() == []
 
 
 def _sets(rng, n_tuples, n_rows, universe=500):

@@ -1036,6 +1036,28 @@ def test_last_vertices_counted_as_a_product(cases, budget, injective):
     assert beyond_leaves >= 5
 
 
+@pytest.mark.parametrize("cap", [1 << 30, 1 << 10], ids=["all", "gated"])
+@pytest.mark.parametrize("budget", [None, "16KB"], ids=["default", "16KB"])
+def test_blocks_counted_by_block_counts_vs_oracle(cases, budget, cap, monkeypatch):
+    """The factored vertices' blocks counted by ``block_counts`` (the GPU's one launch a block,
+    whose NumPy reference the CPU runs here): random patterns with cycles and leaves give the
+    oracle's counts; with a smaller cap the blocks whose rows could pass it go the general way;
+    at 16KB every partition spans several segments, and every block goes that way."""
+    monkeypatch.setattr(CpuBackend, "block_count_probes", cap)
+    case = cases["int"]
+    g = case.graphs[budget]
+    rng = random.Random(91)
+    fused = 0
+    for _ in range(12):
+        p = random_pattern(rng, rng.randint(4, 7), VLABELS[:2], ELABELS[:2], extra_edges=rng.randint(0, 3),
+                           p_vertex_label=0.5)
+        for injective in (True, False):
+            want = case.count(p, injective)
+            assert g.count(p, device=CPU, memory_budget=budget, homomorphism=not injective) == want, (p, injective)
+            fused += g.last_stats["blocks_fused"]
+    assert fused >= 10 if budget is None else fused == 0
+
+
 #: x and y, joined by two edges, are joined first; r comes last with its leaf l: a subtree.
 ROOTED = "(x:0)-[:E0]->(y:1)-[:E1]->(x), (y)-[:E0]->(r:2)-[:E1]->(l:1)"
 

@@ -269,6 +269,9 @@ class Counting:
         """|S_B \\ m_row| of a block's step for each row of ``rows`` (int64), in slices of at most
         ``chunk_rows`` rows (the rows of a weighted subtree, its root's distinct vertices, may
         be more)."""
+        fused = self._fused_sizes(rows, step)
+        if fused is not None:
+            return fused
         xp = self.xp
         n = _n_rows(rows)
         per_row = None
@@ -287,6 +290,34 @@ class Counting:
                     per_row = xp.zeros(n, dtype=xp.int64)
                 per_row[piece[_ROW]] += counts      # a hub's rows get their sets in windows: they add up
         return xp.zeros(n, dtype=xp.int64) if per_row is None else per_row
+
+
+    def _fused_sizes(self, rows, step):
+        """:meth:`_block_sizes` by the backend's ``block_counts`` (the GPU's: one launch, a warp a
+        row, no set written, where pieces, tuples and sets took some 20 launches and reads), where
+        every link's partition is one segment and the rows times the smallest of the links'
+        longest lists (a bound on the entries the rows read, known with no read) are at most the
+        backend's ``block_count_probes``; else None."""
+        cap = self.backend.block_count_probes
+        if not cap:
+            return None
+        store = self.store
+        parts = [store.partition(k.label_id, k.direction) for k in step.links]
+        n = _n_rows(rows)
+        bound = n * min(p.max_degree for p in parts)
+        if bound > cap or any(p.seg_ids.size > 1 for p in parts):
+            return None
+        if any(p.seg_ids.size == 0 for p in parts):         # a link with no edge: no match
+            return self.xp.zeros(n, dtype=self.xp.int64)
+        lists = [(groups, ci, rows[k.other]) for p, k in zip(parts, step.links)
+                 for _i, groups, ci in self.backend.segments(store, p.seg_ids)]
+        counts = self.backend.block_counts(lists, self.plan.candidates[step.vertex],
+                                           [rows[c] for c in step.conflicts])
+        if counts is not None:
+            self._stats["blocks_fused"] += 1
+            self._charge(n)
+            self.progress.tick()
+        return counts
 
 
 def collisions(leaf_step, root) -> int:

@@ -27,6 +27,7 @@ class Backend(Protocol):
     reorder_work: int  # join work (entries and rows) after which a refined plan's order is sampled
     search_work: int  # join work an order search costs about (none runs where under twice it is left)
     weighted_min_entries: int  # fewest root entries a piece's one-leaf subtree is counted from weights at
+    block_count_probes: int  # most rows x list entries of a count's block counted by block_counts (0: never)
 
     # -- a query's lifetime
     def begin(self, store, memory_budget=None) -> int:
@@ -187,6 +188,9 @@ class Backend(Protocol):
 
     def pack_rows(self, gba, F, fill, take=None):
         """(row of each entry or taken columns, entries) of the rows' buffers packed end to end."""
+
+    def block_counts(self, lists, cbits, conflict_cols):
+        """A block's |S_B \\ m_row| per row from its links' one-segment lists (None: not counted so)."""
 
     def intersect_lists(self, lists, bitcap):
         """(entry tuples, entry values, entries probed, links untested) of gathered lists, or None."""

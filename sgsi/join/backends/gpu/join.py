@@ -10,9 +10,9 @@ import numpy as np
 
 from ...stream import spanning
 from .launch import BLOCK, Kernels, grid
-from .primitives import conflict_table, flatnonzero, pointers, read_reductions, scan, scan_state, scan_total, \
-    stack_rows, take_columns
-from .transfers import read_results, result_slots
+from .primitives import conflict_table, flatnonzero, pointer, pointers, read_reductions, scan, scan_state, \
+    scan_total, stack_rows, take_columns
+from .transfers import read_results, result_slots, to_device_small
 
 kernel = Kernels("join")
 
@@ -59,6 +59,10 @@ _ROW_LISTS_ROWS = 1
 _ROW_REST_ROWS = 4
 
 
+#: Blocks an SM of a ``block_counts`` launch, whose warps stride over the rows (a warp a row).
+_BLOCK_COUNT_BLOCKS_PER_SM = 16
+
+
 #: Most columns of 4-byte and of 8-byte elements that one ``pack_rows`` launch takes at the
 #: entries' rows (the kernel's PACK_COLS_4 and PACK_COLS_8).
 _PACK_COLS = (6, 2)
@@ -96,6 +100,27 @@ class JoinSteps:
                                       (groups, groups.shape[0], groups.shape[1],
                                        cp.ascontiguousarray(v.astype(cp.int32, copy=False)), n, start, end))
         return start, end
+
+    def block_counts(self, lists, cbits, conflict_cols):
+        """A block's sizes per row with no set written, or None where it has more links than a
+        warp has lanes (reference: CpuBackend.block_counts): one ``block_counts`` launch, a warp
+        a row."""
+        n = int(lists[0][2].size)
+        if len(lists) > 32:
+            return None
+        out = cp.empty(n, cp.int64)
+        if n == 0:
+            return out
+        held = []
+        table = []
+        for groups, ci, v in lists:
+            table += [pointer(groups, cp.int32, held), groups.shape[0], groups.shape[1],
+                      pointer(ci, cp.int32, held), pointer(v, cp.int32, held)]
+        blocks = min(-(-n // (BLOCK // 32)), _BLOCK_COUNT_BLOCKS_PER_SM * self.sms())
+        kernel("block_counts")((blocks,), (BLOCK,),
+                               (to_device_small(np.array(table, np.int64)), len(lists), n, cbits,
+                                conflict_table(conflict_cols, self._no_conflicts), len(conflict_cols), out))
+        return out
 
     def gather_segment(self, groups, ci, verts, cbits, start, fill, gba):
         """First-edge gather of one segment (reference: CpuBackend.gather_segment): the PCSR

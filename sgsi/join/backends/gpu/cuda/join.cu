@@ -52,6 +52,55 @@ extern "C" __global__ void member_entries(const int* __restrict__ groups, long l
     if (a < se.y && ci[a] == x) found[i] = true;
 }
 
+// A block's sizes with no set written (reference: CpuBackend.block_counts): row i's
+// |C(u) ∩ N(v_i1, l_1) ∩ ... ∩ N(v_ik, l_k)| less its own vertices, a warp a row (k <= 32).
+// links holds five int64 a link: its segment's groups, their number, theta, its ci, and the rows'
+// vertices at its other end (int32). Lane j keeps link j's list (warp_pcsr_find); the warp walks
+// the shortest, a lane an entry, and binary-searches each entry kept in the other lists.
+extern "C" __global__ void block_counts(const long long* __restrict__ links, int k, long long n,
+                                        const unsigned int* __restrict__ cbits,
+                                        const int* __restrict__ conflicts, int n_conflicts,
+                                        long long* __restrict__ out) {
+    int lane = threadIdx.x & 31;
+    long long warps = ((long long)gridDim.x * blockDim.x) >> 5;
+    for (long long row = ((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5; row < n; row += warps) {
+        long long s = 0, e = 0;
+        for (int j = 0; j < k; ++j) {
+            const long long* L = links + 5 * j;
+            longlong2 se = warp_pcsr_find((const int*)L[0], L[1], (int)L[2], ((const int*)L[4])[row]);
+            if (lane == j) { s = se.x; e = se.y; }
+        }
+        long long len = lane < k ? e - s : 0x7fffffffffffffffLL;
+        int best = lane;
+        for (int o = 16; o; o >>= 1) {          // the shortest list, the lowest link among equals
+            long long other = __shfl_xor_sync(FULL, len, o);
+            int ob = __shfl_xor_sync(FULL, best, o);
+            if (other < len || (other == len && ob < best)) { len = other; best = ob; }
+        }
+        long long sb = __shfl_sync(FULL, s, best);
+        const int* cb = (const int*)links[5 * best + 3];
+        long long kept = 0;
+        for (long long base = 0; base < len; base += 32) {
+            long long at = base + lane;
+            int x = at < len ? cb[sb + at] : 0;
+            bool ok = at < len && entry_kept(x, cbits, conflicts, n_conflicts, n, row);
+            for (int j = 0; j < k; ++j) {       // every lane takes part in the shuffles
+                long long a = __shfl_sync(FULL, s, j), end = __shfl_sync(FULL, e, j);
+                if (j == best || !ok) continue;
+                const int* cj = (const int*)links[5 * j + 3];
+                long long b = end;
+                while (a < b) {
+                    long long m = (a + b) >> 1;
+                    if (cj[m] < x) a = m + 1; else b = m;
+                }
+                ok = a < end && cj[a] == x;
+            }
+            kept += __popc(__ballot_sync(FULL, ok));
+        }
+        if (lane == 0) out[row] = kept;
+    }
+}
+
 // PCSR lookup (reference: sgsi.partition.pcsr.lookup): one warp per query vertex.
 extern "C" __global__ void pcsr_lookup(const int* __restrict__ groups, long long n_groups, int theta,
                                        const int* __restrict__ v, long long n,
