@@ -307,12 +307,7 @@ def test_block_counts(backend, k, n_conflicts):
     cols = [rng.integers(0, n, m).astype(np.int32) for _ in range(k)]
     cols[0][: m // 2] = 0                               # half the rows at the hub
     own = [rng.integers(0, n, m).astype(np.int32) for _ in range(n_conflicts)]
-    want = []
-    for i in range(m):
-        s = {x for x in range(n) if cand[x]}
-        for j in range(k):
-            s &= segs[j % len(segs)][2][cols[j][i]]
-        want.append(len(s - {o[i] for o in own}))
+    want = [len(_block_set(segs, cand, cols, i, k) - {o[i] for o in own}) for i in range(m)]
     assert k > 3 or sum(w > 0 for w in want) >= 100
     dev = [(backend.to_device(segs[j % len(segs)][0]), backend.to_device(segs[j % len(segs)][1]),
             backend.to_device(cols[j])) for j in range(k)]
@@ -324,6 +319,25 @@ def test_block_counts(backend, k, n_conflicts):
     assert _host(backend, got).tolist() == want
     empty = [(g, c, v[:0]) for g, c, v in dev]
     assert _host(backend, backend.block_counts(empty, cbits, [o[:0] for o in conf])).tolist() == []
+    # The same by distinct tuples: their sets' sizes, less each row's own vertices (two own
+    # columns equal on some rows: the vertex is taken off once).
+    if n_conflicts == 2:
+        own[1][::3] = own[0][::3]
+        conf = [backend.to_device(o) for o in own]
+        want = [len(_block_set(segs, cand, cols, i, k) - {o[i] for o in own}) for i in range(m)]
+    tuples, row_tuple = np.unique(np.stack(cols, 1), axis=0, return_inverse=True)
+    tdev = [(g, c, backend.to_device(np.ascontiguousarray(tuples[:, j]))) for j, (g, c, _v) in enumerate(dev)]
+    tcount = backend.block_counts(tdev, cbits, [])
+    got = backend.rows_less_own(dev, cbits, conf, tcount, backend.to_device(row_tuple.reshape(-1)))
+    assert _host(backend, got).tolist() == want
+
+
+def _block_set(segs, cand, cols, i, k):
+    """Row i's set of a block test: the candidates in all its k lists."""
+    s = {x for x in range(len(cand)) if cand[x]}
+    for j in range(k):
+        s &= segs[j % len(segs)][2][cols[j][i]]
+    return s
 
 
 def _sets(rng, n_tuples, n_rows, universe=500):

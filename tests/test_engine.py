@@ -1041,9 +1041,13 @@ def test_last_vertices_counted_as_a_product(cases, budget, injective):
 def test_blocks_counted_by_block_counts_vs_oracle(cases, budget, cap, monkeypatch):
     """The factored vertices' blocks counted by ``block_counts`` (the GPU's one launch a block,
     whose NumPy reference the CPU runs here): random patterns with cycles and leaves give the
-    oracle's counts; with a smaller cap the blocks whose rows could pass it go the general way;
-    at 16KB every partition spans several segments, and every block goes that way."""
+    oracle's counts, row by row, and with a smaller cap by distinct tuples and ``rows_less_own``
+    where a block has several links (one link: the general way); at 16KB every partition spans
+    several segments, and every block goes the general way."""
     monkeypatch.setattr(CpuBackend, "block_count_probes", cap)
+    by_tuples = []
+    real = CpuBackend.rows_less_own
+    monkeypatch.setattr(CpuBackend, "rows_less_own", lambda self, *a: by_tuples.append(1) or real(self, *a))
     case = cases["int"]
     g = case.graphs[budget]
     rng = random.Random(91)
@@ -1056,6 +1060,7 @@ def test_blocks_counted_by_block_counts_vs_oracle(cases, budget, cap, monkeypatc
             assert g.count(p, device=CPU, memory_budget=budget, homomorphism=not injective) == want, (p, injective)
             fused += g.last_stats["blocks_fused"]
     assert fused >= 10 if budget is None else fused == 0
+    assert (len(by_tuples) >= 5) if (budget is None and cap < 1 << 20) else not by_tuples
 
 
 #: x and y, joined by two edges, are joined first; r comes last with its leaf l: a subtree.

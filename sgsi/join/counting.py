@@ -11,7 +11,7 @@ import math
 import numpy as np
 
 from .plan import Link, Step
-from .sets import _ROW, _RowSets, _columns_read, _n_rows, _packed
+from .sets import _ROW, _RowSets, _columns_read, _distinct_tuples, _n_rows, _packed
 
 class _Eager(Exception):
     """A subtree's sums, added with their bounds unread, came in Python integers: count again,
@@ -269,7 +269,7 @@ class Counting:
         """|S_B \\ m_row| of a block's step for each row of ``rows`` (int64), in slices of at most
         ``chunk_rows`` rows (the rows of a weighted subtree, its root's distinct vertices, may
         be more)."""
-        fused = self._fused_sizes(rows, step)
+        fused = self._fused_sizes(rows, step, lim)
         if fused is not None:
             return fused
         xp = self.xp
@@ -292,27 +292,38 @@ class Counting:
         return xp.zeros(n, dtype=xp.int64) if per_row is None else per_row
 
 
-    def _fused_sizes(self, rows, step):
-        """:meth:`_block_sizes` by the backend's ``block_counts`` (the GPU's: one launch, a warp a
-        row, no set written, where pieces, tuples and sets took some 20 launches and reads), where
-        every link's partition is one segment and the rows times the smallest of the links'
-        longest lists (a bound on the entries the rows read, known with no read) are at most the
-        backend's ``block_count_probes``; else None."""
+    def _fused_sizes(self, rows, step, lim):
+        """:meth:`_block_sizes` by the backend's ``block_counts`` (the GPU's; none on the CPU, whose
+        ``block_count_probes`` is 0), where every link's partition is one segment: a warp a row,
+        nothing written, where the rows times the smallest of the links' longest lists (a bound
+        on the entries read, known with no read) are at most ``block_count_probes``; else, for a
+        block of several links and at most ``chunk_rows`` rows, a warp a distinct linking tuple,
+        then the rows' own vertices taken off their tuples' counts (``rows_less_own``, a thread a
+        row). Two or three launches where pieces, gathered lists and sets took some 20 launches
+        and reads. None where neither applies."""
         cap = self.backend.block_count_probes
         if not cap:
             return None
-        store = self.store
+        store, backend = self.store, self.backend
         parts = [store.partition(k.label_id, k.direction) for k in step.links]
-        n = _n_rows(rows)
-        bound = n * min(p.max_degree for p in parts)
-        if bound > cap or any(p.seg_ids.size > 1 for p in parts):
+        if any(p.seg_ids.size > 1 for p in parts):
             return None
+        n = _n_rows(rows)
         if any(p.seg_ids.size == 0 for p in parts):         # a link with no edge: no match
             return self.xp.zeros(n, dtype=self.xp.int64)
-        lists = [(groups, ci, rows[k.other]) for p, k in zip(parts, step.links)
-                 for _i, groups, ci in self.backend.segments(store, p.seg_ids)]
-        counts = self.backend.block_counts(lists, self.plan.candidates[step.vertex],
-                                           [rows[c] for c in step.conflicts])
+        per_row = n * min(p.max_degree for p in parts) <= cap
+        if not per_row and (len(step.links) == 1 or n > lim.chunk_rows):
+            return None
+        segs = [(groups, ci) for p in parts for _i, groups, ci in backend.segments(store, p.seg_ids)]
+        cbits = self.plan.candidates[step.vertex]
+        conflicts = [rows[c] for c in step.conflicts]
+        own = [(groups, ci, rows[k.other]) for (groups, ci), k in zip(segs, step.links)]
+        if per_row:
+            counts = backend.block_counts(own, cbits, conflicts)
+        else:
+            row_tuple, tuples = _distinct_tuples(backend, [rows[k.other] for k in step.links])
+            tcount = backend.block_counts([(groups, ci, col) for (groups, ci), col in zip(segs, tuples)], cbits, [])
+            counts = None if tcount is None else backend.rows_less_own(own, cbits, conflicts, tcount, row_tuple)
         if counts is not None:
             self._stats["blocks_fused"] += 1
             self._charge(n)

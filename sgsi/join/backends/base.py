@@ -192,6 +192,9 @@ class Backend(Protocol):
     def block_counts(self, lists, cbits, conflict_cols):
         """A block's |S_B \\ m_row| per row from its links' one-segment lists (None: not counted so)."""
 
+    def rows_less_own(self, lists, cbits, conflict_cols, tcount, row_tuple):
+        """Per row, its tuple's set size ``tcount[row_tuple]`` less its own vertices in the set."""
+
     def intersect_lists(self, lists, bitcap):
         """(entry tuples, entry values, entries probed, links untested) of gathered lists, or None."""
 

@@ -619,6 +619,23 @@ class CpuBackend:
             keep[at] = _in_sorted(ci, st[rid[at]], en[rid[at]], x[at])
         return np.bincount(rid[keep], minlength=n).astype(np.int64)
 
+    def rows_less_own(self, lists, cbits, conflict_cols, tcount, row_tuple):
+        """Per row, ``tcount[row_tuple]`` (its tuple's set size) less each of its own vertices
+        (``conflict_cols``; one of equal ones) in C(u) and in all of its lists (``lists`` as
+        :meth:`block_counts` takes them, the rows' vertices). The NumPy reference of the GPU's
+        ``rows_less_own`` kernel."""
+        out = np.take(tcount, row_tuple).astype(np.int64)
+        found = [self.pcsr_lookup(groups, v) for groups, _ci, v in lists]
+        for a, x in enumerate(conflict_cols):
+            hit = self.test_bits(cbits, x)
+            for other in conflict_cols[:a]:
+                hit &= other != x
+            for (_groups, ci, _v), (st, en) in zip(lists, found):
+                at = np.flatnonzero(hit)
+                hit[at] = _in_sorted(ci, st[at], en[at], np.take(x, at))
+            out -= hit
+        return out
+
     def pack_rows(self, gba, F, fill, take=None):
         """(row of each entry, entries) of the rows' buffers ``gba[F[i] : F[i] + fill[i]]``
         packed end to end, rows in order; with ``take`` (columns of the rows), those columns

@@ -68,10 +68,10 @@ class GpuBackend(ArrayOps, SegmentCopies, FilterSteps, JoinSteps, ExpandSteps):
     #: (:data:`~sgsi.join.counting.WEIGHTED_SUBTREES`; the CPU's measure, not the GPU's).
     weighted_min_entries = 1 << 22
     #: A count's block whose rows times its links' smallest largest list is at most this is
-    #: counted by ``block_counts`` (``Counting._fused_sizes``), a warp a row with nothing written,
-    #: in place of its pieces' tuples and sets (some 20 launches and reads): yeast on one H200 at
-    #: 64-256 MB budgets 1.3-3.7x faster, at the default within the noise (few blocks that small);
-    #: past it the rows' shared tuples save the device more.
+    #: counted by ``block_counts`` a warp a row, with nothing written; past it, by its distinct
+    #: tuples (``Counting._fused_sizes``), where its pieces' gathered lists and sets took some 20
+    #: launches and reads: yeast on one H200 at 64-256 MB budgets 1.5-3.4x faster, at the default
+    #: 0.89-1.05x. Row by row past it cost more than the rows' shared tuples save.
     block_count_probes = 1 << 24
 
     def __init__(self, memory_budget=None):

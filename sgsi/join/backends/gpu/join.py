@@ -82,6 +82,16 @@ def _pack_columns(take):
 
 
 
+def _link_table(lists, held):
+    """The links (groups, ci, vertices) of ``block_counts`` and ``rows_less_own`` as their kernels
+    read them: five int64 a link (groups, their number, theta, ci, vertices), on the device."""
+    table = []
+    for groups, ci, v in lists:
+        table += [pointer(groups, cp.int32, held), groups.shape[0], groups.shape[1],
+                  pointer(ci, cp.int32, held), pointer(v, cp.int32, held)]
+    return to_device_small(np.array(table, np.int64))
+
+
 class JoinSteps:
     """A join step's kernels (reference: CpuBackend's methods of the same names), mixed into
     :class:`~sgsi.join.backends.gpu.backend.GpuBackend`."""
@@ -112,14 +122,25 @@ class JoinSteps:
         if n == 0:
             return out
         held = []
-        table = []
-        for groups, ci, v in lists:
-            table += [pointer(groups, cp.int32, held), groups.shape[0], groups.shape[1],
-                      pointer(ci, cp.int32, held), pointer(v, cp.int32, held)]
         blocks = min(-(-n // (BLOCK // 32)), _BLOCK_COUNT_BLOCKS_PER_SM * self.sms())
         kernel("block_counts")((blocks,), (BLOCK,),
-                               (to_device_small(np.array(table, np.int64)), len(lists), n, cbits,
+                               (_link_table(lists, held), len(lists), n, cbits,
                                 conflict_table(conflict_cols, self._no_conflicts), len(conflict_cols), out))
+        return out
+
+    def rows_less_own(self, lists, cbits, conflict_cols, tcount, row_tuple):
+        """Per row, ``tcount[row_tuple]`` less its own vertices in its set (reference:
+        CpuBackend.rows_less_own): one ``rows_less_own`` launch, a thread a row."""
+        n = int(row_tuple.size)
+        out = cp.empty(n, cp.int64)
+        if n == 0:
+            return out
+        held = []
+        kernel("rows_less_own")(grid(n), (BLOCK,),
+                                (_link_table(lists, held), len(lists), n, cbits,
+                                 conflict_table(conflict_cols, self._no_conflicts), len(conflict_cols),
+                                 cp.ascontiguousarray(tcount.astype(cp.int64, copy=False)),
+                                 cp.ascontiguousarray(row_tuple.astype(cp.int64, copy=False)), out))
         return out
 
     def gather_segment(self, groups, ci, verts, cbits, start, fill, gba):

@@ -101,6 +101,38 @@ extern "C" __global__ void block_counts(const long long* __restrict__ links, int
     }
 }
 
+// A block's sizes per row from its tuples' (reference: CpuBackend.rows_less_own): row i's
+// tcount[row_tuple[i]] less each of its own vertices (the conflicts table; one of equal ones) in
+// C(u) and in all of the row's k lists, a thread a row binary-searching them (links as
+// block_counts takes them, the rows' vertices at each link's other end).
+extern "C" __global__ void rows_less_own(const long long* __restrict__ links, int k, long long n,
+                                         const unsigned int* __restrict__ cbits,
+                                         const int* __restrict__ conflicts, int n_conflicts,
+                                         const long long* __restrict__ tcount,
+                                         const long long* __restrict__ row_tuple, long long* __restrict__ out) {
+    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    long long c = tcount[row_tuple[i]];
+    for (int a = 0; a < n_conflicts; ++a) {
+        int x = conflicts[(long long)a * n + i];
+        bool ok = test_bit(cbits, x);
+        for (int b = 0; b < a && ok; ++b) ok = conflicts[(long long)b * n + i] != x;
+        for (int j = 0; j < k && ok; ++j) {
+            const long long* L = links + 5 * j;
+            longlong2 se = pcsr_find((const int*)L[0], L[1], (int)L[2], ((const int*)L[4])[i]);
+            const int* cj = (const int*)L[3];
+            long long lo = se.x, hi = se.y;
+            while (lo < hi) {
+                long long m = (lo + hi) >> 1;
+                if (cj[m] < x) lo = m + 1; else hi = m;
+            }
+            ok = lo < se.y && cj[lo] == x;
+        }
+        c -= ok;
+    }
+    out[i] = c;
+}
+
 // PCSR lookup (reference: sgsi.partition.pcsr.lookup): one warp per query vertex.
 extern "C" __global__ void pcsr_lookup(const int* __restrict__ groups, long long n_groups, int theta,
                                        const int* __restrict__ v, long long n,
