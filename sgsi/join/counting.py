@@ -291,7 +291,6 @@ class Counting:
                 per_row[piece[_ROW]] += counts      # a hub's rows get their sets in windows: they add up
         return xp.zeros(n, dtype=xp.int64) if per_row is None else per_row
 
-
     def _fused_sizes(self, rows, step, lim):
         """:meth:`_block_sizes` by the backend's ``block_counts`` (the GPU's; none on the CPU, whose
         ``block_count_probes`` is 0), where every link's partition is one segment: a warp a row,

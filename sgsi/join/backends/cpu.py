@@ -14,6 +14,7 @@ import numpy as np
 
 from ...budget import resolve_budget
 from ...partition import pcsr, signatures
+from ...storage.lists import in_lists
 from ..memory import LruCache, trim_heap, tune_allocator
 from ..stream import dense_degrees_of, segments_of
 from .base import Overlaps, sets_then_summary, union_bits
@@ -616,7 +617,7 @@ class CpuBackend:
             keep &= x != np.take(col, rid)
         for j, ((_groups, ci, _v), (st, en)) in enumerate(zip(lists, found)):
             at = np.flatnonzero(keep & (which != j))
-            keep[at] = _in_sorted(ci, st[rid[at]], en[rid[at]], x[at])
+            keep[at] = in_lists(ci, st[rid[at]], en[rid[at]], x[at])
         return np.bincount(rid[keep], minlength=n).astype(np.int64)
 
     def rows_less_own(self, lists, cbits, conflict_cols, tcount, row_tuple):
@@ -632,7 +633,7 @@ class CpuBackend:
                 hit &= other != x
             for (_groups, ci, _v), (st, en) in zip(lists, found):
                 at = np.flatnonzero(hit)
-                hit[at] = _in_sorted(ci, st[at], en[at], np.take(x, at))
+                hit[at] = in_lists(ci, st[at], en[at], np.take(x, at))
             out -= hit
         return out
 
@@ -760,18 +761,3 @@ def run_starts(sorted_values):
         np.not_equal(sorted_values[1:], sorted_values[:-1], out=new[1:])
     return new
 
-
-def _in_sorted(a, lo, hi, x):
-    """Whether each x[i] is in the sorted run a[lo[i] : hi[i]]: one bisection of all at once."""
-    if a.size == 0 or x.size == 0:
-        return np.zeros(x.size, dtype=bool)
-    end, lo, hi = hi, lo.copy(), hi.copy()
-    while True:
-        open_ = np.flatnonzero(lo < hi)
-        if open_.size == 0:
-            break
-        mid = (lo[open_] + hi[open_]) >> 1
-        less = a[mid] < x[open_]
-        lo[open_[less]] = mid[less] + 1
-        hi[open_[~less]] = mid[~less]
-    return (lo < end) & (a[np.minimum(lo, a.size - 1)] == x)
