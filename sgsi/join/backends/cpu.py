@@ -52,9 +52,10 @@ class CpuBackend:
     #: Fewest entries of a piece's root sets its one-leaf subtree is counted from weights at
     #: (:data:`~sgsi.join.counting.WEIGHTED_SUBTREES`): the weights' fixed costs.
     weighted_min_entries = 1 << 18
-    #: Most entries of the rows' shortest lists a leaf block is counted from by :meth:`block_counts`
-    #: (``Counting._fused_sizes``): never here (1-35x slower than the tuples on yeast, which
-    #: share a list among rows); the method is the GPU kernel's reference.
+    #: A count's block whose rows times its links' smallest longest list is at most this is
+    #: counted by :meth:`block_counts`, past it by its distinct tuples and :meth:`rows_less_own`
+    #: (``Counting._fused_sizes``): never here (row by row 1-35x slower than the tuples' gathered
+    #: lists on yeast, by tuples 1.1-3x); the methods are the GPU kernels' references.
     block_count_probes = 0
 
     def __init__(self, memory_budget=None):
@@ -760,4 +761,3 @@ def run_starts(sorted_values):
         new[0] = True
         np.not_equal(sorted_values[1:], sorted_values[:-1], out=new[1:])
     return new
-
