@@ -327,8 +327,12 @@ def test_block_counts(backend, k, n_conflicts):
         want = [len(_block_set(segs, cand, cols, i, k) - {o[i] for o in own}) for i in range(m)]
     tuples, row_tuple = np.unique(np.stack(cols, 1), axis=0, return_inverse=True)
     tdev = [(g, c, backend.to_device(np.ascontiguousarray(tuples[:, j]))) for j, (g, c, _v) in enumerate(dev)]
-    tcount = backend.block_counts(tdev, cbits, [])
-    got = backend.rows_less_own(dev, cbits, conf, tcount, backend.to_device(row_tuple.reshape(-1)))
+    tcount, spans = backend.block_counts(tdev, cbits, [], spans=True)
+    assert _host(backend, tcount).tolist() == _host(backend, backend.block_counts(tdev, cbits, [])).tolist()
+    lists = [_host(backend, backend.pcsr_lookup(g, v)) for g, _c, v in tdev]
+    assert np.array_equal(_host(backend, spans), np.stack([np.stack(se, axis=1) for se in lists]))
+    got = backend.rows_less_own([c for _g, c, _v in dev], cbits, conf, tcount, spans,
+                                backend.to_device(row_tuple.reshape(-1)))
     assert _host(backend, got).tolist() == want
 
 

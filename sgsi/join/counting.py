@@ -298,8 +298,8 @@ class Counting:
         on the entries read, known with no read) are at most ``block_count_probes``; else, for a
         block of several links and at most ``chunk_rows`` rows, a warp a distinct linking tuple,
         then the rows' own vertices taken off their tuples' counts (``rows_less_own``, a thread a
-        row). Two or three launches where pieces, gathered lists and sets took some 20 launches
-        and reads. None where neither applies."""
+        row, in its tuple's lists as ``block_counts`` found them). Two or three launches where
+        pieces, gathered lists and sets took some 20 launches and reads. None where neither applies."""
         cap = self.backend.block_count_probes
         if not cap:
             return None
@@ -316,13 +316,15 @@ class Counting:
         segs = [(groups, ci) for p in parts for _i, groups, ci in backend.segments(store, p.seg_ids)]
         cbits = self.plan.candidates[step.vertex]
         conflicts = [rows[c] for c in step.conflicts]
-        own = [(groups, ci, rows[k.other]) for (groups, ci), k in zip(segs, step.links)]
         if per_row:
-            counts = backend.block_counts(own, cbits, conflicts)
+            counts = backend.block_counts([(groups, ci, rows[k.other]) for (groups, ci), k in zip(segs, step.links)],
+                                          cbits, conflicts)
         else:
             row_tuple, tuples = _distinct_tuples(backend, [rows[k.other] for k in step.links])
-            tcount = backend.block_counts([(groups, ci, col) for (groups, ci), col in zip(segs, tuples)], cbits, [])
-            counts = None if tcount is None else backend.rows_less_own(own, cbits, conflicts, tcount, row_tuple)
+            got = backend.block_counts([(groups, ci, col) for (groups, ci), col in zip(segs, tuples)], cbits, [],
+                                       spans=True)
+            counts = None if got is None else backend.rows_less_own([ci for _g, ci in segs], cbits, conflicts,
+                                                                    *got, row_tuple)
         if counts is not None:
             self._stats["blocks_fused"] += 1
             self._charge(n)

@@ -189,10 +189,11 @@ class Backend(Protocol):
     def pack_rows(self, gba, F, fill, take=None):
         """(row of each entry or taken columns, entries) of the rows' buffers packed end to end."""
 
-    def block_counts(self, lists, cbits, conflict_cols):
-        """A block's |S_B \\ m_row| per row from its links' one-segment lists (None: not counted so)."""
+    def block_counts(self, lists, cbits, conflict_cols, spans=False):
+        """A block's |S_B \\ m_row| per row from its links' one-segment lists (None: not counted so);
+        with ``spans``, and where each row's lists lie ((k, n, 2) int64)."""
 
-    def rows_less_own(self, lists, cbits, conflict_cols, tcount, row_tuple):
+    def rows_less_own(self, cis, cbits, conflict_cols, tcount, spans, row_tuple):
         """Per row, its tuple's set size ``tcount[row_tuple]`` less its own vertices in the set."""
 
     def intersect_lists(self, lists, bitcap):

@@ -594,14 +594,18 @@ class CpuBackend:
             return
         self._append(gba, F, fill, rid[keep], nb[keep])
 
-    def block_counts(self, lists, cbits, conflict_cols):
+    def block_counts(self, lists, cbits, conflict_cols, spans=False):
         """A block's sizes per row with no set written: row i's |C(u) ∩ N(v_i1, l_1) ∩ ... ∩
         N(v_ik, l_k)| less its own vertices (``conflict_cols``), each link given as (groups, ci,
         the rows' vertices) of its partition's one segment. Each row's shortest list (the first
-        among equals) is read and its entries kept are searched in the others. The NumPy
-        reference of the GPU's ``block_counts`` kernel."""
+        among equals) is read and its entries kept are searched in the others. With ``spans``,
+        (sizes, each link's list of each row: (start, end) in its ci, a (k, n, 2) int64 array).
+        The NumPy reference of the GPU's ``block_counts`` kernel."""
         n = int(lists[0][2].size)
         found = [self.pcsr_lookup(groups, v) for groups, _ci, v in lists]
+        if spans:
+            where = np.stack([np.stack([st, en], axis=1) for st, en in found]).astype(np.int64)
+            return self.block_counts(lists, cbits, conflict_cols), where
         lens = np.stack([en - st for st, en in found])
         best = np.argmin(lens, axis=0)
         rows = np.arange(n)
@@ -621,20 +625,20 @@ class CpuBackend:
             keep[at] = in_lists(ci, st[rid[at]], en[rid[at]], x[at])
         return np.bincount(rid[keep], minlength=n).astype(np.int64)
 
-    def rows_less_own(self, lists, cbits, conflict_cols, tcount, row_tuple):
+    def rows_less_own(self, cis, cbits, conflict_cols, tcount, spans, row_tuple):
         """Per row, ``tcount[row_tuple]`` (its tuple's set size) less each of its own vertices
-        (``conflict_cols``; one of equal ones) in C(u) and in all of its lists (``lists`` as
-        :meth:`block_counts` takes them, the rows' vertices). The NumPy reference of the GPU's
-        ``rows_less_own`` kernel."""
+        (``conflict_cols``; one of equal ones) in C(u) and in all of its tuple's lists: link j's
+        is ``cis[j][spans[j, t, 0] : spans[j, t, 1]]`` for tuple t (as :meth:`block_counts`
+        writes them). The NumPy reference of the GPU's ``rows_less_own`` kernel."""
         out = np.take(tcount, row_tuple).astype(np.int64)
-        found = [self.pcsr_lookup(groups, v) for groups, _ci, v in lists]
         for a, x in enumerate(conflict_cols):
             hit = self.test_bits(cbits, x)
             for other in conflict_cols[:a]:
                 hit &= other != x
-            for (_groups, ci, _v), (st, en) in zip(lists, found):
+            for ci, where in zip(cis, spans):
                 at = np.flatnonzero(hit)
-                hit[at] = in_lists(ci, st[at], en[at], np.take(x, at))
+                se = where[np.take(row_tuple, at)]
+                hit[at] = in_lists(ci, se[:, 0], se[:, 1], np.take(x, at))
             out -= hit
         return out
 

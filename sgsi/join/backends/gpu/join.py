@@ -92,6 +92,12 @@ def _link_table(lists, held):
     return to_device_small(np.array(table, np.int64))
 
 
+def _column_table(cols, held):
+    """The int32 columns ``cols`` as a kernel reads them (``const int* const*``), in place: where
+    ``conflict_table`` copied them into one table (a launch each time a block's rows were counted)."""
+    return to_device_small(np.array([pointer(c, cp.int32, held) for c in cols] or [0], np.uint64))
+
+
 class JoinSteps:
     """A join step's kernels (reference: CpuBackend's methods of the same names), mixed into
     :class:`~sgsi.join.backends.gpu.backend.GpuBackend`."""
@@ -111,35 +117,36 @@ class JoinSteps:
                                        cp.ascontiguousarray(v.astype(cp.int32, copy=False)), n, start, end))
         return start, end
 
-    def block_counts(self, lists, cbits, conflict_cols):
+    def block_counts(self, lists, cbits, conflict_cols, spans=False):
         """A block's sizes per row with no set written, or None where it has more links than a
         warp has lanes (reference: CpuBackend.block_counts): one ``block_counts`` launch, a warp
-        a row."""
+        a row. With ``spans``, (sizes, each link's list of each row as (k, n, 2) int64)."""
         n = int(lists[0][2].size)
         if len(lists) > 32:
             return None
         out = cp.empty(n, cp.int64)
-        if n == 0:
-            return out
-        held = []
-        blocks = min(-(-n // (BLOCK // 32)), _BLOCK_COUNT_BLOCKS_PER_SM * self.sms())
-        kernel("block_counts")((blocks,), (BLOCK,),
-                               (_link_table(lists, held), len(lists), n, cbits,
-                                conflict_table(conflict_cols, self._no_conflicts), len(conflict_cols), out))
-        return out
+        where = cp.empty((len(lists), n, 2), cp.int64) if spans else None
+        if n:
+            held = []
+            blocks = min(-(-n // (BLOCK // 32)), _BLOCK_COUNT_BLOCKS_PER_SM * self.sms())
+            kernel("block_counts")((blocks,), (BLOCK,),
+                                   (_link_table(lists, held), len(lists), n, cbits,
+                                    _column_table(conflict_cols, held), len(conflict_cols), out,
+                                    0 if where is None else where))
+        return (out, where) if spans else out
 
-    def rows_less_own(self, lists, cbits, conflict_cols, tcount, row_tuple):
-        """Per row, ``tcount[row_tuple]`` less its own vertices in its set (reference:
+    def rows_less_own(self, cis, cbits, conflict_cols, tcount, spans, row_tuple):
+        """Per row, ``tcount[row_tuple]`` less its own vertices in its tuple's lists (reference:
         CpuBackend.rows_less_own): one ``rows_less_own`` launch, a thread a row."""
         n = int(row_tuple.size)
+        if n == 0 or not conflict_cols:
+            return self.take_values(tcount, row_tuple, cp.int64)
         out = cp.empty(n, cp.int64)
-        if n == 0:
-            return out
         held = []
         kernel("rows_less_own")(grid(n), (BLOCK,),
-                                (_link_table(lists, held), len(lists), n, cbits,
-                                 conflict_table(conflict_cols, self._no_conflicts), len(conflict_cols),
-                                 cp.ascontiguousarray(tcount.astype(cp.int64, copy=False)),
+                                (_column_table(cis, held), len(cis), n, cbits, _column_table(conflict_cols, held),
+                                 len(conflict_cols), cp.ascontiguousarray(tcount.astype(cp.int64, copy=False)),
+                                 spans, int(spans.shape[1]),
                                  cp.ascontiguousarray(row_tuple.astype(cp.int64, copy=False)), out))
         return out
 

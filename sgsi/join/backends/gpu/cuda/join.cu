@@ -13,6 +13,16 @@ __device__ __forceinline__ bool entry_kept(int x, const unsigned int* __restrict
     return ok;
 }
 
+// Whether x lies in the sorted list a[lo : hi] (lower-bound search).
+__device__ __forceinline__ bool sorted_has(const int* __restrict__ a, long long lo, long long hi, int x) {
+    long long b = hi;
+    while (lo < b) {
+        long long m = (lo + b) >> 1;
+        if (a[m] < x) lo = m + 1; else b = m;
+    }
+    return lo < hi && a[lo] == x;
+}
+
 // PCSR lookup of vertex vv by one thread: warp_pcsr_find's walk over the group's pairs and its
 // overflow chain, a pair at a time.
 __device__ __forceinline__ longlong2 pcsr_find(const int* __restrict__ groups, long long n_groups, int theta,
@@ -43,24 +53,20 @@ extern "C" __global__ void member_entries(const int* __restrict__ groups, long l
     int v = vcol[erow[i]];
     if (v < lo || v > hi) return;
     longlong2 se = pcsr_find(groups, n_groups, theta, v);
-    long long a = se.x, b = se.y;
-    int x = evals[i];
-    while (a < b) {
-        long long m = (a + b) >> 1;
-        if (ci[m] < x) a = m + 1; else b = m;
-    }
-    if (a < se.y && ci[a] == x) found[i] = true;
+    if (sorted_has(ci, se.x, se.y, evals[i])) found[i] = true;
 }
 
 // A block's sizes with no set written (reference: CpuBackend.block_counts): row i's
 // |C(u) ∩ N(v_i1, l_1) ∩ ... ∩ N(v_ik, l_k)| less its own vertices, a warp a row (k <= 32).
 // links holds five int64 a link: its segment's groups, their number, theta, its ci, and the rows'
-// vertices at its other end (int32). Lane j keeps link j's list (warp_pcsr_find); the warp walks
-// the shortest, a lane an entry, and binary-searches each entry kept in the other lists.
+// vertices at its other end (int32); conflicts a column of own vertices each. Lane j keeps link
+// j's list (warp_pcsr_find); the warp walks the shortest, a lane an entry, and binary-searches
+// each entry kept in the other lists. With spans (else null), link j's list of row i is written
+// at spans[j * n + i].
 extern "C" __global__ void block_counts(const long long* __restrict__ links, int k, long long n,
                                         const unsigned int* __restrict__ cbits,
-                                        const int* __restrict__ conflicts, int n_conflicts,
-                                        long long* __restrict__ out) {
+                                        const int* const* __restrict__ conflicts, int n_conflicts,
+                                        long long* __restrict__ out, longlong2* __restrict__ spans) {
     int lane = threadIdx.x & 31;
     long long warps = ((long long)gridDim.x * blockDim.x) >> 5;
     for (long long row = ((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5; row < n; row += warps) {
@@ -70,6 +76,7 @@ extern "C" __global__ void block_counts(const long long* __restrict__ links, int
             longlong2 se = warp_pcsr_find((const int*)L[0], L[1], (int)L[2], ((const int*)L[4])[row]);
             if (lane == j) { s = se.x; e = se.y; }
         }
+        if (spans && lane < k) spans[(long long)lane * n + row] = make_longlong2(s, e);
         long long len = lane < k ? e - s : 0x7fffffffffffffffLL;
         int best = lane;
         for (int o = 16; o; o >>= 1) {          // the shortest list, the lowest link among equals
@@ -83,17 +90,11 @@ extern "C" __global__ void block_counts(const long long* __restrict__ links, int
         for (long long base = 0; base < len; base += 32) {
             long long at = base + lane;
             int x = at < len ? cb[sb + at] : 0;
-            bool ok = at < len && entry_kept(x, cbits, conflicts, n_conflicts, n, row);
+            bool ok = at < len && (!cbits || test_bit(cbits, x));
+            for (int c = 0; c < n_conflicts && ok; ++c) ok = x != conflicts[c][row];
             for (int j = 0; j < k; ++j) {       // every lane takes part in the shuffles
                 long long a = __shfl_sync(FULL, s, j), end = __shfl_sync(FULL, e, j);
-                if (j == best || !ok) continue;
-                const int* cj = (const int*)links[5 * j + 3];
-                long long b = end;
-                while (a < b) {
-                    long long m = (a + b) >> 1;
-                    if (cj[m] < x) a = m + 1; else b = m;
-                }
-                ok = a < end && cj[a] == x;
+                if (j != best && ok) ok = sorted_has((const int*)links[5 * j + 3], a, end, x);
             }
             kept += __popc(__ballot_sync(FULL, ok));
         }
@@ -102,31 +103,25 @@ extern "C" __global__ void block_counts(const long long* __restrict__ links, int
 }
 
 // A block's sizes per row from its tuples' (reference: CpuBackend.rows_less_own): row i's
-// tcount[row_tuple[i]] less each of its own vertices (the conflicts table; one of equal ones) in
-// C(u) and in all of the row's k lists, a thread a row binary-searching them (links as
-// block_counts takes them, the rows' vertices at each link's other end).
-extern "C" __global__ void rows_less_own(const long long* __restrict__ links, int k, long long n,
+// tcount[t] (t = row_tuple[i]) less each of its own vertices (conflicts: a column each; one of
+// equal ones) in C(u) and in all k of its tuple's lists, link j's at spans[j * n_tuples + t] in
+// ci[j] (as block_counts wrote them for the tuples), a thread a row binary-searching them.
+extern "C" __global__ void rows_less_own(const int* const* __restrict__ ci, int k, long long n,
                                          const unsigned int* __restrict__ cbits,
-                                         const int* __restrict__ conflicts, int n_conflicts,
+                                         const int* const* __restrict__ conflicts, int n_conflicts,
                                          const long long* __restrict__ tcount,
+                                         const longlong2* __restrict__ spans, long long n_tuples,
                                          const long long* __restrict__ row_tuple, long long* __restrict__ out) {
     long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
-    long long c = tcount[row_tuple[i]];
+    long long t = row_tuple[i], c = tcount[t];
     for (int a = 0; a < n_conflicts; ++a) {
-        int x = conflicts[(long long)a * n + i];
-        bool ok = test_bit(cbits, x);
-        for (int b = 0; b < a && ok; ++b) ok = conflicts[(long long)b * n + i] != x;
+        int x = conflicts[a][i];
+        bool ok = !cbits || test_bit(cbits, x);
+        for (int b = 0; b < a && ok; ++b) ok = conflicts[b][i] != x;
         for (int j = 0; j < k && ok; ++j) {
-            const long long* L = links + 5 * j;
-            longlong2 se = pcsr_find((const int*)L[0], L[1], (int)L[2], ((const int*)L[4])[i]);
-            const int* cj = (const int*)L[3];
-            long long lo = se.x, hi = se.y;
-            while (lo < hi) {
-                long long m = (lo + hi) >> 1;
-                if (cj[m] < x) lo = m + 1; else hi = m;
-            }
-            ok = lo < se.y && cj[lo] == x;
+            longlong2 se = spans[(long long)j * n_tuples + t];
+            ok = sorted_has(ci[j], se.x, se.y, x);
         }
         c -= ok;
     }
@@ -595,16 +590,7 @@ extern "C" __global__ void own_hit_rows(const long long* __restrict__ row_tuple,
     long long t = row_tuple[i];
     long long a = sstart[t], e = a + scount[t];
     int x = col[i];
-    bool found = false;
-    if (a < e && evals[a] <= x && x <= evals[e - 1]) {
-        long long lo = a, hi = e;
-        while (lo < hi) {
-            long long mid = (lo + hi) >> 1;
-            if (evals[mid] < x) lo = mid + 1; else hi = mid;
-        }
-        found = evals[lo] == x;
-    }
-    hit[i] = found;
+    hit[i] = a < e && evals[a] <= x && x <= evals[e - 1] && sorted_has(evals, a, e, x);
 }
 
 // |S(t_i)| of each row i less the row's vertices found in it (reference:
@@ -620,13 +606,7 @@ extern "C" __global__ void sizes_less_own(const long long* __restrict__ row_tupl
     long long t = row_tuple[i];
     long long a = sstart[t], e = a + scount[t], left = e - a;
     for (int k = 0; k < n_conflicts && left; ++k) {
-        int x = conflicts[(long long)k * n + i];
-        long long lo = a, hi = e;
-        while (lo < hi) {
-            long long mid = (lo + hi) >> 1;
-            if (evals[mid] < x) lo = mid + 1; else hi = mid;
-        }
-        if (lo < e && evals[lo] == x) --left;
+        if (sorted_has(evals, a, e, conflicts[(long long)k * n + i])) --left;
     }
     out[i] = left;
 }
