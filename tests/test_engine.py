@@ -1164,6 +1164,57 @@ def test_wide_subtrees_vs_oracle(cases, budget, injective, monkeypatch):
             pat, injective), (pat, injective)
 
 
+#: u's subtree is wide by m, a leaf of x's that may take u's vertex (one label), and v (joining x
+#: and y) is factored before it: the subtree is split over m (u's count with its own leaf l, times
+#: m's, less u's where u is m too). Edges of any label, either way.
+SPLIT = "(x:0)-[]-(y:1), (y)-[]-(u:2)-[]-(l:0), (x)-[]-(m:2), (x)-[]-(v:1)-[]-(y)"
+
+
+@pytest.mark.parametrize("budget", [None, "16KB"], ids=["default", "16KB"])
+def test_split_subtrees_vs_oracle(cases, budget, monkeypatch):
+    """SPLIT on its order counts u's subtree term by term (its meeting leaf m out of the rows u
+    extends), with the oracle's count, with the terms' sums in int64 and in Python integers, and
+    with the roots' rows extended (no weights); random patterns with several such leaves too."""
+    from sgsi.join import counting, plan as plan_mod, query
+    case = cases["int"]
+    g = case.graphs[budget]
+    p = parse_pattern(SPLIT)
+    names = [w.name for w in p.vertices]
+    order = [names.index(n) for n in "xyvulm"]
+    want = case.count(SPLIT, True)
+    assert want > 0
+    with monkeypatch.context() as m:
+        m.setattr(query, "REORDER", False)
+        m.setattr(plan_mod, "_order", lambda *a, **kw: list(order))
+        assert g.count(SPLIT, device=CPU, memory_budget=budget) == want
+        assert g.last_stats["subtrees"] == 1 and g.last_stats["subtrees_split"] >= 1      # a chunk each
+        for name, value in (("_INT64_SAFE", 2), ("WEIGHTED_SUBTREES", False)):
+            with monkeypatch.context() as m2:
+                m2.setattr(counting, name, value)
+                assert g.count(SPLIT, device=CPU, memory_budget=budget) == want, name
+        with monkeypatch.context() as m2:
+            m2.setattr(plan_mod, "MAX_MEETING", 0)             # not split: the wide subtree as before
+            assert g.count(SPLIT, device=CPU, memory_budget=budget) == want
+            assert g.last_stats["subtrees_split"] == 0
+    # SPLIT's shape with random labels and directions, on its order and searched: split or not,
+    # wide or narrow, the oracle's count.
+    rng = random.Random(5)
+    split = 0
+    for i in range(24):
+        lab = {"x": ":0", "y": ":1", "u": ":2", "m": rng.choice([":2", ":2", ":1"]),
+               "l": rng.choice([":0", ":1"]), "v": rng.choice([":1", ":1", ":0"])}
+        way = [rng.choice(["-[]-", "-[]->", "<-[]-", "-[:E0]-"]) for _ in range(6)]
+        pat = (f"(x{lab['x']}){way[0]}(y{lab['y']}), (y){way[1]}(u{lab['u']}){way[2]}(l{lab['l']}), "
+               f"(x){way[3]}(m{lab['m']}), (x){way[4]}(v{lab['v']}){way[5]}(y)")
+        with monkeypatch.context() as m:
+            if i % 2:
+                m.setattr(query, "REORDER", False)
+                m.setattr(plan_mod, "_order", lambda *a, **kw: list(order))
+            assert g.count(pat, device=CPU, memory_budget=budget) == case.count(pat, True), pat
+        split += g.last_stats["subtrees_split"]
+    assert split >= 3
+
+
 def test_weighted_subtree_subtracts_the_collisions(cases, monkeypatch):
     """Random trees whose one-leaf subtrees are counted from the root's sets and weights give the
     oracle's counts, among them subtrees whose leaf may take a core vertex (its collisions

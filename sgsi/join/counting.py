@@ -155,7 +155,15 @@ class Counting:
 
         ``bounds`` (a list): the sums are added in int64 with no read, each added array and its
         size appended to ``bounds``; they are exact where Σ max · size < ``_INT64_SAFE``, which the
-        caller reads. A sum that comes in Python integers raises :class:`_Eager` then."""
+        caller reads. A sum that comes in Python integers raises :class:`_Eager` then.
+
+        A subtree split by its meeting leaves (:attr:`~sgsi.join.plan.Subtree.terms`) is counted
+        term by term (:meth:`_split_counts`)."""
+        if tree.terms is not None:
+            value = self._split_counts(rows, tree, lim)
+            if bounds is not None and _exact(value):
+                raise _Eager()
+            return value
         xp = self.xp
         n = _n_rows(rows)
         half = dataclasses.replace(lim, gba_entries=max(16, lim.gba_entries // 2), chunk_rows=max(4, lim.chunk_rows // 2))
@@ -178,6 +186,30 @@ class Counting:
                 for at, value in self._extended_rows(piece, sets, tree, half, keep):
                     exact = self._add_counts(total, exact, at, value, bounds)
         return total if exact is None else exact
+
+    def _split_counts(self, rows, tree, lim):
+        """A split subtree's matches per row of ``rows``: Σ over its terms of sign × the narrow
+        subtree's count × the block sizes of the meeting leaves it leaves out (over the core's
+        rows, less the root among their own vertices), exact."""
+        backend = self.backend
+        sizes = {}
+        for gi in tree.meeting:
+            (b,) = tree.groups[gi].blocks
+            sizes[gi] = self._block_sizes(rows, Step(b.vertex, b.links, [c for c in b.conflicts if c != tree.root]),
+                                          lim)
+        sums = {1: None, -1: None}          # the terms added by sign: both sums are counts (>= 0)
+        for sign, sub, rest in tree.terms:
+            value = self._subtree_counts(rows, sub, lim)
+            for gi in rest:
+                value = _exact_product(backend, value, sizes[gi])
+            got = sums[sign]
+            sums[sign] = value if got is None else _exact_sum(backend, got, value)
+        self._stats["subtrees_split"] += 1
+        if sums[-1] is None:
+            return sums[1]
+        if _exact(sums[1]) or _exact(sums[-1]):
+            return backend.to_host(sums[1]).astype(object) - backend.to_host(sums[-1]).astype(object)
+        return sums[1] - sums[-1]
 
     def _add_counts(self, total, exact, at, value, bounds=None):
         """total[at] += value (int64 ``total`` while no sum may pass int64; then the Python integers
@@ -380,6 +412,13 @@ def _exact_product(backend, a, b):
     if not _exact(a) and not _exact(b) and math.prod(_maxes(backend, a, b)) < _INT64_SAFE:
         return a * b
     return backend.to_host(a).astype(object) * backend.to_host(b).astype(object)
+
+
+def _exact_sum(backend, a, b):
+    """a + b per row of non-negative counts: int64 while it cannot overflow, else Python integers."""
+    if not _exact(a) and not _exact(b) and sum(_maxes(backend, a, b)) < _INT64_SAFE:
+        return a + b
+    return backend.to_host(a).astype(object) + backend.to_host(b).astype(object)
 
 
 def _group_matches(backend, group, sizes):
