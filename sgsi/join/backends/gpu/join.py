@@ -83,8 +83,8 @@ def _pack_columns(take):
 
 
 def _link_table(lists, held):
-    """The links (groups, ci, vertices) of ``block_counts`` and ``rows_less_own`` as their kernels
-    read them: five int64 a link (groups, their number, theta, ci, vertices), on the device."""
+    """The links (groups, ci, vertices) of ``block_counts`` as its kernel reads them: five int64 a
+    link (groups, their number, theta, ci, vertices), on the device."""
     table = []
     for groups, ci, v in lists:
         table += [pointer(groups, cp.int32, held), groups.shape[0], groups.shape[1],
