@@ -603,9 +603,6 @@ class CpuBackend:
         The NumPy reference of the GPU's ``block_counts`` kernel."""
         n = int(lists[0][2].size)
         found = [self.pcsr_lookup(groups, v) for groups, _ci, v in lists]
-        if spans:
-            where = np.stack([np.stack([st, en], axis=1) for st, en in found]).astype(np.int64)
-            return self.block_counts(lists, cbits, conflict_cols), where
         lens = np.stack([en - st for st, en in found])
         best = np.argmin(lens, axis=0)
         rows = np.arange(n)
@@ -623,7 +620,10 @@ class CpuBackend:
         for j, ((_groups, ci, _v), (st, en)) in enumerate(zip(lists, found)):
             at = np.flatnonzero(keep & (which != j))
             keep[at] = in_lists(ci, st[rid[at]], en[rid[at]], x[at])
-        return np.bincount(rid[keep], minlength=n).astype(np.int64)
+        counts = np.bincount(rid[keep], minlength=n).astype(np.int64)
+        if not spans:
+            return counts
+        return counts, np.stack([np.stack([st, en], axis=1) for st, en in found]).astype(np.int64)
 
     def rows_less_own(self, cis, cbits, conflict_cols, tcount, spans, row_tuple):
         """Per row, ``tcount[row_tuple]`` (its tuple's set size) less each of its own vertices
