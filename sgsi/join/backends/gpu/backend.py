@@ -91,8 +91,6 @@ class GpuBackend(ArrayOps, SegmentCopies, FilterSteps, JoinSteps, ExpandSteps):
         self.load_balance = None        # None: follow SGSI_LOAD_BALANCE (0 = the warp way for every row)
         self._costs = None
         self._sms = None
-        with self.memory.caching():         # kept: never in the query pool, whose blocks it would pin
-            self._no_conflicts = cp.zeros((1, 1), cp.int32)     # the kernels' conflict table with no column
         self._peak = None               # the pool's most bytes in use during a query (_PeakMemory)
         # h2d_bytes: every copy to the device (segments, signatures, labels, degree index);
         # h2d_segment_bytes: the segment copies, through the pinned buffers; h2d_seconds: the time

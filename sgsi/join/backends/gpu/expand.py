@@ -13,7 +13,7 @@ import numpy as np
 
 from ... import balance
 from .launch import BLOCK, Kernels, grid
-from .primitives import arange, conflict_table, read_reductions, row_scan, scan
+from .primitives import arange, column_table, read_reductions, row_scan, scan
 from .transfers import read_small, to_device_small
 
 kernel = Kernels("expand")
@@ -92,8 +92,8 @@ class ExpandSteps:
         fstart = fstart.astype(cp.int64, copy=False)
         fcnt = fcnt.astype(cp.int64, copy=False)
         flist = flist.astype(cp.int32, copy=False)
-        conf = conflict_table(conflict_cols, self._no_conflicts)
-        args = (flist, fstart, fcnt, conf, len(conflict_cols), conf.shape[1], F, fill, gba)
+        held = []                       # the columns' int32 copies, if any, until the launches are issued
+        args = (flist, fstart, fcnt, column_table(conflict_cols, held), len(conflict_cols), F, fill, gba)
         balanced = self.load_balance
         if balanced is None:
             balanced = os.environ.get("SGSI_LOAD_BALANCE", "1") != "0"

@@ -10,7 +10,7 @@ import numpy as np
 
 from ...stream import spanning
 from .launch import BLOCK, Kernels, grid
-from .primitives import conflict_table, flatnonzero, pointer, pointers, read_reductions, scan, scan_state, \
+from .primitives import column_table, flatnonzero, pointer, pointers, read_reductions, scan, scan_state, \
     scan_total, stack_rows, take_columns
 from .transfers import read_results, result_slots, to_device_small
 
@@ -92,12 +92,6 @@ def _link_table(lists, held):
     return to_device_small(np.array(table, np.int64))
 
 
-def _column_table(cols, held):
-    """The int32 columns ``cols`` as a kernel reads them (``const int* const*``), in place: where
-    ``conflict_table`` copied them into one table (a launch each time a block's rows were counted)."""
-    return to_device_small(np.array([pointer(c, cp.int32, held) for c in cols] or [0], np.uint64))
-
-
 class JoinSteps:
     """A join step's kernels (reference: CpuBackend's methods of the same names), mixed into
     :class:`~sgsi.join.backends.gpu.backend.GpuBackend`."""
@@ -131,7 +125,7 @@ class JoinSteps:
             blocks = min(-(-n // (BLOCK // 32)), _BLOCK_COUNT_BLOCKS_PER_SM * self.sms())
             kernel("block_counts")((blocks,), (BLOCK,),
                                    (_link_table(lists, held), len(lists), n, cbits,
-                                    _column_table(conflict_cols, held), len(conflict_cols), out,
+                                    column_table(conflict_cols, held), len(conflict_cols), out,
                                     0 if where is None else where))
         return (out, where) if spans else out
 
@@ -144,7 +138,7 @@ class JoinSteps:
         out = cp.empty(n, cp.int64)
         held = []
         kernel("rows_less_own")(grid(n), (BLOCK,),
-                                (_column_table(cis, held), len(cis), n, cbits, _column_table(conflict_cols, held),
+                                (column_table(cis, held), len(cis), n, cbits, column_table(conflict_cols, held),
                                  len(conflict_cols), cp.ascontiguousarray(tcount.astype(cp.int64, copy=False)),
                                  spans, int(spans.shape[1]),
                                  cp.ascontiguousarray(row_tuple.astype(cp.int64, copy=False)), out))
@@ -195,13 +189,13 @@ class JoinSteps:
         n = int(row_tuple.size)
         out = cp.empty(n, cp.int64)
         if n:
-            conf = conflict_table(cols, self._no_conflicts)
+            held = []
             kernel("sizes_less_own")(grid(n), (BLOCK,),
                                              (cp.ascontiguousarray(row_tuple.astype(cp.int64, copy=False)),
                                               cp.ascontiguousarray(sstart.astype(cp.int64, copy=False)),
                                               cp.ascontiguousarray(scount.astype(cp.int64, copy=False)),
-                                              cp.ascontiguousarray(evals.astype(cp.int32, copy=False)), conf,
-                                              len(cols), n, out))
+                                              cp.ascontiguousarray(evals.astype(cp.int32, copy=False)),
+                                              column_table(cols, held), len(cols), n, out))
         return out
 
 
@@ -307,7 +301,8 @@ class JoinSteps:
         n = int(v.size)
         if n == 0 or ci.size == 0 or groups.shape[0] == 0:
             return
-        conf = conflict_table(conflict_cols, self._no_conflicts)
+        held = []
+        conf = column_table(conflict_cols, held)
         args = (groups, groups.shape[0], groups.shape[1], ci,
                 cp.ascontiguousarray(v.astype(cp.int32, copy=False)), n, cbits,
                 conf, len(conflict_cols), 0 if F is None else F, fill,

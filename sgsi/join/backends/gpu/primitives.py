@@ -390,14 +390,6 @@ def read_ints(scalars):
     return read_results(host)
 
 
-def conflict_table(conflict_cols, placeholder):
-    """The rows' own vertices as the kernels read them: one int32 row per conflict column
-    (``placeholder``, a 1 x 1 zero, where there is none)."""
-    if not conflict_cols:
-        return placeholder
-    return stack_rows([c.astype(cp.int32, copy=False) for c in conflict_cols])
-
-
 def pointer(a, dtype, held):
     """Device address of ``a`` as a contiguous ``dtype`` array (0 for None); the array is
     appended to ``held``, to stay alive until the launch that reads it is issued."""
@@ -407,6 +399,13 @@ def pointer(a, dtype, held):
         a = cp.ascontiguousarray(cp.asarray(a, dtype=dtype))      # some 3 us even where a is already so
     held.append(a)
     return int(a.data.ptr)
+
+
+def column_table(cols, held):
+    """The int32 columns ``cols`` (a row's own vertices: a column each) as a kernel reads them
+    (``const int* const*``, one null pointer where there is none), in place: no copy of the
+    columns, no launch."""
+    return to_device_small(np.array([pointer(c, cp.int32, held) for c in cols] or [0], np.uint64))
 
 
 def record_table(head, records):

@@ -80,18 +80,18 @@ __device__ __forceinline__ longlong2 warp_pcsr_find(const int* __restrict__ grou
 }
 
 // One row's list src[0 : c], read by one warp: the entries in cbits (null: all) that are none of
-// the row's own vertices (column `row` of the conflicts table, n_conflicts rows of table_rows)
-// are appended in order from gba[out] (a warp ballot per 32; gba null: only counted). Returns
-// out past them (every lane). Every lane of the warp must call it.
+// the row's own vertices (conflicts[k][row], a column each) are appended in order from gba[out]
+// (a warp ballot per 32; gba null: only counted). Returns out past them (every lane). Every lane
+// of the warp must call it.
 __device__ __forceinline__ long long warp_keep_list(const int* __restrict__ src, long long c,
                                                     const unsigned int* __restrict__ cbits,
-                                                    const int* __restrict__ conflicts, int n_conflicts,
-                                                    long long table_rows, long long row, long long out,
+                                                    const int* const* __restrict__ conflicts, int n_conflicts,
+                                                    long long row, long long out,
                                                     int* __restrict__ gba) {
     int lane = threadIdx.x & 31;
     int mine[16];
     int nc = n_conflicts < 16 ? n_conflicts : 16;
-    for (int k = 0; k < nc; ++k) mine[k] = conflicts[(long long)k * table_rows + row];
+    for (int k = 0; k < nc; ++k) mine[k] = conflicts[k][row];
     for (long long base = 0; base < c; base += 32) {
         long long j = base + lane;
         int x = 0;
@@ -100,7 +100,7 @@ __device__ __forceinline__ long long warp_keep_list(const int* __restrict__ src,
             x = src[j];
             if (cbits) ok = test_bit(cbits, x);
             for (int k = 0; k < nc; ++k) ok &= x != mine[k];
-            for (int k = nc; k < n_conflicts; ++k) ok &= x != conflicts[(long long)k * table_rows + row];
+            for (int k = nc; k < n_conflicts; ++k) ok &= x != conflicts[k][row];
         }
         out += gba ? warp_append(ok, x, gba, out) : __popc(__ballot_sync(FULL, ok));
     }

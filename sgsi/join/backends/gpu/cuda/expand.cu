@@ -18,7 +18,7 @@ extern "C" __global__ void expand_rows_block(const long long* __restrict__ rows,
                                              long long n_rows,
                                              const int* __restrict__ flist, const long long* __restrict__ fstart,
                                              const long long* __restrict__ fcnt,
-                                             const int* __restrict__ conflicts, int n_conflicts, long long table_rows,
+                                             const int* const* __restrict__ conflicts, int n_conflicts,
                                              const long long* __restrict__ F, long long* __restrict__ fill,
                                              int* __restrict__ gba) {
     __shared__ int warp_total[32];
@@ -34,7 +34,7 @@ extern "C" __global__ void expand_rows_block(const long long* __restrict__ rows,
         bool ok = j < c;
         if (ok) {
             x = flist[s + j];
-            for (int k = 0; k < n_conflicts; ++k) ok &= x != conflicts[(long long)k * table_rows + row];
+            for (int k = 0; k < n_conflicts; ++k) ok &= x != conflicts[k][row];
         }
         out += block_append(ok, x, gba, out, warp_total);
     }
@@ -53,7 +53,7 @@ extern "C" __global__ void expand_rows_pool(const long long* __restrict__ rows, 
                                             const long long* __restrict__ bstart,
                                             const int* __restrict__ flist, const long long* __restrict__ fstart,
                                             const long long* __restrict__ fcnt,
-                                            const int* __restrict__ conflicts, int n_conflicts, long long table_rows,
+                                            const int* const* __restrict__ conflicts, int n_conflicts,
                                             const long long* __restrict__ F, long long* __restrict__ fill,
                                             int* __restrict__ gba) {
     __shared__ int warp_total[32];
@@ -77,7 +77,7 @@ extern "C" __global__ void expand_rows_pool(const long long* __restrict__ rows, 
             row = rows[r];
             x = flist[fstart[run[r]] + (e - pstart[r])];
             ok = true;
-            for (int k = 0; k < n_conflicts; ++k) ok &= x != conflicts[(long long)k * table_rows + row];
+            for (int k = 0; k < n_conflicts; ++k) ok &= x != conflicts[k][row];
         }
         unsigned int m = __ballot_sync(FULL, ok);
         int incl = block_ballot_scan(m, warp_total).x + __popc(m & ((2u << lane) - 1u));
@@ -107,7 +107,7 @@ extern "C" __global__ void expand_rows(const long long* __restrict__ rows, const
                                            long long n_rows,
                                            const int* __restrict__ flist, const long long* __restrict__ fstart,
                                            const long long* __restrict__ fcnt,
-                                           const int* __restrict__ conflicts, int n_conflicts, long long table_rows,
+                                           const int* const* __restrict__ conflicts, int n_conflicts,
                                            const long long* __restrict__ F, long long* __restrict__ fill,
                                            int* __restrict__ gba) {
     long long base = (((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5) << 5;
@@ -129,13 +129,13 @@ extern "C" __global__ void expand_rows(const long long* __restrict__ rows, const
         for (int k = 0; k < EXPAND_SHORT; ++k) x[k] = k < c ? flist[s + k] : 0;
         int mine[16];
         int nc = n_conflicts < 16 ? n_conflicts : 16;
-        for (int q = 0; q < nc; ++q) mine[q] = conflicts[(long long)q * table_rows + row];
+        for (int q = 0; q < nc; ++q) mine[q] = conflicts[q][row];
         long long out = at;
 #pragma unroll
         for (int k = 0; k < EXPAND_SHORT; ++k) {
             bool ok = k < c;
             for (int q = 0; q < nc; ++q) ok &= x[k] != mine[q];
-            for (int q = nc; q < n_conflicts && ok; ++q) ok = x[k] != conflicts[(long long)q * table_rows + row];
+            for (int q = nc; q < n_conflicts && ok; ++q) ok = x[k] != conflicts[q][row];
             if (ok) gba[out++] = x[k];
         }
         fill[row] = out - f;
@@ -146,7 +146,7 @@ extern "C" __global__ void expand_rows(const long long* __restrict__ rows, const
         longs &= longs - 1;
         long long rj = __shfl_sync(FULL, row, j), sj = __shfl_sync(FULL, s, j), cj = __shfl_sync(FULL, c, j);
         long long fj = __shfl_sync(FULL, f, j), aj = __shfl_sync(FULL, at, j);
-        long long end = warp_keep_list(flist + sj, cj, nullptr, conflicts, n_conflicts, table_rows, rj, aj, gba);
+        long long end = warp_keep_list(flist + sj, cj, nullptr, conflicts, n_conflicts, rj, aj, gba);
         if (lane == 0) fill[rj] = end - fj;
     }
 }

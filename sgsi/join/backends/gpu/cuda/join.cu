@@ -4,12 +4,12 @@
 #include "common.cuh"
 
 // Whether entry x of a row's list stays: in cbits (null: all) and none of the row's own vertices
-// (column `row` of the conflicts table, n_conflicts rows of table_rows).
+// (conflicts[k][row]: a column of own vertices each, read in place).
 __device__ __forceinline__ bool entry_kept(int x, const unsigned int* __restrict__ cbits,
-                                           const int* __restrict__ conflicts, int n_conflicts, long long table_rows,
+                                           const int* const* __restrict__ conflicts, int n_conflicts,
                                            long long row) {
     bool ok = !cbits || test_bit(cbits, x);
-    for (int k = 0; k < n_conflicts && ok; ++k) ok = x != conflicts[(long long)k * table_rows + row];
+    for (int k = 0; k < n_conflicts && ok; ++k) ok = x != conflicts[k][row];
     return ok;
 }
 
@@ -140,7 +140,7 @@ extern "C" __global__ void pcsr_lookup(const int* __restrict__ groups, long long
 
 // First link of a light piece, row by row (reference: CpuBackend.row_lists): the rows' vertices'
 // lists in one segment's PCSR (warp_pcsr_find, a warp a row), of which the entries in C(u) (cbits)
-// that are none of the row's own vertices (the conflict columns, n_conflicts rows of n) are
+// that are none of the row's own vertices (conflicts[k][row], a column each) are
 // appended in order from gba[F_i + fill_i]; with gba null they are only counted into fill_i (F may
 // be null then). rows null: rows 0 .. n-1; else the rows rows[0 .. *n_rows) (the rows
 // row_lists_short left); the blocks stride over them, per_round (1 to 8) a round.
@@ -164,7 +164,7 @@ __device__ __forceinline__ int row_chunk_slot(const int* chunk_first, int n_long
 extern "C" __global__ void __launch_bounds__(256, 8)
 row_lists(const int* __restrict__ groups, long long n_groups, int theta, const int* __restrict__ ci,
           const int* __restrict__ v, long long n, const unsigned int* __restrict__ cbits,
-          const int* __restrict__ conflicts, int n_conflicts, const long long* __restrict__ F,
+          const int* const* __restrict__ conflicts, int n_conflicts, const long long* __restrict__ F,
           long long* __restrict__ fill, int* __restrict__ gba, const long long* __restrict__ rows,
           const unsigned long long* __restrict__ n_rows, int per_round) {
     __shared__ long long long_start[8], long_at[8], long_row[8];
@@ -192,7 +192,7 @@ row_lists(const int* __restrict__ groups, long long n_groups, int theta, const i
                     kept[slot] = 0;
                 }
             } else if (c > 0) {
-                long long out = warp_keep_list(ci + se.x, c, cbits, conflicts, n_conflicts, n, row, f0 + fill[row],
+                long long out = warp_keep_list(ci + se.x, c, cbits, conflicts, n_conflicts, row, f0 + fill[row],
                                                gba);
                 if (lane == 0) fill[row] = out - f0;
             }
@@ -213,7 +213,7 @@ row_lists(const int* __restrict__ groups, long long n_groups, int theta, const i
                 int g = w0 + q, s = row_chunk_slot(chunk_first, nl, g);
                 int j = ((g - chunk_first[s]) << 5) + lane;
                 long long row = long_row[s];
-                bool ok = j < long_count[s] && entry_kept(ci[long_start[s] + j], cbits, conflicts, n_conflicts, n, row);
+                bool ok = j < long_count[s] && entry_kept(ci[long_start[s] + j], cbits, conflicts, n_conflicts, row);
                 unsigned int mask = __ballot_sync(FULL, ok);
                 if (lane == 0) {
                     if (gba) masks[q] = mask;
@@ -278,7 +278,7 @@ row_lists(const int* __restrict__ groups, long long n_groups, int theta, const i
 extern "C" __global__ void __launch_bounds__(256, 8)
 row_lists_short(const int* __restrict__ groups, long long n_groups, int theta, const int* __restrict__ ci,
                 const int* __restrict__ v, long long n, const unsigned int* __restrict__ cbits,
-                const int* __restrict__ conflicts, int n_conflicts, const long long* __restrict__ F,
+                const int* const* __restrict__ conflicts, int n_conflicts, const long long* __restrict__ F,
                 long long* __restrict__ fill, int* __restrict__ gba, long long* __restrict__ rest,
                 unsigned long long* __restrict__ n_rest, long long* __restrict__ rest_start,
                 long long* __restrict__ rest_len, long long* __restrict__ rest_chunks) {
@@ -312,7 +312,7 @@ row_lists_short(const int* __restrict__ groups, long long n_groups, int theta, c
     int kept = 0;
     for (const int* x = ci + se.x; x < ci + se.y; ++x) {
         int y = *x;
-        if (entry_kept(y, cbits, conflicts, n_conflicts, n, row)) {
+        if (entry_kept(y, cbits, conflicts, n_conflicts, row)) {
             if (gba) gba[out + kept] = y;
             ++kept;
         }
@@ -328,7 +328,7 @@ row_lists_short(const int* __restrict__ groups, long long n_groups, int theta, c
 // row's survivors to fill[row] with one atomic per row it met. A block's rows no longer wait on
 // its longest list: the lists of a 16K-entry row are shared by as many warps as need be.
 extern "C" __global__ void row_lists_spread(const int* __restrict__ ci, const unsigned int* __restrict__ cbits,
-                                            const int* __restrict__ conflicts, int n_conflicts, long long n,
+                                            const int* const* __restrict__ conflicts, int n_conflicts, long long n,
                                             long long* __restrict__ fill, const long long* __restrict__ rest,
                                             const unsigned long long* __restrict__ n_rest,
                                             const long long* __restrict__ rest_start,
@@ -363,7 +363,7 @@ extern "C" __global__ void row_lists_spread(const int* __restrict__ ci, const un
             start = rest_start[s];
         }
         long long j = ((g - first) << 5) + lane;
-        bool ok = j < len && entry_kept(ci[start + j], cbits, conflicts, n_conflicts, n, row);
+        bool ok = j < len && entry_kept(ci[start + j], cbits, conflicts, n_conflicts, row);
         kept += __popc(__ballot_sync(FULL, ok));
     }
     if (lane == 0 && kept) atomicAdd((unsigned long long*)&fill[row], kept);
@@ -595,18 +595,18 @@ extern "C" __global__ void own_hit_rows(const long long* __restrict__ row_tuple,
 
 // |S(t_i)| of each row i less the row's vertices found in it (reference:
 // CpuBackend.sizes_less_own): one thread per row; its tuple's set evals[sstart[t] : sstart[t]
-// + scount[t]] is sorted, and each of the row's vertices (column i of the conflicts table,
-// n_conflicts rows of n) is binary-searched in it. The vertices of a row differ.
+// + scount[t]] is sorted, and each of the row's vertices (conflicts[k][i], a column each) is
+// binary-searched in it. The vertices of a row differ.
 extern "C" __global__ void sizes_less_own(const long long* __restrict__ row_tuple,
                                           const long long* __restrict__ sstart, const long long* __restrict__ scount,
-                                          const int* __restrict__ evals, const int* __restrict__ conflicts,
+                                          const int* __restrict__ evals, const int* const* __restrict__ conflicts,
                                           int n_conflicts, long long n, long long* __restrict__ out) {
     long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
     long long t = row_tuple[i];
     long long a = sstart[t], e = a + scount[t], left = e - a;
     for (int k = 0; k < n_conflicts && left; ++k) {
-        if (sorted_has(evals, a, e, conflicts[(long long)k * n + i])) --left;
+        if (sorted_has(evals, a, e, conflicts[k][i])) --left;
     }
     out[i] = left;
 }
