@@ -20,6 +20,8 @@ from oracle import oracle_count, oracle_matches, random_graph, random_pattern
 from sgsi.errors import SgsiError
 from sgsi.join.backends import gpu_available
 from sgsi.join.backends.cpu import CpuBackend
+from sgsi.join.counting import Counting
+from sgsi.join.sets import _n_rows
 from sgsi.pattern import parse_pattern, parse_query_text
 
 BENCH = Path(__file__).parent / "data" / "benchmarks"
@@ -1037,19 +1039,29 @@ def test_last_vertices_counted_as_a_product(cases, budget, injective):
 
 
 @pytest.mark.parametrize("cap", [1 << 30, 1 << 10], ids=["all", "gated"])
-@pytest.mark.parametrize("budget", [None, "16KB"], ids=["default", "16KB"])
+@pytest.mark.parametrize("budget", [None, "16KB", "64KB"], ids=["default", "16KB", "sliced"])
 def test_blocks_counted_by_block_counts_vs_oracle(cases, budget, cap, monkeypatch):
     """The factored vertices' blocks counted by ``block_counts`` (the GPU's one launch a block,
     whose NumPy reference the CPU runs here): random patterns with cycles and leaves give the
     oracle's counts, row by row, and with a smaller cap by distinct tuples and ``rows_less_own``
     where a block has several links (one link: the general way); at 16KB every partition spans
-    several segments, and every block goes the general way."""
+    several segments, and every block goes the general way. The store built at the default
+    budget and queried at 64KB: blocks over more rows than a chunk's, counted a slice at a time."""
     monkeypatch.setattr(CpuBackend, "block_count_probes", cap)
     by_tuples = []
     real = CpuBackend.rows_less_own
     monkeypatch.setattr(CpuBackend, "rows_less_own", lambda self, *a: by_tuples.append(1) or real(self, *a))
+    sliced = []                         # blocks fused over more rows than a chunk's
+    real_sizes = Counting._block_sizes
+
+    def sizes(self, rows, step, lim):
+        before = self._stats["blocks_fused"]
+        got = real_sizes(self, rows, step, lim)
+        sliced.append(_n_rows(rows) > lim.chunk_rows and self._stats["blocks_fused"] > before)
+        return got
+    monkeypatch.setattr(Counting, "_block_sizes", sizes)
     case = cases["int"]
-    g = case.graphs[budget]
+    g = case.graphs[None if budget == "64KB" else budget]
     rng = random.Random(91)
     fused = 0
     for _ in range(12):
@@ -1059,8 +1071,9 @@ def test_blocks_counted_by_block_counts_vs_oracle(cases, budget, cap, monkeypatc
             want = case.count(p, injective)
             assert g.count(p, device=CPU, memory_budget=budget, homomorphism=not injective) == want, (p, injective)
             fused += g.last_stats["blocks_fused"]
-    assert fused >= 10 if budget is None else fused == 0
-    assert (len(by_tuples) >= 5) if (budget is None and cap < 1 << 20) else not by_tuples
+    assert fused >= 10 if budget != "16KB" else fused == 0
+    assert (len(by_tuples) >= 5) if (budget != "16KB" and cap < 1 << 20) else not by_tuples
+    assert any(sliced) == (budget == "64KB")         # at 16KB none is fused
 
 
 #: x and y, joined by two edges, are joined first; r comes last with its leaf l: a subtree.

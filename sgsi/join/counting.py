@@ -299,11 +299,8 @@ class Counting:
 
     def _block_sizes(self, rows, step, lim):
         """|S_B \\ m_row| of a block's step for each row of ``rows`` (int64), in slices of at most
-        ``chunk_rows`` rows (the rows of a weighted subtree, its root's distinct vertices, may
-        be more)."""
-        fused = self._fused_sizes(rows, step, lim)
-        if fused is not None:
-            return fused
+        ``chunk_rows`` rows (the rows of a subtree's count, or a weighted one's root's distinct
+        vertices, may be more), each by :meth:`_fused_sizes` where it applies."""
         xp = self.xp
         n = _n_rows(rows)
         per_row = None
@@ -311,6 +308,14 @@ class Counting:
         for a in range(0, n, cap):
             self.progress.at(self._depth + 1, a / max(n, 1), min(cap, n - a) / max(n, 1))
             part = rows if n <= cap else {u: col[a:a + cap] for u, col in rows.items()}
+            fused = self._fused_sizes(part, step, lim)
+            if fused is not None and part is rows:
+                return fused
+            if fused is not None:
+                if per_row is None:
+                    per_row = xp.zeros(n, dtype=xp.int64)
+                per_row[a:a + cap] += fused
+                continue
             for piece, sets in self._pieces_with_sets(part, step, lim, counts=True):
                 counts = self._row_counts(piece, sets, step).astype(xp.int64, copy=False)
                 if piece is rows:
@@ -328,7 +333,8 @@ class Counting:
         ``block_count_probes`` is 0), where every link's partition is one segment: a warp a row,
         nothing written, where the rows times the smallest of the links' longest lists (a bound
         on the entries read, known with no read) are at most ``block_count_probes``; else, for a
-        block of several links and at most ``chunk_rows`` rows, a warp a distinct linking tuple,
+        block of several links and at most ``chunk_rows`` rows (:meth:`_block_sizes` gives it a
+        slice at a time), a warp a distinct linking tuple,
         then the rows' own vertices taken off their tuples' counts (``rows_less_own``, a thread a
         row, in its tuple's lists as ``block_counts`` found them). Two or three launches where
         pieces, gathered lists and sets took some 20 launches and reads. None where neither applies."""
