@@ -1228,6 +1228,39 @@ def test_split_subtrees_vs_oracle(cases, budget, monkeypatch):
     assert split >= 3
 
 
+@pytest.mark.parametrize("budget", [None, "16KB"], ids=["default", "16KB"])
+def test_hoisted_blocks_vs_oracle(cases, budget, monkeypatch):
+    """A wide subtree's blocks with no link to its root counted over the core's rows, each
+    extended row taking its row's size less the root's vertex where it lies in the block's set:
+    SPLIT unsplit on its order (m may take u's vertex), with a second such leaf n (a group of
+    three blocks), and SPLIT's shape with random labels and directions on that order, hoisted
+    always and never, give the oracle's counts."""
+    from sgsi.join import counting, plan as plan_mod, query
+    case = cases["int"]
+    g = case.graphs[budget]
+    names = [w.name for w in parse_pattern(SPLIT + ", (y)-[]-(n:2)").vertices]
+    order = [names.index(n) for n in "xyvulmn"]
+    rng = random.Random(17)
+    pats = [SPLIT, SPLIT + ", (y)-[]-(n:2)"]
+    for _ in range(8):
+        lab = {"m": rng.choice([":2", ":2", ":1"]), "l": rng.choice([":0", ":2"]), "v": rng.choice([":1", ":2"])}
+        way = [rng.choice(["-[]-", "-[]->", "<-[]-", "-[:E0]-"]) for _ in range(6)]
+        pats.append(f"(x:0){way[0]}(y:1), (y){way[1]}(u:2){way[2]}(l{lab['l']}), "
+                    f"(x){way[3]}(m{lab['m']}), (x){way[4]}(v{lab['v']}){way[5]}(y)")
+    hoisted = {0: [], 1 << 40: []}
+    for pat in pats:
+        want = case.count(pat, True)
+        for fanout, seen in hoisted.items():
+            with monkeypatch.context() as m:
+                m.setattr(plan_mod, "MAX_MEETING", 0)           # wide subtrees stay wide
+                m.setattr(counting, "HOIST_FANOUT", fanout)
+                m.setattr(query, "REORDER", False)
+                m.setattr(plan_mod, "_order", lambda *a, **kw: order[:len(names) - ("(n" not in pat)])
+                assert g.count(pat, device=CPU, memory_budget=budget) == want, (pat, fanout)
+            seen.append(g.last_stats["blocks_hoisted"])
+    assert hoisted[0][1] >= 3 and sum(x > 0 for x in hoisted[0]) >= 3 and not any(hoisted[1 << 40])
+
+
 def test_weighted_subtree_subtracts_the_collisions(cases, monkeypatch):
     """Random trees whose one-leaf subtrees are counted from the root's sets and weights give the
     oracle's counts, among them subtrees whose leaf may take a core vertex (its collisions

@@ -29,6 +29,9 @@ class _Eager(Exception):
 WEIGHTED_SUBTREES = True
 WEIGHTED_FANOUT = 2
 WEIGHTED_PER_CONFLICT = 0.5
+#: Entries a row of a subtree's root's sets from which its blocks with no link to the root are
+#: counted over the core's rows, not over the rows extended by the root (:meth:`Counting._extended_rows`).
+HOIST_FANOUT = 1
 #: A link's direction seen from its other end.
 _REVERSED = {"out": "in", "in": "out", "both": "both"}
 
@@ -232,14 +235,54 @@ class Counting:
 
     def _extended_rows(self, piece, sets, tree, lim, keep):
         """The subtree's matches for the rows of one piece of the root's step, by slices of the rows
-        extended by the root: yields (the rows' numbers in ``rows``, matches) per slice."""
+        extended by the root: yields (the rows' numbers in ``rows``, matches) per slice.
+
+        A block with no link to the root r reads core vertices only: where the root's sets hold
+        at least ``HOIST_FANOUT`` entries a row, its sizes are found once over the piece's rows
+        (r left out of its conflicts), and an extended row takes its row's, less one where r's
+        vertex v is in the block's set and may be counted there (v in its candidates and in each
+        of its links' lists: ``_root_in_block``)."""
+        backend = self.backend
+        free = [(gi, bi) for gi, g in enumerate(tree.groups) for bi, b in enumerate(g.blocks)
+                if not any(k.other == tree.root for k in b.links)]
+        hoisted, rows_of = {}, None
+        if free and _set_entries(backend, sets) >= HOIST_FANOUT * _n_rows(piece):
+            rows_of, piece = piece[_ROW], dict(piece)
+            piece[_ROW] = backend.row_numbers(int(rows_of.size))     # the extended rows' own, to take from
+            for gi, bi in free:
+                b = tree.groups[gi].blocks[bi]
+                hoisted[gi, bi] = self._block_sizes(
+                    piece, Step(b.vertex, b.links, [c for c in b.conflicts if c != tree.root]), lim)
+            self._stats["blocks_hoisted"] += len(free)
         for out in self._extension(piece, sets, tree.step, lim, keep):
             at = out[_ROW]
             out = dict(out)
-            out[_ROW] = self.backend.row_numbers(int(at.size))
-            sizes = {(gi, bi): self._block_sizes(out, step, lim)
-                     for gi, g in enumerate(tree.groups) for bi, step in enumerate(g.blocks)}
-            yield at, self._groups_product(tree.groups, sizes)
+            out[_ROW] = backend.row_numbers(int(at.size))
+            sizes = {}
+            for gi, g in enumerate(tree.groups):
+                for bi, step in enumerate(g.blocks):
+                    if (gi, bi) not in hoisted:
+                        sizes[gi, bi] = self._block_sizes(out, step, lim)
+                        continue
+                    sizes[gi, bi] = backend.take_values(hoisted[gi, bi], at)
+                    if tree.root in step.conflicts:
+                        sizes[gi, bi] -= self._root_in_block(out, step, tree.root, lim)
+            yield (at if rows_of is None else backend.take_values(rows_of, at)), self._groups_product(tree.groups,
+                                                                                                      sizes)
+
+    def _root_in_block(self, out, step, root, lim):
+        """Per extended row, 1 where the root's vertex is in the block's set over the core's row (a
+        candidate of the block, in each of its links' lists), else 0 (int64)."""
+        backend, xp = self.backend, self.xp
+        v = out[root]
+        got = backend.test_bits(self.plan.candidates[step.vertex], v)
+        for k in step.links:
+            sel = backend.nonzero_index(got)
+            if int(sel.size) == 0:
+                break
+            got[sel] = self._member(k, backend.take_values(out[k.other], sel), backend.row_numbers(int(sel.size)),
+                                    backend.take_values(v, sel), lim, None, self.plan.candidates[root])
+        return got.astype(xp.int64)
 
     def _weighted_rows(self, piece, sets, tree, lim):
         """A one-leaf subtree's matches for the rows of one piece, the rows not extended by the
@@ -257,11 +300,8 @@ class Counting:
         (leaf_step,) = tree.groups[0].blocks
         r = tree.root
         n = _n_rows(piece)
-        rowwise = isinstance(sets, _RowSets)
-        if rowwise:                             # the rows extended
-            entries = sets.total
-        else:
-            entries, = backend.host_reductions(("sum", backend.take_values(sets.scount, sets.row_tuple)))
+        rowwise = isinstance(sets, _RowSets)        # the rows extended
+        entries = _set_entries(backend, sets)
         if entries < max(max(WEIGHTED_FANOUT, WEIGHTED_PER_CONFLICT * collisions(leaf_step, r)) * n,
                          backend.weighted_min_entries):
             return None
@@ -368,6 +408,13 @@ class Counting:
             self._charge(n)
             self.progress.tick()
         return counts
+
+
+def _set_entries(backend, sets) -> int:
+    """The entries of a piece's sets over its rows (one read where they are a tuple's)."""
+    if isinstance(sets, _RowSets):
+        return sets.total
+    return backend.host_reductions(("sum", backend.take_values(sets.scount, sets.row_tuple)))[0]
 
 
 def collisions(leaf_step, root) -> int:
