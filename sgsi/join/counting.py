@@ -267,8 +267,8 @@ class Counting:
                     sizes[gi, bi] = backend.take_values(hoisted[gi, bi], at)
                     if tree.root in step.conflicts:
                         sizes[gi, bi] -= self._root_in_block(out, step, tree.root, lim)
-            yield (at if rows_of is None else backend.take_values(rows_of, at)), self._groups_product(tree.groups,
-                                                                                                      sizes)
+            yield (at if rows_of is None else backend.take_values(rows_of, at)), self._groups_product(
+                tree.groups, sizes)
 
     def _root_in_block(self, out, step, root, lim):
         """Per extended row, 1 where the root's vertex is in the block's set over the core's row (a
