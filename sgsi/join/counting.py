@@ -198,8 +198,7 @@ class Counting:
         sizes = {}
         for gi in tree.meeting:
             (b,) = tree.groups[gi].blocks
-            sizes[gi] = self._block_sizes(rows, Step(b.vertex, b.links, [c for c in b.conflicts if c != tree.root]),
-                                          lim)
+            sizes[gi] = self._block_sizes(rows, _root_out(b, tree.root), lim)
         sums = {1: None, -1: None}          # the terms added by sign: both sums are counts (>= 0)
         for sign, sub, rest in tree.terms:
             value = self._subtree_counts(rows, sub, lim)
@@ -251,8 +250,7 @@ class Counting:
             piece[_ROW] = backend.row_numbers(int(rows_of.size))     # the extended rows' own, to take from
             for gi, bi in free:
                 b = tree.groups[gi].blocks[bi]
-                hoisted[gi, bi] = self._block_sizes(
-                    piece, Step(b.vertex, b.links, [c for c in b.conflicts if c != tree.root]), lim)
+                hoisted[gi, bi] = self._block_sizes(piece, _root_out(b, tree.root), lim)
             self._stats["blocks_hoisted"] += len(free)
         for out in self._extension(piece, sets, tree.step, lim, keep):
             at = out[_ROW]
@@ -408,6 +406,12 @@ class Counting:
             self._charge(n)
             self.progress.tick()
         return counts
+
+
+def _root_out(block, root) -> Step:
+    """A subtree's block with no link to its root, over the core's rows: the root out of its
+    conflicts (where it may take the root's vertex, each term or extended row takes that off)."""
+    return Step(block.vertex, block.links, [c for c in block.conflicts if c != root])
 
 
 def _set_entries(backend, sets) -> int:

@@ -143,8 +143,8 @@ class Engine(Counting):
         self._entries = []             # device sums of entries not yet added to stats (no read per step)
         self._stats = {"chunks": 0, "steps": 0, "light_steps": 0, "replanned": 0, "reordered": 0, "entries": 0,
                        "subtrees_weighted": 0, "subtrees_split": 0, "blocks_fused": 0, "blocks_hoisted": 0,
-                       "leaves_factored": plan.factored, "leaf_groups": _shared_groups(plan), "subtrees": len(plan.subtrees),
-                       "symmetry": plan.symmetry}
+                       "leaves_factored": plan.factored, "leaf_groups": _shared_groups(plan),
+                       "subtrees": len(plan.subtrees), "symmetry": plan.symmetry}
         # Adaptive planning: run on the cheap plan first; if the join's work
         # outgrows the candidate sets by far before any result has left, start
         # again on the plan ``replan()`` gives (refined candidate sets).

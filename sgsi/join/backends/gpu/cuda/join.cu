@@ -90,8 +90,7 @@ extern "C" __global__ void block_counts(const long long* __restrict__ links, int
         for (long long base = 0; base < len; base += 32) {
             long long at = base + lane;
             int x = at < len ? cb[sb + at] : 0;
-            bool ok = at < len && (!cbits || test_bit(cbits, x));
-            for (int c = 0; c < n_conflicts && ok; ++c) ok = x != conflicts[c][row];
+            bool ok = at < len && entry_kept(x, cbits, conflicts, n_conflicts, row);
             for (int j = 0; j < k; ++j) {       // every lane takes part in the shuffles
                 long long a = __shfl_sync(FULL, s, j), end = __shfl_sync(FULL, e, j);
                 if (j != best && ok) ok = sorted_has((const int*)links[5 * j + 3], a, end, x);
