@@ -10,6 +10,7 @@ import math
 
 import numpy as np
 
+from .merge import WEIGHT, weighted_sum
 from .plan import Link, Step
 from .sets import _ROW, _RowSets, _columns_read, _distinct_tuples, _n_rows, _packed
 
@@ -46,9 +47,10 @@ class Counting:
 
     def _count(self, piece, s, step: Step) -> int:
         """Σ_rows |S(t_i)| minus the rows' own vertices found in their S(t_i) (count-only last step)."""
-        if isinstance(s, _RowSets):
+        w = piece.get(WEIGHT)
+        if isinstance(s, _RowSets) and w is None:
             return s.total
-        return self.backend.host_reductions(("sum", self._row_counts(piece, s, step)))[0]
+        return weighted_sum(self.backend, self._row_counts(piece, s, step), w)
 
     def _row_counts(self, piece, s, step: Step):
         """|S(t_i) \\ m_i| for each row i of the piece (int64)."""
@@ -96,6 +98,8 @@ class Counting:
                 if _n_rows(rows) == 0:
                     return 0
         prod = self._groups_product(groups, sizes)
+        if WEIGHT in rows:              # merged rows: each stands for its weight's partial matches
+            prod = rows[WEIGHT] if prod is None else _exact_product(backend, prod, rows[WEIGHT])
         subtrees = self.plan.subtrees
         # The last subtree's sums are added in int64 with their bounds left to the final read
         # (``bounds``), and its product with the rest is taken there too (``last``): one read

@@ -48,6 +48,7 @@ import numpy as np
 
 from .counting import Counting, _shared_groups
 from .plan import REFINE_ROUNDS, QueryPlan, Step, refine_cost
+from .merge import WEIGHT, merged, rows_counted
 from .progress import Progress
 from .sets import (_alive, _columns_read, _entries, _How, _Lists, _n_rows, _nbytes, _per_tuple, _RowSets, _Sets,
                    _cuts, _slices, _taken, _tuple_slice, _TuplesOf)
@@ -83,6 +84,13 @@ LIGHT_MAX_LIST = 1 << 14
 #: links' lists to let each tuple probe from its shortest: the fixed cost of gathering
 #: and ranking them is then more than the probes it could save.
 SHORTEST_LIST_MIN_PROBES = 1 << 15
+
+#: Count-only, a step that drops columns merges its output's equal rows (``Engine._merged``)
+#: while that cuts the level's rows by ``MERGE_GAIN`` or more (judged once it has merged
+#: ``MERGE_PROBE_ROWS``), and tries again every ``MERGE_RETRY``-th slice once it has not.
+MERGE_GAIN = 1.5
+MERGE_PROBE_ROWS = 1 << 16
+MERGE_RETRY = 16
 
 
 class _Replan(Exception):
@@ -143,6 +151,7 @@ class Engine(Counting):
         self._entries = []             # device sums of entries not yet added to stats (no read per step)
         self._stats = {"chunks": 0, "steps": 0, "light_steps": 0, "replanned": 0, "reordered": 0, "entries": 0,
                        "subtrees_weighted": 0, "subtrees_split": 0, "blocks_fused": 0, "blocks_hoisted": 0,
+                       "rows_merged": 0,
                        "leaves_factored": plan.factored, "leaf_groups": _shared_groups(plan),
                        "subtrees": len(plan.subtrees), "symmetry": plan.symmetry}
         # Adaptive planning: run on the cheap plan first; if the join's work
@@ -159,6 +168,7 @@ class Engine(Counting):
         self._reordered = None          # the plan ``reorder`` gave, for :meth:`_switch_plan`
         self.counting = False           # a count is running (``_rows_ahead``)
         self._depth = 0                 # the stack level whose chunk the factored vertices are counted for
+        self._merges = {}               # level -> [rows in, rows out, slices] of its merges (count-only)
 
     @property
     def stats(self) -> dict:
@@ -218,6 +228,7 @@ class Engine(Counting):
             self._stats["replanned"] = 1
             if self.reorder is not None:
                 self.refined_at = self.work
+        self._merges = {}
         self._stats["leaves_factored"] = self.plan.factored
         self._stats["leaf_groups"] = _shared_groups(self.plan)
         self._stats["subtrees"] = len(self.plan.subtrees)
@@ -249,7 +260,7 @@ class Engine(Counting):
         if count_only:                  # from the last step back: the columns read after step k
             after = _columns_read([], self.plan) | {v for f in self.plan.row_filters for v in (f.u, f.w)}
             for k in range(len(steps) - 1, start - 1, -1):         # none before a seed's level
-                keep[k] = set(after)
+                keep[k] = set(after) | {WEIGHT}
                 after |= _columns_read([steps[k]])
         if self.seed:                   # a task's partial matches: stack[level] yields them
             level = len(self.seed) - 1
@@ -274,7 +285,7 @@ class Engine(Counting):
                 self._depth = k + 1
                 yield ("count", self._count_leaves(chunk, lim))      # the core joined: the rest per row
             elif k == len(steps):
-                yield ("count", _n_rows(chunk)) if count_only else ("chunk", chunk)
+                yield ("count", rows_counted(self.backend, chunk)) if count_only else ("chunk", chunk)
             elif count_only and not self.plan.factored and k == len(steps) - 1 and len(steps) not in filters:
                 yield ("count", sum(self._count(piece, step_sets, steps[k])
                                     for piece, step_sets in self._pieces_with_sets(chunk, steps[k], lim,
@@ -325,6 +336,10 @@ class Engine(Counting):
         """One join step over ``chunk``: its output in slices of about ``chunk_rows`` rows, with
         the columns of the vertices ``keep`` and the new one (None: every column)."""
         take = [u for u in chunk if keep is None or u in keep]       # the columns carried over
+        # Rows may become equal; not before a last step counted by its sets' sizes, whose work
+        # goes by distinct linking tuples more than by rows.
+        merge = keep is not None and len(take) < len(chunk) and (
+            self.plan.factored or level < len(self.plan.steps) - 1)
         n, done = max(_n_rows(chunk), 1), 0
         for piece, sets in self._pieces_with_sets(chunk, step, lim, take=take):
             rows = _n_rows(piece)
@@ -334,8 +349,39 @@ class Engine(Counting):
                 self.progress.at(level, (before + rows * i / k) / n, rows / (n * k))
             done += rows
             for out in self._extension(piece, sets, step, lim, keep, place):
+                if merge:
+                    out = self._merged(out, level)
                 held[level] = _nbytes(chunk) + sets.nbytes + _nbytes(out)
                 yield out
+
+    def _merged(self, out, level):
+        """Count-only: ``out`` with its equal rows merged (:func:`~sgsi.join.merge.merged`) while
+        merging pays at this level: judged on its first ``MERGE_PROBE_ROWS`` rows (a slice's first
+        ones where it has more), merged while that cut them by ``MERGE_GAIN`` or more, and tried
+        again on every ``MERGE_RETRY``-th slice where it did not."""
+        seen = self._merges.setdefault(level, [0, 0, 0])     # rows in, rows out, slices
+        seen[2] += 1
+        n = _n_rows(out)
+        if seen[0] >= MERGE_PROBE_ROWS:
+            if seen[0] < MERGE_GAIN * seen[1] and seen[2] % MERGE_RETRY:
+                return out
+        elif n > MERGE_PROBE_ROWS:              # a probe of the slice's first rows first
+            probe = merged(self.backend, {u: c[:MERGE_PROBE_ROWS] for u, c in out.items()})
+            m = MERGE_PROBE_ROWS if probe is None else _n_rows(probe)
+            if MERGE_PROBE_ROWS < MERGE_GAIN * m:
+                seen[0] += MERGE_PROBE_ROWS
+                seen[1] += m
+                return out
+        got = merged(self.backend, out)
+        if got is None:
+            return out
+        m = _n_rows(got)
+        seen[0] += n
+        seen[1] += m
+        if n < MERGE_GAIN * m and WEIGHT not in out:      # not worth a weight column on every later row
+            return out
+        self._stats["rows_merged"] += n - m
+        return got
 
     def _pieces_with_sets(self, chunk, step, lim, counts=False, take=None):
         """Each piece of ``chunk`` with its sets; ``counts``: only the sets' sizes are wanted

@@ -1,0 +1,96 @@
+"""Count-only: partial matches merged where the columns a count carries agree.
+
+A count carries past each step only the columns later steps read (:meth:`Engine._run`), so
+rows that differed only in a dropped column become equal. :func:`merged` keeps one row of each
+such run with a weight column (``WEIGHT``): how many partial matches the row stands for. Later
+steps repeat a row's weight with the row, and every count taken over the rows is weighted
+(:func:`weighted_sum`; :meth:`Counting._count_leaves` multiplies its per-row products by it).
+"""
+
+from __future__ import annotations
+
+#: Key of the weight column (int64) of a chunk whose rows were merged (not a pattern vertex).
+WEIGHT = -2
+#: Products and sums at or past this bound are taken as exact Python integers.
+_INT64_SAFE = 1 << 62
+#: Bits of one packed key word (kept positive).
+_WORD_BITS = 62
+
+
+def merged(backend, chunk):
+    """(``chunk`` with the rows equal on every column merged into one, whose ``WEIGHT`` is the
+    sum of theirs (1 each where the chunk has none), rows sorted; the rows it had). None where a
+    merged weight could pass int64. The columns are packed into int64 words by their spans
+    (one read), the words sorted, and each run kept once."""
+    xp = backend.xp
+    names = [u for u in chunk if u != WEIGHT]
+    cols = [chunk[u] for u in names]
+    w = chunk.get(WEIGHT)
+    n = int(cols[0].size)
+    if n < 2:
+        return None
+    ends = backend.host_reductions(*[(op, c) for c in cols for op in ("min", "max")],
+                                   *([("max", w)] if w is not None else []))
+    if w is not None and ends[-1] * n >= _INT64_SAFE:
+        return None
+    # The columns packed into words, each word after the first leaving room for a row rank;
+    # then folded into one: a word's rank among its distinct values shifted above the next.
+    room = _WORD_BITS - n.bit_length()
+    words, word, used, cap = [], None, 0, _WORD_BITS
+    for i, c in enumerate(cols):
+        lo, hi = ends[2 * i], ends[2 * i + 1]
+        bits = max(1, (hi - lo).bit_length())
+        if word is not None and used + bits > cap:
+            words.append((word, used))
+            word, used, cap = None, 0, room
+        v = c.astype(xp.int64) - lo
+        word = v if word is None else word | (v << used)
+        used += bits
+    words.append((word, used))
+    key = words[0][0]
+    for word, bits in words[1:]:
+        order, new = _sorted_runs(backend, key)
+        rank = xp.empty(n, dtype=xp.int64)
+        rank[order] = backend.prefix_sum(new) - 1
+        key = (rank << bits) | word
+    order, new = _sorted_runs(backend, key)
+    starts = backend.nonzero_index(new)
+    out = dict(zip(names, backend.take_columns(cols, backend.take_values(order, starts))))
+    last = xp.empty(int(starts.size), dtype=xp.int64)          # each run's last sorted row
+    last[:-1] = starts[1:] - 1
+    last[-1] = n - 1
+    if w is None:
+        out[WEIGHT] = last - starts.astype(xp.int64) + 1
+    else:
+        cum = backend.take_values(backend.prefix_sum(backend.take_values(w, order)), last)
+        cum[1:] -= cum[:-1].copy()
+        out[WEIGHT] = cum
+    return out
+
+
+def _sorted_runs(backend, key):
+    """(an order sorting ``key``, whether each sorted value starts a run of equal ones)."""
+    order = backend.xp.argsort(key)
+    return order, backend.run_starts(backend.take_values(key, order))
+
+
+def weighted_sum(backend, counts, w) -> int:
+    """Σ counts · w over rows (``w`` None: Σ counts), exact."""
+    if w is None:
+        return backend.host_reductions(("sum", counts))[0]
+    n = int(counts.size)
+    top, wtop, total = backend.host_reductions(("max", counts), ("max", w), ("sum", counts * w))
+    if top * wtop * n < _INT64_SAFE:
+        return total
+    return int(sum(backend.to_host(counts).astype(object) * backend.to_host(w).astype(object)))
+
+
+def rows_counted(backend, chunk) -> int:
+    """The partial matches ``chunk``'s rows stand for: its rows, or the sum of their weights."""
+    w = chunk.get(WEIGHT)
+    if w is None:
+        return int(next(iter(chunk.values())).size)
+    top, total = backend.host_reductions(("max", w), ("sum", w))
+    if top * int(w.size) < _INT64_SAFE:
+        return total
+    return int(sum(backend.to_host(w).astype(object)))
