@@ -97,8 +97,11 @@ def _rings(seed, n):
 def test_counts_with_rows_merged_vs_oracle(cases, budget, injective, device, monkeypatch):
     """Rings counted with every step that drops a column merging its rows (none judged not
     worth it) give the oracle's counts, and rows are merged (weights past one)."""
-    from sgsi.join import engine, query
-    monkeypatch.setattr(engine, "MERGE_GAIN", 1.0)
+    from sgsi.join import query
+    monkeypatch.setattr(CpuBackend, "merge_gain", 1.0)
+    if device != CPU:
+        from sgsi.join.backends.gpu.backend import GpuBackend
+        monkeypatch.setattr(GpuBackend, "merge_gain", 1.0)
     monkeypatch.setattr(query, "REORDER", False)
     case = cases["int"]
     g = case.graphs[budget]

@@ -86,9 +86,8 @@ LIGHT_MAX_LIST = 1 << 14
 SHORTEST_LIST_MIN_PROBES = 1 << 15
 
 #: Count-only, a step that drops columns merges its output's equal rows (``Engine._merged``)
-#: while that cuts the level's rows by ``MERGE_GAIN`` or more (judged once it has merged
-#: ``MERGE_PROBE_ROWS``), and tries again every ``MERGE_RETRY``-th slice once it has not.
-MERGE_GAIN = 1.5
+#: while that cuts the level's rows by the backend's ``merge_gain`` or more (judged once it has
+#: merged ``MERGE_PROBE_ROWS``), and tries again every ``MERGE_RETRY``-th slice once it has not.
 MERGE_PROBE_ROWS = 1 << 16
 MERGE_RETRY = 16
 
@@ -357,18 +356,19 @@ class Engine(Counting):
     def _merged(self, out, level):
         """Count-only: ``out`` with its equal rows merged (:func:`~sgsi.join.merge.merged`) while
         merging pays at this level: judged on its first ``MERGE_PROBE_ROWS`` rows (a slice's first
-        ones where it has more), merged while that cut them by ``MERGE_GAIN`` or more, and tried
-        again on every ``MERGE_RETRY``-th slice where it did not."""
+        ones where it has more), merged while that cut them by the backend's ``merge_gain`` or
+        more, and tried again on every ``MERGE_RETRY``-th slice where it did not."""
+        gain = self.backend.merge_gain
         seen = self._merges.setdefault(level, [0, 0, 0])     # rows in, rows out, slices
         seen[2] += 1
         n = _n_rows(out)
         if seen[0] >= MERGE_PROBE_ROWS:
-            if seen[0] < MERGE_GAIN * seen[1] and seen[2] % MERGE_RETRY:
+            if seen[0] < gain * seen[1] and seen[2] % MERGE_RETRY:
                 return out
         elif n > MERGE_PROBE_ROWS:              # a probe of the slice's first rows first
             probe = merged(self.backend, {u: c[:MERGE_PROBE_ROWS] for u, c in out.items()})
             m = MERGE_PROBE_ROWS if probe is None else _n_rows(probe)
-            if MERGE_PROBE_ROWS < MERGE_GAIN * m:
+            if MERGE_PROBE_ROWS < gain * m:
                 seen[0] += MERGE_PROBE_ROWS
                 seen[1] += m
                 return out
@@ -378,7 +378,7 @@ class Engine(Counting):
         m = _n_rows(got)
         seen[0] += n
         seen[1] += m
-        if n < MERGE_GAIN * m and WEIGHT not in out:      # not worth a weight column on every later row
+        if n < gain * m and WEIGHT not in out:      # not worth a weight column on every later row
             return out
         self._stats["rows_merged"] += n - m
         return got

@@ -28,6 +28,7 @@ class Backend(Protocol):
     search_work: int  # join work an order search costs about (none runs where under twice it is left)
     weighted_min_entries: int  # fewest root entries a piece's one-leaf subtree is counted from weights at
     block_count_probes: int  # most rows x list entries of a count's block counted by block_counts (0: never)
+    merge_gain: float  # least cut of a level's rows by merging for a count to go on merging them
 
     # -- a query's lifetime
     def begin(self, store, memory_budget=None) -> int:
