@@ -18,10 +18,10 @@ _WORD_BITS = 62
 
 
 def merged(backend, chunk):
-    """(``chunk`` with the rows equal on every column merged into one, whose ``WEIGHT`` is the
-    sum of theirs (1 each where the chunk has none), rows sorted; the rows it had). None where a
-    merged weight could pass int64. The columns are packed into int64 words by their spans
-    (one read), the words sorted, and each run kept once."""
+    """``chunk`` with the rows equal on every column merged into one, whose ``WEIGHT`` is the
+    sum of theirs (1 each where the chunk has none), in the order of their packed keys; None
+    where it has under two rows or a merged weight could pass int64. The columns are packed into
+    int64 words by their spans (one read), the words folded into one key, and each run kept once."""
     xp = backend.xp
     names = [u for u in chunk if u != WEIGHT]
     cols = [chunk[u] for u in names]
