@@ -47,8 +47,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from .counting import Counting, _shared_groups
-from .plan import REFINE_ROUNDS, QueryPlan, Step, refine_cost
 from .merge import WEIGHT, merged, rows_counted
+from .plan import REFINE_ROUNDS, QueryPlan, Step, refine_cost
 from .progress import Progress
 from .sets import (_alive, _columns_read, _entries, _How, _Lists, _n_rows, _nbytes, _per_tuple, _RowSets, _Sets,
                    _cuts, _slices, _taken, _tuple_slice, _TuplesOf)
