@@ -10,7 +10,7 @@ import math
 
 import numpy as np
 
-from .merge import WEIGHT, weighted_sum
+from .merge import _INT64_SAFE, WEIGHT, weighted_sum
 from .plan import Link, Step
 from .sets import _ROW, _RowSets, _columns_read, _distinct_tuples, _n_rows, _packed
 
@@ -35,11 +35,6 @@ WEIGHTED_PER_CONFLICT = 0.5
 HOIST_FANOUT = 1
 #: A link's direction seen from its other end.
 _REVERSED = {"out": "in", "in": "out", "both": "both"}
-
-#: Products and sums of counts at or past this bound are taken as exact Python integers.
-_INT64_SAFE = 1 << 62
-
-
 
 
 class Counting:

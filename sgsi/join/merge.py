@@ -11,7 +11,7 @@ from __future__ import annotations
 
 #: Key of the weight column (int64) of a chunk whose rows were merged (not a pattern vertex).
 WEIGHT = -2
-#: Products and sums at or past this bound are taken as exact Python integers.
+#: Products and sums of counts at or past this bound are taken as exact Python integers.
 _INT64_SAFE = 1 << 62
 #: Bits of one packed key word (kept positive).
 _WORD_BITS = 62
