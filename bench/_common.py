@@ -203,7 +203,25 @@ def warm_up_kernels(device, per_family=2):
                 if c != expected[name]:
                     raise RuntimeError(f"warm-up: {name} counted {c}, expected {expected[name]}")
         g.close()
+    if device == "gpu":
+        from sgsi.join.backends.gpu.backend import GpuBackend
+        warm_up_merge(GpuBackend())
     return picked
+
+
+def warm_up_merge(backend):
+    """Merge chunks of one and of two key words, with and without weights, on ``backend``: a count
+    merges equal rows (``sgsi.join.merge``) only where its rows allow, so the counts above may not
+    compile every kernel of it (one H200: a query's first two-word merge took 4 s once)."""
+    import numpy as np
+    from sgsi.join import merge
+    rng = np.random.default_rng(0)
+    for shift in (0, 27):                       # spans of 3 and of 30 bits a column
+        chunk = {u: backend.to_device((rng.integers(0, 8, 4096) << shift).astype(np.int32)) for u in range(4)}
+        once = merge.merged(backend, chunk)
+        twice = merge.merged(backend, once)
+        assert merge.rows_counted(backend, twice) == 4096
+        merge.weighted_sum(backend, twice[merge.WEIGHT], twice[merge.WEIGHT])
 
 
 def _count_worker_main(conn, store, warm_device, cores=None):

@@ -21,3 +21,12 @@ def test_warm_up_counts_the_fewest_matches_of_each_yeast_family(tmp_path):
                          capture_output=True, text=True)
     assert got.returncode == 0, got.stderr[-2000:]
     assert (tmp_path / "out" / "yeast_gpu_suite.md").exists()
+
+
+def test_warm_up_merge_keeps_every_row_on_the_cpu():
+    """The merge's warm-up (one and several key words, then weighted) runs on the CPU's NumPy
+    reference too, and its merged rows still stand for all 4,096 (it asserts so)."""
+    sys.path.insert(0, str(SUITE.parent))
+    import _common
+    from sgsi.join.backends.cpu import CpuBackend
+    _common.warm_up_merge(CpuBackend())
