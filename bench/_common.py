@@ -210,7 +210,7 @@ def warm_up_kernels(device, per_family=2):
 
 
 def warm_up_merge(backend):
-    """Merge chunks of one and of two key words, with and without weights, on ``backend``: a count
+    """Merge chunks of one and of several key words, with and without weights, on ``backend``: a count
     merges equal rows (``sgsi.join.merge``) only where its rows allow, so the counts above may not
     compile every kernel of it (one H200: dense_32_31 took 4.28 s once in a run, 0.05 s
     before merging; not reproduced, likely compiling)."""
