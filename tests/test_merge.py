@@ -117,9 +117,9 @@ def test_counts_with_rows_merged_vs_oracle(cases, budget, injective, device, mon
 def test_counts_with_rows_merged_at_each_level(cases, monkeypatch):
     """Merging judged per level: a level whose probe merged nothing stops merging, and the
     counts stay the oracle's either way (the default gain, a probe of 8 rows)."""
-    from sgsi.join import engine, query
-    monkeypatch.setattr(engine, "MERGE_PROBE_ROWS", 8)
-    monkeypatch.setattr(engine, "MERGE_RETRY", 3)
+    from sgsi.join import query
+    monkeypatch.setattr(merge, "MERGE_PROBE_ROWS", 8)
+    monkeypatch.setattr(merge, "MERGE_RETRY", 3)
     monkeypatch.setattr(query, "REORDER", False)
     case = cases["hub"]
     g = case.graphs["16KB"]

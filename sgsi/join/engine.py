@@ -47,7 +47,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .counting import Counting, _shared_groups
-from .merge import WEIGHT, merged, rows_counted
+from .merge import WEIGHT, Merges, rows_counted
 from .plan import REFINE_ROUNDS, QueryPlan, Step, refine_cost
 from .progress import Progress
 from .sets import (_alive, _columns_read, _entries, _How, _Lists, _n_rows, _nbytes, _per_tuple, _RowSets, _Sets,
@@ -84,12 +84,6 @@ LIGHT_MAX_LIST = 1 << 14
 #: links' lists to let each tuple probe from its shortest: the fixed cost of gathering
 #: and ranking them is then more than the probes it could save.
 SHORTEST_LIST_MIN_PROBES = 1 << 15
-
-#: Count-only, a step that drops columns merges its output's equal rows (``Engine._merged``)
-#: while that cuts the level's rows by the backend's ``merge_gain`` or more (judged once it has
-#: merged ``MERGE_PROBE_ROWS``), and tries again every ``MERGE_RETRY``-th slice once it has not.
-MERGE_PROBE_ROWS = 1 << 16
-MERGE_RETRY = 16
 
 
 class _Replan(Exception):
@@ -167,7 +161,7 @@ class Engine(Counting):
         self._reordered = None          # the plan ``reorder`` gave, for :meth:`_switch_plan`
         self.counting = False           # a count is running (``_rows_ahead``)
         self._depth = 0                 # the stack level whose chunk the factored vertices are counted for
-        self._merges = {}               # level -> [rows in, rows out, slices] of its merges (count-only)
+        self._merges = Merges(backend)  # a count's merging of equal rows, by level
 
     @property
     def stats(self) -> dict:
@@ -227,7 +221,7 @@ class Engine(Counting):
             self._stats["replanned"] = 1
             if self.reorder is not None:
                 self.refined_at = self.work
-        self._merges = {}
+        self._merges = Merges(self.backend)
         self._stats["leaves_factored"] = self.plan.factored
         self._stats["leaf_groups"] = _shared_groups(self.plan)
         self._stats["subtrees"] = len(self.plan.subtrees)
@@ -349,39 +343,10 @@ class Engine(Counting):
             done += rows
             for out in self._extension(piece, sets, step, lim, keep, place):
                 if merge:
-                    out = self._merged(out, level)
+                    out, cut = self._merges.slice(out, level)
+                    self._stats["rows_merged"] += cut
                 held[level] = _nbytes(chunk) + sets.nbytes + _nbytes(out)
                 yield out
-
-    def _merged(self, out, level):
-        """Count-only: ``out`` with its equal rows merged (:func:`~sgsi.join.merge.merged`) while
-        merging pays at this level: judged on its first ``MERGE_PROBE_ROWS`` rows (a slice's first
-        ones where it has more), merged while that cut them by the backend's ``merge_gain`` or
-        more, and tried again on every ``MERGE_RETRY``-th slice where it did not."""
-        gain = self.backend.merge_gain
-        seen = self._merges.setdefault(level, [0, 0, 0])     # rows in, rows out, slices
-        seen[2] += 1
-        n = _n_rows(out)
-        if seen[0] >= MERGE_PROBE_ROWS:
-            if seen[0] < gain * seen[1] and seen[2] % MERGE_RETRY:
-                return out
-        elif n > MERGE_PROBE_ROWS:              # a probe of the slice's first rows first
-            probe = merged(self.backend, {u: c[:MERGE_PROBE_ROWS] for u, c in out.items()})
-            m = MERGE_PROBE_ROWS if probe is None else _n_rows(probe)
-            if MERGE_PROBE_ROWS < gain * m:
-                seen[0] += MERGE_PROBE_ROWS
-                seen[1] += m
-                return out
-        got = merged(self.backend, out)
-        if got is None:
-            return out
-        m = _n_rows(got)
-        seen[0] += n
-        seen[1] += m
-        if n < gain * m and WEIGHT not in out:      # not worth a weight column on every later row
-            return out
-        self._stats["rows_merged"] += n - m
-        return got
 
     def _pieces_with_sets(self, chunk, step, lim, counts=False, take=None):
         """Each piece of ``chunk`` with its sets; ``counts``: only the sets' sizes are wanted

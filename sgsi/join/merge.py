@@ -9,12 +9,53 @@ steps repeat a row's weight with the row, and every count taken over the rows is
 
 from __future__ import annotations
 
+from .sets import _n_rows
+
 #: Key of the weight column (int64) of a chunk whose rows were merged (not a pattern vertex).
 WEIGHT = -2
 #: Products and sums of counts at or past this bound are taken as exact Python integers.
 _INT64_SAFE = 1 << 62
 #: Bits of one packed key word (kept positive).
 _WORD_BITS = 62
+#: A level's merging is judged once it has merged this many rows (a probe of a slice's first
+#: ones where it has more), and tried again every ``MERGE_RETRY``-th slice once it did not pay.
+MERGE_PROBE_ROWS = 1 << 16
+MERGE_RETRY = 16
+
+
+class Merges:
+    """A count's merging, level by level (:meth:`Engine._step`): a level's output slices are merged
+    while that cuts them by the backend's ``merge_gain`` or more."""
+
+    def __init__(self, backend):
+        self.backend = backend
+        self.seen = {}                  # level -> [rows in, rows out, slices] of its merges
+
+    def slice(self, out, level):
+        """(``out`` with its equal rows merged where merging pays at ``level``, the rows it lost)."""
+        gain = self.backend.merge_gain
+        seen = self.seen.setdefault(level, [0, 0, 0])
+        seen[2] += 1
+        n = _n_rows(out)
+        if seen[0] >= MERGE_PROBE_ROWS:
+            if seen[0] < gain * seen[1] and seen[2] % MERGE_RETRY:
+                return out, 0
+        elif n > MERGE_PROBE_ROWS:              # a probe of the slice's first rows first
+            probe = merged(self.backend, {u: c[:MERGE_PROBE_ROWS] for u, c in out.items()})
+            m = MERGE_PROBE_ROWS if probe is None else _n_rows(probe)
+            if MERGE_PROBE_ROWS < gain * m:
+                seen[0] += MERGE_PROBE_ROWS
+                seen[1] += m
+                return out, 0
+        got = merged(self.backend, out)
+        if got is None:
+            return out, 0
+        m = _n_rows(got)
+        seen[0] += n
+        seen[1] += m
+        if n < gain * m and WEIGHT not in out:      # not worth a weight column on every later row
+            return out, 0
+        return got, n - m
 
 
 def merged(backend, chunk):

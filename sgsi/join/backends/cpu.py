@@ -57,7 +57,7 @@ class CpuBackend:
     #: (``Counting._fused_sizes``): never here (row by row 1-35x slower than the tuples' gathered
     #: lists on yeast, by tuples 1.1-3x); the methods are the GPU kernels' references.
     block_count_probes = 0
-    #: A count merges a level's equal rows while that cuts them by this much (``Engine._merged``):
+    #: A count merges a level's equal rows while that cuts them by this much (``merge.Merges``):
     #: 34 yeast queries of 1-10 s, 1.5 against 1.25: 2.68x against 2.72x of unmerged, dense_32_53
     #: 0.96x against 0.52x (a 1.33x merge of 1M rows before cheap steps).
     merge_gain = 1.5

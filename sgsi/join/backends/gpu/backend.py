@@ -73,7 +73,7 @@ class GpuBackend(ArrayOps, SegmentCopies, FilterSteps, JoinSteps, ExpandSteps):
     #: launches and reads: yeast on one H200 at 64-256 MB budgets 1.5-3.4x faster, at the default
     #: 0.89-1.05x. Row by row past it cost more than the rows' shared tuples save.
     block_count_probes = 1 << 24
-    #: A count merges a level's equal rows while that cuts them by this much (``Engine._merged``):
+    #: A count merges a level's equal rows while that cuts them by this much (``merge.Merges``):
     #: on one H200, 45 slow yeast queries, 32 finish within 10 s at 1.25, 31 at 1.5 (dense_24_25
     #: 0.49 -> 1.40 s); a merge costs the device less against the steps it saves than the CPU.
     merge_gain = 1.25
