@@ -43,14 +43,17 @@ HEAVY = "(a)--(b)--(c)--(d)--(e)--(f)--(g)"        # minutes on HPRD: for cancel
 #: the engine's own, 0.05-0.85 s on the loaded 2-core machine; see docs/architecture.md).
 STOP_BOUND = 5
 _MATCH = tasks.match
+_COUNT = tasks.count
 
 
 @pytest.fixture(autouse=True)
 def sharded(monkeypatch):
-    """Every query here is split into tasks, however small its estimated work (LOCAL_WORK 0);
-    ``test_small_queries_run_in_the_driver`` checks the default."""
+    """Every query here is split into tasks, however small its estimated work (LOCAL_WORK 0), and
+    no count's whole query runs as a task beside the split (WHOLE); ``test_small_queries_run_in_the_driver``
+    and the tests of the whole query's task check the defaults."""
     from sgsi.shard import driver
     monkeypatch.setattr(driver, "LOCAL_WORK", 0)
+    monkeypatch.setattr(driver, "WHOLE", dict.fromkeys(driver.WHOLE, False))
 
 
 @pytest.fixture(scope="module")
@@ -347,6 +350,97 @@ def test_cancel_stops_every_task(hprd, client):
     assert gone(before)
 
 
+def _count_but_whole(path, pattern, options, shard, *args, **kwargs):
+    """A count task that fails where it is the whole query's (module level: Dask pickles it)."""
+    if shard is None:
+        raise MemoryError("the whole query's task fails")
+    return _COUNT(path, pattern, options, shard, *args, **kwargs)
+
+
+def _whole_on(monkeypatch):
+    from sgsi.shard import driver
+    monkeypatch.setattr(driver, "WHOLE", {"cpu": True, "gpu": False})
+    return driver
+
+
+def _split_until_stopped(driver, monkeypatch, seconds=10.0):
+    """The driver's split waits at its cancel (the caller's, or the whole task's answer) before it splits."""
+    split = driver._split
+
+    def waiting(planner, *args, **kwargs):
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < seconds:
+            planner.check()
+            time.sleep(0.005)
+        return split(planner, *args, **kwargs)
+    monkeypatch.setattr(driver, "_split", waiting)
+
+
+def test_a_counts_whole_task_answers_before_the_split(graphs, client, monkeypatch):
+    """On a running cluster, a count's whole query runs as one task while the driver splits it;
+    ending first, its count is the answer and the split stops. The task and its directory go."""
+    driver = _whole_on(monkeypatch)
+    _split_until_stopped(driver, monkeypatch)
+    edges, vlabels, stores = graphs
+    before = scratch_dirs()
+    for budget, p in ((None, "(a)-[:E0]->(b)-->(c), (c)-->(a)"), ("16KB", "(a)--(b)--(c)--(d)")):
+        t0 = time.monotonic()
+        n = stores[budget].count(p, device=CPU, client=client, memory_budget=budget, progress=False)
+        assert n == len(oracle_matches(edges, vlabels, p)), p
+        assert time.monotonic() - t0 < 10                       # the split did not run
+        s = stores[budget].last_stats
+        assert s["whole_task"] == 1 and s["tasks"] == 1 and s["split_s"] < 10
+    assert wait_idle(client) < STOP_BOUND
+    assert gone(before)
+
+
+def test_the_whole_task_stops_when_the_shards_start(graphs, hprd, client, monkeypatch):
+    """A whole task not ended when the split is done is stopped (its worker free for the shards);
+    one that fails leaves the query to the shards. The counts stay the oracle's."""
+    from sgsi.shard import whole
+    driver = _whole_on(monkeypatch)
+    g = hprd[None]
+    before = scratch_dirs()
+    w = whole.Whole(client, (os.path.abspath(g.path), parse_pattern(HEAVY), {"device": CPU, "memory_budget": None,
+                                                                           "injective": True}))
+    t0 = time.monotonic()
+    while not tasks._RUNNING:                   # it runs (minutes, whole)
+        assert time.monotonic() - t0 < STOP_BOUND
+        time.sleep(0.01)
+    w.stop()
+    assert not w.answered()
+    assert wait_idle(client) < STOP_BOUND
+    assert gone(before)
+    edges, vlabels, stores = graphs
+    p = "(a)-->(b)-->(c)"
+    answered = whole.Whole.answered
+    monkeypatch.setattr(whole.Whole, "answered", lambda self: False)       # as if never ending first
+    assert stores[None].count(p, device=CPU, client=client) == len(oracle_matches(edges, vlabels, p))
+    assert stores[None].last_stats["whole_task"] == 0 and stores[None].last_stats["tasks"] > 1
+    monkeypatch.setattr(whole.Whole, "answered", answered)
+    _split_until_stopped(driver, monkeypatch, seconds=1.0)
+    monkeypatch.setattr(tasks, "count", _count_but_whole)
+    assert stores[None].count(p, device=CPU, client=client) == len(oracle_matches(edges, vlabels, p))
+    assert stores[None].last_stats["whole_task"] == 0 and stores[None].last_stats["tasks"] > 1
+    assert wait_idle(client) < STOP_BOUND
+    assert gone(before)
+
+
+def test_a_cancel_during_the_split_stops_the_whole_task(hprd, client, monkeypatch):
+    driver = _whole_on(monkeypatch)
+    _split_until_stopped(driver, monkeypatch)
+    g = hprd[None]
+    before = scratch_dirs()
+    stop = threading.Event()
+    threading.Timer(0.5, stop.set).start()
+    t0 = time.monotonic()
+    with pytest.raises(Cancelled):
+        g.count(HEAVY, device=CPU, client=client, cancel=stop, progress=False)
+    assert time.monotonic() - t0 < STOP_BOUND
+    assert wait_idle(client) < STOP_BOUND
+    assert gone(before)
+
+
 def test_early_close_stops_the_tasks_and_removes_the_parts(hprd, client):
     g = hprd[None]
     before = scratch_dirs()
@@ -609,6 +703,7 @@ def test_small_queries_run_in_the_driver(graphs, client, monkeypatch):
     assert got == project(matches, p)
     monkeypatch.undo()
     monkeypatch.setattr(driver, "LOCAL_WORK", 1)            # every estimate above it: tasks
+    monkeypatch.setattr(driver, "WHOLE", dict.fromkeys(driver.WHOLE, False))
     assert g.count(p, device=CPU, client=client) == len(matches) and g.last_stats["tasks"] > 1
     wait_idle(client)
 

@@ -26,6 +26,7 @@ from ..join.progress import Progress, reporter
 from ..join.query import Query, cancel_check
 from . import parts, tasks
 from .cluster import check_device, connect, gpu_wanted, need_dask, slots
+from .whole import Either, Whole
 
 #: Tasks a worker gets, by device (the next goes to the first worker free): each task
 #: pays a plan and a chain of join steps of its own (and on a GPU, their launches).
@@ -44,6 +45,10 @@ POLL = 0.02
 #: 8 that keep the order 1.09x, the 2 that switch after their first order 0.72x, the 6 decided at
 #: it (the same path either way) 0.95x: 0.98x in all.
 EARLY = {"cpu": False, "gpu": True}
+#: Whether a count counts its whole query as one task on a running cluster while the driver splits
+#: it, the answer where it ends first (:mod:`.whole`), by device. CPU: its workers idle during the
+#: split (:data:`EARLY`); GPU: they run the plan's own tasks.
+WHOLE = {"cpu": True, "gpu": False}
 #: Tasks of a query submitted a worker thread at once; the rest wait in the driver, the most
 #: costly first (:meth:`_Run.submit`).
 IN_FLIGHT = 1
@@ -54,15 +59,33 @@ def count(graph, pattern, *, device, memory_budget, injective, cancel, progress,
     check_device(device)                        # before any work (the workers may have the GPUs)
     need_dask()                                 # whether the query turns out small or not
     check = cancel_check(cancel)
-    planner = Query(graph.store, graph._backends, pattern, "cpu", memory_budget, injective, cancel=cancel,
+    either = Either(cancel)         # the caller's cancel, or the whole query's task answered
+    planner = Query(graph.store, graph._backends, pattern, "cpu", memory_budget, injective, cancel=either,
                     progress=False)
     kind = task_device(device)
     options = _options(device, memory_budget, injective, workers, scheduler, client)
     total, stats = 0, {}
     with contextlib.ExitStack() as stack:
-        run = _Tasks(stack, (workers, scheduler, client, device), tasks.count,
-                     (os.path.abspath(graph.path), planner.pattern, options))
-        shards = _split(planner, kind, workers or slots(run.client()), count=True, ahead=run)
+        head = (os.path.abspath(graph.path), planner.pattern, options)
+        run = _Tasks(stack, (workers, scheduler, client, device), tasks.count, head)
+        whole = None
+        if WHOLE[kind] and workers is None:         # a running cluster's, not one started for the query
+            whole = Whole(run.client(), head)
+            stack.callback(whole.stop)
+            either.also = whole.answered
+        start = time.perf_counter()
+        try:
+            shards = _split(planner, kind, workers or slots(run.client()), count=True, ahead=run)
+        except Cancelled:
+            if whole is None or not whole.answered():
+                raise
+        if whole is not None and whole.answered():
+            n, task_stats = whole.result()
+            graph._publish({**task_stats, "tasks": 1, "whole_task": 1,
+                            "split_s": round(time.perf_counter() - start, 4)})      # the split it cut short
+            return n
+        if whole is not None:
+            whole.stop()
         if shards and _small(planner, kind):
             stack.close()
             return _here(graph, planner, memory_budget, injective, cancel, progress).count()
@@ -72,7 +95,7 @@ def count(graph, pattern, *, device, memory_budget, injective, cancel, progress,
                 total += n
                 _merge(stats, task_stats)
     graph._publish({**stats, "tasks": len(shards), "symmetry": planner.split_symmetry,     # not sums
-                    **_split_stats(planner), "early_tasks": run.early})
+                    **_split_stats(planner), "early_tasks": run.early, "whole_task": 0})
     return total
 
 
@@ -172,7 +195,8 @@ def _small(planner, kind) -> bool:
 def _here(graph, planner, memory_budget, injective, cancel, progress):
     """The query as one process runs it, here; its stats say ``tasks`` 0 and the driver's part."""
     return Query(graph.store, graph._backends, planner.pattern, "cpu", memory_budget, injective, cancel,
-                 lambda stats: graph._publish({**stats, "tasks": 0, "split_s": round(planner.split_seconds, 4)}),
+                 lambda stats: graph._publish({**stats, "tasks": 0, "whole_task": 0,
+                                                "split_s": round(planner.split_seconds, 4)}),
                  progress)
 
 
