@@ -210,6 +210,44 @@ def test_seed_depth_deepens_to_ample_rows(monkeypatch):
     assert run([3, 101]) is None and run([3, 0]) == []
 
 
+def test_a_counts_seeds_stay_together_by_the_columns_it_carries_to_its_end():
+    """``group_by``: the rows equal on the seeded vertices among them go to one task (every row
+    once); too few groups for GROUPS_PER_WORKER a worker: shuffled, as without."""
+    from types import SimpleNamespace
+    plan = SimpleNamespace(order=list(range(6)), factored=0)
+    rng = np.random.default_rng(5)
+    n = 8000                                # ample at depth 1 for 8 tasks
+    cols = {0: rng.integers(0, 3, n).astype(np.int32), 1: rng.integers(0, 40, n).astype(np.int32)}
+    every = Counter(zip(cols[0].tolist(), cols[1].tolist()))
+
+    def prefix(depth, seed):
+        yield {u: cols[u] for u in range(depth + 1)}
+
+    def tasks_of(group_by, workers=2):
+        out = shard_mod.split_rows(plan, prefix, 8, workers, group_by)
+        assert Counter(r for s in out for r in zip(*(c.tolist() for _u, c in s.seed))) == every   # a partition
+        return [{tuple(int(dict(s.seed)[u][i]) for u in sorted(group_by) if u < 2) for i in range(s.seed[0][1].size)}
+                for s in out]
+
+    def disjoint(groups):
+        return all(not (a & b) for i, a in enumerate(groups) for b in groups[i + 1:])
+    for group_by in ({0, 1}, {1}, {1, 4}):
+        groups = tasks_of(group_by)
+        assert len(groups) > 4 and disjoint(groups), group_by
+    assert not disjoint(tasks_of({0}))                  # 3 groups, under 2 a worker on 2: shuffled
+    assert disjoint(tasks_of({0}, workers=1))           # on 1 worker, 3 are enough
+
+
+def test_sharded_counts_do_not_merge_one_state_twice(graphs, client):
+    """A count's tasks, seeded by groups of the vertices it carries to its end, count the oracle's
+    matches (ring patterns: their middle columns are dropped and merged)."""
+    edges, vlabels, stores = graphs
+    for budget in (None, "16KB"):
+        for p in ("(a)--(b)--(c)--(d)--(e), (e)--(a)", "(a)-->(b)-->(c)-->(d), (d)-->(a)"):
+            n = stores[budget].count(p, device=CPU, client=client, memory_budget=budget, progress=False)
+            assert n == len(oracle_matches(edges, vlabels, p)), (p, budget)
+
+
 def test_row_cuts_come_in_rounds_of_shrinking_slices():
     """Slices tile [0, n); one round (no workers) cuts equal ones; with workers, each round of
     one slice a worker is ROUND_RATIO times smaller than the one before, the largest first."""

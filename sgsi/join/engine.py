@@ -50,8 +50,8 @@ from .counting import Counting, _shared_groups
 from .merge import WEIGHT, Merges, rows_counted
 from .plan import REFINE_ROUNDS, QueryPlan, Step, refine_cost
 from .progress import Progress
-from .sets import (_alive, _columns_read, _entries, _How, _Lists, _n_rows, _nbytes, _per_tuple, _RowSets, _Sets,
-                   _cuts, _slices, _taken, _tuple_slice, _TuplesOf)
+from .sets import (_alive, _entries, _How, _Lists, _n_rows, _nbytes, _per_tuple, _RowSets, _Sets,
+                   _cuts, _slices, _taken, _tuple_slice, _TuplesOf, carried)
 from .stream import degree_index, neighbour_lists, segments_of, segments_spanning
 
 #: Work (buffer entries plus rows) after which a query on unrefined candidate
@@ -250,11 +250,8 @@ class Engine(Counting):
             filters.setdefault(max(f.level, start), []).append(f)
         # A count carries past step k only the columns that the later steps (and filters) read.
         keep = [None] * len(steps)
-        if count_only:                  # from the last step back: the columns read after step k
-            after = _columns_read([], self.plan) | {v for f in self.plan.row_filters for v in (f.u, f.w)}
-            for k in range(len(steps) - 1, start - 1, -1):         # none before a seed's level
-                keep[k] = set(after) | {WEIGHT}
-                after |= _columns_read([steps[k]])
+        if count_only:                  # none before a seed's level
+            keep = [None if c is None else c | {WEIGHT} for c in carried(self.plan, steps, start)]
         if self.seed:                   # a task's partial matches: stack[level] yields them
             level = len(self.seed) - 1
             held = [0] * (level + 1)

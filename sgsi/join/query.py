@@ -28,7 +28,7 @@ from . import ordering, symmetry
 from .engine import Engine
 from .plan import REFINE_ROUNDS, make_plan
 from .progress import Progress, left_by_share, reporter
-from .shard import SplitSets, split, split_rows
+from .shard import SplitSets, kept_to_end, split, split_rows
 
 #: The most vertices a pattern may have. The engine runs one join step per
 #: pattern vertex, nested (depth first), and plans in time quadratic in the
@@ -313,7 +313,7 @@ class Query:
         """(the shards of ``plan``, its candidate sets as :class:`SplitSets`); a count's tasks each
         join one embedding of every orbit of the plan's symmetry group (its |H| in ``split_symmetry``)."""
         sets = SplitSets(tuple(backend.to_host(b) for b in plan.candidates))
-        out = self._guard(backend.run, lambda: self._split(backend, plan, budget, tasks, workers))
+        out = self._guard(backend.run, lambda: self._split(backend, plan, budget, tasks, workers, count))
         if count and SYMMETRY:              # every task joins one embedding of each orbit
             given = symmetry.of_plan(plan)
             self.split_symmetry = given[1]
@@ -331,11 +331,12 @@ class Query:
             return None if plan.empty else [backend.to_host(b) for b in plan.candidates]
         return self._on_backend(sets_on)
 
-    def _split(self, backend, plan, budget, tasks, workers):
-        """By the partial matches of the first vertices where they cut well, else by candidate ranges."""
+    def _split(self, backend, plan, budget, tasks, workers, count=False):
+        """By the partial matches of the first vertices where they cut well (a count's grouped by
+        the vertices it carries to its end), else by candidate ranges."""
         def prefix(depth, seed):
             return Engine(self.store, plan, backend, budget, seed=seed).prefix(depth)
-        out = split_rows(plan, prefix, tasks, workers)
+        out = split_rows(plan, prefix, tasks, workers, kept_to_end(plan) if count else ())
         return split(self.store, plan, backend, tasks) if out is None else out
 
     # -- the parts --------------------------------------------------------------------

@@ -161,6 +161,18 @@ def _columns_read(steps, plan=None):
     return {k.other for st in steps for k in st.links} | {c for st in steps for c in st.conflicts}
 
 
+def carried(plan, steps, start=0):
+    """A count's columns carried past each of ``steps`` (the plan's, or its first ones): those the
+    later steps, the row filters and the factored vertices' counts read (a list, a set a step;
+    None before ``start``, a seed's level, where every column is kept)."""
+    after = _columns_read([], plan) | {v for f in plan.row_filters for v in (f.u, f.w)}
+    keep = [None] * len(steps)
+    for k in range(len(steps) - 1, start - 1, -1):
+        keep[k] = set(after)
+        after |= _columns_read([steps[k]])
+    return keep
+
+
 def _taken(backend, chunk, idx, keep=None):
     """The columns of ``chunk`` (those of the vertices ``keep``; None: all) taken at ``idx``."""
     names = [u for u in chunk if keep is None or u in keep]
