@@ -212,30 +212,35 @@ def test_seed_depth_deepens_to_ample_rows(monkeypatch):
 
 def test_a_counts_seeds_stay_together_by_the_columns_it_carries_to_its_end():
     """``group_by``: the rows equal on the seeded vertices among them go to one task (every row
-    once); too few groups for GROUPS_PER_WORKER a worker: shuffled, as without."""
+    once); too few groups for GROUPS_PER_WORKER a worker: the first depth deeper with enough,
+    else shuffled, as without."""
     from types import SimpleNamespace
     plan = SimpleNamespace(order=list(range(6)), factored=0)
     rng = np.random.default_rng(5)
     n = 8000                                # ample at depth 1 for 8 tasks
-    cols = {0: rng.integers(0, 3, n).astype(np.int32), 1: rng.integers(0, 40, n).astype(np.int32)}
-    every = Counter(zip(cols[0].tolist(), cols[1].tolist()))
+    cols = {0: rng.integers(0, 3, n), 1: rng.integers(0, 40, n), 2: rng.integers(0, 50, n),
+            3: np.zeros(n), 4: np.zeros(n)}
+    cols = {u: c.astype(np.int32) for u, c in cols.items()}
 
     def prefix(depth, seed):
         yield {u: cols[u] for u in range(depth + 1)}
 
-    def tasks_of(group_by, workers=2):
+    def tasks_of(group_by, workers=2, depth=1):
         out = shard_mod.split_rows(plan, prefix, 8, workers, group_by)
+        assert len(out[0].seed) == depth + 1
+        every = Counter(zip(*(cols[u].tolist() for u in range(depth + 1))))
         assert Counter(r for s in out for r in zip(*(c.tolist() for _u, c in s.seed))) == every   # a partition
-        return [{tuple(int(dict(s.seed)[u][i]) for u in sorted(group_by) if u < 2) for i in range(s.seed[0][1].size)}
-                for s in out]
+        return [{tuple(int(dict(s.seed)[u][i]) for u in sorted(group_by) if u <= depth)
+                 for i in range(s.seed[0][1].size)} for s in out]
 
     def disjoint(groups):
         return all(not (a & b) for i, a in enumerate(groups) for b in groups[i + 1:])
-    for group_by in ({0, 1}, {1}, {1, 4}):
+    for group_by in ({0, 1}, {1}, {1, 5}):
         groups = tasks_of(group_by)
         assert len(groups) > 4 and disjoint(groups), group_by
-    assert not disjoint(tasks_of({0}))                  # 3 groups, under 2 a worker on 2: shuffled
-    assert disjoint(tasks_of({0}, workers=1))           # on 1 worker, 3 are enough
+    assert disjoint(tasks_of({0}, workers=1))           # 3 groups, enough on 1 worker
+    assert disjoint(tasks_of({0, 2}, depth=2))          # 3 at depth 1 on 2 workers: depth 2's
+    assert not disjoint(tasks_of({0, 3}))               # never 4 within the core: shuffled at depth 1
 
 
 def test_sharded_counts_do_not_merge_one_state_twice(graphs, client):

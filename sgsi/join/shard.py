@@ -95,7 +95,10 @@ def kept_to_end(plan):
 
 def _grouped(key, n):
     """(a permutation of ``n`` rows putting the rows equal on the columns ``key`` together, the
-    groups shuffled with a fixed seed; the groups' starts in it, with ``n`` last)."""
+    groups shuffled with a fixed seed; the groups' starts in it, with ``n`` last). No column:
+    one group."""
+    if not key:
+        return np.arange(n), np.array([0, n])
     _tuples, group = np.unique(np.stack(key, axis=1), axis=0, return_inverse=True)
     group = group.reshape(-1)
     shuffled = np.random.default_rng(0).permutation(int(group.max()) + 1)[group]
@@ -143,10 +146,14 @@ def split_rows(plan, prefix, tasks: int, workers=None, group_by=()):
     if best is None:
         return None
     rows, n = best
-    key = [c for u, c in rows if u in group_by]
-    perm, starts = _grouped(key, n) if key else (None, None)
-    if starts is None or starts.size - 1 < GROUPS_PER_WORKER * min(workers or tasks, tasks):
-        perm, starts = np.random.default_rng(0).permutation(n), None
+    enough = GROUPS_PER_WORKER * min(workers or tasks, tasks)
+    perm, starts = _grouped([c for u, c in rows if u in group_by], n)
+    if starts.size - 1 < enough:
+        deeper = group_by and _grouped_deeper(plan, prefix, rows, group_by, enough, core)
+        if deeper:
+            rows, n, (perm, starts) = deeper
+        else:
+            perm, starts = np.random.default_rng(0).permutation(n), None
     rows = [(u, c[perm]) for u, c in rows]
     cuts = row_cuts(n, tasks, workers)
     if starts is not None:          # each cut at the group start nearest it
@@ -156,6 +163,26 @@ def split_rows(plan, prefix, tasks: int, workers=None, group_by=()):
     bounds = [(a, b) for a, b in zip(cuts[:-1], cuts[1:]) if b > a]
     return [Shard((), i, (b - a) / n, tuple(plan.order), tuple((u, c[a:b]) for u, c in rows))
             for i, (a, b) in enumerate(bounds)]
+
+
+def _grouped_deeper(plan, prefix, rows, group_by, enough, core):
+    """(rows, n, their groups) of the least depth past ``rows``' with ``enough`` groups by the
+    seeded vertices of ``group_by``, within :data:`MAX_SEED_ROWS` and the core's last but one;
+    None where there is none."""
+    for depth in range(len(rows), core - 1):
+        chunks, n = [], 0
+        for chunk in prefix(depth, rows):
+            chunks.append(chunk)
+            n += int(next(iter(chunk.values())).size)
+            if n > MAX_SEED_ROWS:
+                return None
+        if n == 0:
+            return None
+        rows = tuple((u, np.concatenate([c[u] for c in chunks])) for u in plan.order[:depth + 1])
+        groups = _grouped([c for u, c in rows if u in group_by], n)
+        if groups[1].size - 1 >= enough:
+            return rows, n, groups
+    return None
 
 
 def row_cuts(n: int, tasks: int, workers=None) -> list:
