@@ -213,7 +213,7 @@ def test_seed_depth_deepens_to_ample_rows(monkeypatch):
 def test_a_counts_seeds_stay_together_by_the_columns_it_carries_to_its_end():
     """``group_by``: the rows equal on the seeded vertices among them go to one task (every row
     once); too few groups for GROUPS_PER_WORKER a worker: the first depth deeper with enough,
-    else shuffled, as without."""
+    else the groups there are; one group: shuffled, as without."""
     from types import SimpleNamespace
     plan = SimpleNamespace(order=list(range(6)), factored=0)
     rng = np.random.default_rng(5)
@@ -240,7 +240,9 @@ def test_a_counts_seeds_stay_together_by_the_columns_it_carries_to_its_end():
         assert len(groups) > 4 and disjoint(groups), group_by
     assert disjoint(tasks_of({0}, workers=1))           # 3 groups, enough on 1 worker
     assert disjoint(tasks_of({0, 2}, depth=2))          # 3 at depth 1 on 2 workers: depth 2's
-    assert not disjoint(tasks_of({0, 3}))               # never 4 within the core: shuffled at depth 1
+    groups = tasks_of({0, 3})                           # never 4 within the core: depth 1's 3
+    assert disjoint(groups) and len(groups) == 3
+    assert not disjoint(tasks_of({3}))                  # one group: shuffled
 
 
 def test_sharded_counts_do_not_merge_one_state_twice(graphs, client):

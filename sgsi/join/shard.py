@@ -40,6 +40,9 @@ AMPLE_ROWS_PER_TASK = 512
 #: Groups of partial matches a worker gets at least where a count's are grouped (:func:`split_rows`'s
 #: ``group_by``); with fewer, the rows are shuffled as a match's.
 GROUPS_PER_WORKER = 2
+#: How many times the partial matches of the depth taken a count's seeds may grow where the driver
+#: joins deeper for groups (:func:`split_rows`): past that, the groups it has.
+DEEPER_ROWS = 8
 #: Most partial matches the driver makes to split a query by them (else it cuts candidate ranges).
 MAX_SEED_ROWS = 1 << 20
 #: Where a query is split by partial matches for ``workers`` workers, its tasks come in rounds of
@@ -124,7 +127,10 @@ def split_rows(plan, prefix, tasks: int, workers=None, group_by=()):
     each go to one task: the rows equal on those of them that are seeded stay together (the
     groups shuffled, each cut moved to a group's start), so that the rows a task's steps merge
     are not merged again in another task's (one yeast count, 4 tasks: 3.2 s of tasks against 1.3
-    s in one process, its deep levels' merged rows the same in every task)."""
+    s in one process, its deep levels' merged rows the same in every task). Under
+    :data:`GROUPS_PER_WORKER` groups a worker, the driver joins deeper for more (at most
+    :data:`DEEPER_ROWS` times the rows), else takes the groups it has, fewer tasks; one group:
+    shuffled."""
     core = len(plan.order) - plan.factored
     rows, best = (), None           # ((u, column), ...) of the last depth; (rows, n) of the deepest that cuts
     for depth in range(1, core - 1):
@@ -149,10 +155,11 @@ def split_rows(plan, prefix, tasks: int, workers=None, group_by=()):
     enough = GROUPS_PER_WORKER * min(workers or tasks, tasks)
     perm, starts = _grouped([c for u, c in rows if u in group_by], n)
     if starts.size - 1 < enough:
-        deeper = group_by and _grouped_deeper(plan, prefix, rows, group_by, enough, core)
+        deeper = group_by and _grouped_deeper(plan, prefix, rows, group_by, enough, core,
+                                               min(MAX_SEED_ROWS, DEEPER_ROWS * n))
         if deeper:
             rows, n, (perm, starts) = deeper
-        else:
+        elif starts.size - 1 < 2:
             perm, starts = np.random.default_rng(0).permutation(n), None
     rows = [(u, c[perm]) for u, c in rows]
     cuts = row_cuts(n, tasks, workers)
@@ -165,16 +172,16 @@ def split_rows(plan, prefix, tasks: int, workers=None, group_by=()):
             for i, (a, b) in enumerate(bounds)]
 
 
-def _grouped_deeper(plan, prefix, rows, group_by, enough, core):
+def _grouped_deeper(plan, prefix, rows, group_by, enough, core, most):
     """(rows, n, their groups) of the least depth past ``rows``' with ``enough`` groups by the
-    seeded vertices of ``group_by``, within :data:`MAX_SEED_ROWS` and the core's last but one;
-    None where there is none."""
+    seeded vertices of ``group_by``, within ``most`` rows and the core's last but one; None
+    where there is none."""
     for depth in range(len(rows), core - 1):
         chunks, n = [], 0
         for chunk in prefix(depth, rows):
             chunks.append(chunk)
             n += int(next(iter(chunk.values())).size)
-            if n > MAX_SEED_ROWS:
+            if n > most:
                 return None
         if n == 0:
             return None
