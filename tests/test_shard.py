@@ -245,6 +245,21 @@ def test_a_counts_seeds_stay_together_by_the_columns_it_carries_to_its_end():
     assert not disjoint(tasks_of({3}))                  # one group: shuffled
 
 
+def test_groups_of_wide_columns_are_exact():
+    """The groups of rows equal on their key columns, past int64's range of the ranks' product."""
+    rng = np.random.default_rng(9)
+    n = 70000
+    key = [rng.integers(0, 1 << 30, n).astype(np.int32) for _ in range(5)]     # ranks' product ~2^80
+    for c in key:
+        c[:n // 2:2] = c[1:n // 2:2]                    # a quarter of the rows equal to their next on every column
+    perm, starts = shard_mod._grouped(key, n)
+    assert sorted(perm.tolist()) == list(range(n)) and starts[0] == 0 and starts[-1] == n
+    rows = list(zip(*(c[perm].tolist() for c in key)))
+    groups = [set(rows[a:b]) for a, b in zip(starts[:-1], starts[1:])]
+    assert all(len(g) == 1 for g in groups) and len(set().union(*groups)) == len(groups)
+    assert len(groups) == len(set(zip(*(c.tolist() for c in key))))
+
+
 def test_sharded_counts_do_not_merge_one_state_twice(graphs, client):
     """A count's tasks, seeded by groups of the vertices it carries to its end, count the oracle's
     matches (ring patterns: their middle columns are dropped and merged)."""

@@ -102,8 +102,14 @@ def _grouped(key, n):
     one group."""
     if not key:
         return np.arange(n), np.array([0, n])
-    _tuples, group = np.unique(np.stack(key, axis=1), axis=0, return_inverse=True)
-    group = group.reshape(-1)
+    group, card = np.zeros(n, dtype=np.int64), 1
+    for col in key:                 # mixed radix of the columns' ranks, renumbered before int64 could overflow
+        values, rank = np.unique(col, return_inverse=True)
+        if card * values.size >= 1 << 62:
+            group = np.unique(group, return_inverse=True)[1].reshape(-1)
+            card = int(group.max()) + 1
+        group, card = group * values.size + rank.reshape(-1), card * values.size
+    group = np.unique(group, return_inverse=True)[1].reshape(-1)
     shuffled = np.random.default_rng(0).permutation(int(group.max()) + 1)[group]
     perm = np.argsort(shuffled, kind="stable")
     ranks = shuffled[perm]
