@@ -389,8 +389,8 @@ def test_real_processes(graphs):
 # ---------------------------------------------------------------------------
 
 
-def test_cancel_stops_every_task(hprd, client):
-    g = hprd[None]
+def _count_cancelled(g, client):
+    """A count cancelled after 0.5 s stops within STOP_BOUND, its tasks and scratch directory gone."""
     before = scratch_dirs()
     stop = threading.Event()
     threading.Timer(0.5, stop.set).start()
@@ -400,6 +400,12 @@ def test_cancel_stops_every_task(hprd, client):
     assert time.monotonic() - t0 < STOP_BOUND
     assert wait_idle(client) < STOP_BOUND
     assert gone(before)
+    return before
+
+
+def test_cancel_stops_every_task(hprd, client):
+    g = hprd[None]
+    before = _count_cancelled(g, client)
     stop = threading.Event()
     reader, failure = g._match(HEAVY, device=CPU, client=client, cancel=stop, progress=False)
     threading.Timer(0.3, stop.set).start()
@@ -489,16 +495,7 @@ def test_the_whole_task_stops_when_the_shards_start(graphs, hprd, client, monkey
 def test_a_cancel_during_the_split_stops_the_whole_task(hprd, client, monkeypatch):
     driver = _whole_on(monkeypatch)
     _split_until_stopped(driver, monkeypatch)
-    g = hprd[None]
-    before = scratch_dirs()
-    stop = threading.Event()
-    threading.Timer(0.5, stop.set).start()
-    t0 = time.monotonic()
-    with pytest.raises(Cancelled):
-        g.count(HEAVY, device=CPU, client=client, cancel=stop, progress=False)
-    assert time.monotonic() - t0 < STOP_BOUND
-    assert wait_idle(client) < STOP_BOUND
-    assert gone(before)
+    _count_cancelled(hprd[None], client)
 
 
 def test_early_close_stops_the_tasks_and_removes_the_parts(hprd, client):

@@ -140,17 +140,11 @@ def split_rows(plan, prefix, tasks: int, workers=None, group_by=()):
     core = len(plan.order) - plan.factored
     rows, best = (), None           # ((u, column), ...) of the last depth; (rows, n) of the deepest that cuts
     for depth in range(1, core - 1):
-        chunks, n = [], 0
-        for chunk in prefix(depth, rows):
-            chunks.append(chunk)
-            n += int(next(iter(chunk.values())).size)
-            if n > MAX_SEED_ROWS:
-                break
+        rows, n = _joined(plan, prefix, depth, rows, MAX_SEED_ROWS)
         if n == 0:
             return []
-        if n > MAX_SEED_ROWS:
+        if rows is None:
             break
-        rows = tuple((u, np.concatenate([c[u] for c in chunks])) for u in plan.order[:depth + 1])
         if n >= SEED_ROWS_PER_TASK * tasks:
             best = (rows, n)
             if n >= AMPLE_ROWS_PER_TASK * tasks:
@@ -178,20 +172,27 @@ def split_rows(plan, prefix, tasks: int, workers=None, group_by=()):
             for i, (a, b) in enumerate(bounds)]
 
 
+def _joined(plan, prefix, depth, rows, most):
+    """(the partial matches of the first ``depth + 1`` vertices joined from ``rows``, those of
+    the first ``depth``, as ((u, column), ...); their number), or (None, n) past ``most``."""
+    chunks, n = [], 0
+    for chunk in prefix(depth, rows):
+        chunks.append(chunk)
+        n += int(next(iter(chunk.values())).size)
+        if n > most:
+            return None, n
+    return tuple((u, np.concatenate([c[u] for c in chunks]) if chunks else np.zeros(0, np.int32))
+                 for u in plan.order[:depth + 1]), n
+
+
 def _grouped_deeper(plan, prefix, rows, group_by, enough, core, most):
     """(rows, n, their groups) of the least depth past ``rows``' with ``enough`` groups by the
     seeded vertices of ``group_by``, within ``most`` rows and the core's last but one; None
     where there is none."""
     for depth in range(len(rows), core - 1):
-        chunks, n = [], 0
-        for chunk in prefix(depth, rows):
-            chunks.append(chunk)
-            n += int(next(iter(chunk.values())).size)
-            if n > most:
-                return None
-        if n == 0:
+        rows, n = _joined(plan, prefix, depth, rows, most)
+        if rows is None or n == 0:
             return None
-        rows = tuple((u, np.concatenate([c[u] for c in chunks])) for u in plan.order[:depth + 1])
         groups = _grouped([c for u, c in rows if u in group_by], n)
         if groups[1].size - 1 >= enough:
             return rows, n, groups
