@@ -9,10 +9,13 @@ counts must agree with one process and with the set's expected counts. Written: 
 (markdown) and a CSV beside it; the cores the machine gives k processes are measured before and
 after (other jobs may share it).
 
-    python bench/scale_out.py --set yeast --set hprd-hard --workers 1 2 \\
-        --pick-from bench/results/hard_yeast_cpu.csv --long 8 --short 3          # CPU, this machine
-    python bench/scale_out.py --workers 1 4 8 16 --set yeast --set hprd-hard --long 8 --short 3 \\
-        --pick-from bench/results/hard_yeast_cpu.csv --out bench/results/scale_out_cpu16.md  # 16 cores
+    python bench/scale_out.py --set yeast --workers 1 2 --long 8 --short 0 --max-seconds 10 --repeat 2 \\
+        --names query_dense_24_61.graph,query_sparse_32_40.graph,query_sparse_32_43.graph,query_sparse_32_159.graph \\
+        --out bench/results/scale_out_cpu.md          # CPU, this machine: yeast's counts of 1-8 s here
+    python bench/scale_out.py --set yeast --workers 1 4 8 16 --long 8 --short 0 --max-seconds 30 \\
+        --names (the same four) --out bench/results/scale_out_cpu16.md                      # 16 cores
+    python bench/scale_out.py --set yeast --set hprd-hard --workers 1 2 --long 8 --short 3 \\
+        --pick-from bench/results/hard_yeast_cpu.csv --pick-from bench/results/hard_hprd-hard_cpu.csv  # short ones
     python bench/scale_out.py --device gpu --workers 1 2 4 --set yeast --set hprd-hard --long 8 \\
         --pick-from bench/results/hard_yeast_gpu.csv --pick-from bench/results/hard_hprd-hard_gpu.csv \\
         --out bench/results/scale_out_gpu.md                            # dask-cuda, one worker a GPU
