@@ -125,3 +125,20 @@ def test_counts_with_rows_merged_at_each_level(cases, monkeypatch):
     g = case.graphs["16KB"]
     for p in _rings(63, 10):
         assert g.count(p, device=CPU, memory_budget="16KB", homomorphism=True) == case.count(p, False), p
+
+
+@pytest.mark.parametrize("growth", [False, True])
+def test_a_probe_grows_its_distinct_rows_to_its_slices(backend, growth, monkeypatch):
+    """Rows drawn at random from half as many values: the first 2^16 hold 1.27x as many rows as
+    distinct ones (under the CPU's gain of 1.5), the whole 2^18 2.3x. Judged by the probe's own
+    count the slice keeps its rows; grown at the rate the probe's distinct rows grew (about 1.6x),
+    it is merged, its weights the rows' counts."""
+    monkeypatch.setattr(type(backend), "merge_gain", 1.5)
+    monkeypatch.setattr(type(backend), "merge_probe_growth", growth)
+    n = 1 << 18
+    values = np.random.default_rng(3).integers(0, n // 2, n).astype(np.int32)
+    out = {0: backend.to_device(values), 1: backend.to_device(values // 7)}
+    got, cut = merge.Merges(backend).slice(out, 3)
+    want = Counter(zip(values.tolist(), (values // 7).tolist()))
+    assert cut == (n - len(want) if growth else 0)
+    assert _rows(backend, got) == want

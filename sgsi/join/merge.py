@@ -9,6 +9,8 @@ steps repeat a row's weight with the row, and every count taken over the rows is
 
 from __future__ import annotations
 
+import math
+
 from .sets import _n_rows
 
 #: Key of the weight column (int64) of a chunk whose rows were merged (not a pattern vertex).
@@ -41,10 +43,9 @@ class Merges:
             if seen[0] < gain * seen[1] and seen[2] % MERGE_RETRY:
                 return out, 0
         elif n > MERGE_PROBE_ROWS:              # a probe of the slice's first rows first
-            probe = merged(self.backend, {u: c[:MERGE_PROBE_ROWS] for u, c in out.items()})
-            m = MERGE_PROBE_ROWS if probe is None else _n_rows(probe)
-            if MERGE_PROBE_ROWS < gain * m:
-                seen[0] += MERGE_PROBE_ROWS
+            k, m = self._probe(out, n)
+            if k < gain * m:
+                seen[0] += k
                 seen[1] += m
                 return out, 0
         got = merged(self.backend, out)
@@ -56,6 +57,21 @@ class Merges:
         if n < gain * m and WEIGHT not in out:      # not worth a weight column on every later row
             return out, 0
         return got, n - m
+
+    def _probe(self, out, n):
+        """(rows, distinct rows) that judge ``out``'s ``n`` rows: its first MERGE_PROBE_ROWS and
+        theirs, or with the backend's ``merge_probe_growth``, ``n`` and the distinct rows of the
+        first ones grown to ``n`` at the rate they grew from half as many (equal rows lie further
+        apart than a probe's: its own count understates what the whole slice merges)."""
+        counts = []
+        for k in ((MERGE_PROBE_ROWS // 2, MERGE_PROBE_ROWS) if self.backend.merge_probe_growth else
+                  (MERGE_PROBE_ROWS,)):
+            probe = merged(self.backend, {u: c[:k] for u, c in out.items()})
+            counts.append(k if probe is None else _n_rows(probe))
+        if len(counts) == 1:
+            return MERGE_PROBE_ROWS, counts[0]
+        rate = min(1.0, max(0.0, math.log2(counts[1] / counts[0])))
+        return n, counts[1] * (n / MERGE_PROBE_ROWS) ** rate
 
 
 def merged(backend, chunk):

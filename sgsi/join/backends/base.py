@@ -29,6 +29,7 @@ class Backend(Protocol):
     weighted_min_entries: int  # fewest root entries a piece's one-leaf subtree is counted from weights at
     block_count_probes: int  # most rows x list entries of a count's block counted by block_counts (0: never)
     merge_gain: float  # least cut of a level's rows by merging for a count to go on merging them
+    merge_probe_growth: bool  # a merge probe's distinct rows grown to its slice's at their rate (merge.Merges)
 
     # -- a query's lifetime
     def begin(self, store, memory_budget=None) -> int:

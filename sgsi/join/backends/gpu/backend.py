@@ -77,6 +77,8 @@ class GpuBackend(ArrayOps, SegmentCopies, FilterSteps, JoinSteps, ExpandSteps):
     #: on one H200, 45 slow yeast queries, 32 finish within 10 s at 1.25, 31 at 1.5 (dense_24_25
     #: 0.49 -> 1.40 s); a merge costs the device less against the steps it saves than the CPU.
     merge_gain = 1.25
+    #: Judged by the probe's own count (not measured on a GPU with the CPU's growth rule).
+    merge_probe_growth = False
 
     def __init__(self, memory_budget=None):
         # Device memory comes from the pool of the device, shared by the process's backends; the
