@@ -23,6 +23,9 @@ _WORD_BITS = 62
 #: ones where it has more), and tried again every ``MERGE_RETRY``-th slice once it did not pay.
 MERGE_PROBE_ROWS = 1 << 16
 MERGE_RETRY = 16
+#: Least cut of a probe's rows for the backend's ``merge_probe_growth`` to grow it (a second
+#: probe of half its rows): under it the probe's rows are nearly all distinct.
+PROBE_GROWTH_FROM = 1.1
 
 
 class Merges:
@@ -60,18 +63,18 @@ class Merges:
 
     def _probe(self, out, n):
         """(rows, distinct rows) that judge ``out``'s ``n`` rows: its first MERGE_PROBE_ROWS and
-        theirs, or with the backend's ``merge_probe_growth``, ``n`` and the distinct rows of the
-        first ones grown to ``n`` at the rate they grew from half as many (equal rows lie further
-        apart than a probe's: its own count understates what the whole slice merges)."""
-        counts = []
-        for k in ((MERGE_PROBE_ROWS // 2, MERGE_PROBE_ROWS) if self.backend.merge_probe_growth else
-                  (MERGE_PROBE_ROWS,)):
+        theirs; with the backend's ``merge_probe_growth``, where those cut by at least
+        PROBE_GROWTH_FROM but less than the gain, ``n`` and their distinct rows grown to ``n`` at
+        the rate they grew from half as many (equal rows lie further apart than a probe's: its
+        own count understates what the whole slice merges)."""
+        def distinct(k):
             probe = merged(self.backend, {u: c[:k] for u, c in out.items()})
-            counts.append(k if probe is None else _n_rows(probe))
-        if len(counts) == 1:
-            return MERGE_PROBE_ROWS, counts[0]
-        rate = min(1.0, max(0.0, math.log2(counts[1] / counts[0])))
-        return n, counts[1] * (n / MERGE_PROBE_ROWS) ** rate
+            return k if probe is None else _n_rows(probe)
+        k, m = MERGE_PROBE_ROWS, distinct(MERGE_PROBE_ROWS)
+        if not self.backend.merge_probe_growth or not (PROBE_GROWTH_FROM * m <= k < self.backend.merge_gain * m):
+            return k, m
+        rate = min(1.0, max(0.0, math.log2(m / distinct(k // 2))))
+        return n, m * (n / k) ** rate
 
 
 def merged(backend, chunk):

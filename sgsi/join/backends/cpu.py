@@ -64,7 +64,7 @@ class CpuBackend:
     #: A level's probe of its first rows judges its whole slice by their distinct rows grown at
     #: the rate they grew from half the probe (``merge.Merges``): a probe's own count understates
     #: what the slice merges, most in a sharded count's tasks (dense_24_61's 8 tasks one by one
-    #: 10.1 -> 8.8 s; 57 yeast counts in one process 1.00x, 0.95-1.18x).
+    #: 10.1 -> 8.6 s; 57 yeast counts in one process 0.99x, sparse_16_134 0.87x).
     merge_probe_growth = True
 
     def __init__(self, memory_budget=None):
