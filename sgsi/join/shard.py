@@ -152,15 +152,12 @@ def split_rows(plan, prefix, tasks: int, workers=None, group_by=()):
     if best is None:
         return None
     rows, n = best
-    enough = GROUPS_PER_WORKER * min(workers or tasks, tasks)
-    perm, starts = _grouped([c for u, c in rows if u in group_by], n)
-    if starts.size - 1 < enough:
-        deeper = group_by and _grouped_deeper(plan, prefix, rows, group_by, enough, core,
-                                               min(MAX_SEED_ROWS, DEEPER_ROWS * n))
-        if deeper:
-            rows, n, (perm, starts) = deeper
-        elif starts.size - 1 < 2:
-            perm, starts = np.random.default_rng(0).permutation(n), None
+    grouped = group_by and _groups(plan, prefix, rows, n, group_by,
+                                   GROUPS_PER_WORKER * min(workers or tasks, tasks), core)
+    if grouped:
+        rows, n, (perm, starts) = grouped
+    else:                           # a match's, or a count's of one group
+        perm, starts = np.random.default_rng(0).permutation(n), None
     rows = [(u, c[perm]) for u, c in rows]
     cuts = row_cuts(n, tasks, workers)
     if starts is not None:          # each cut at the group start nearest it
@@ -185,18 +182,23 @@ def _joined(plan, prefix, depth, rows, most):
                  for u in plan.order[:depth + 1]), n
 
 
-def _grouped_deeper(plan, prefix, rows, group_by, enough, core, most):
-    """(rows, n, their groups) of the least depth past ``rows``' with ``enough`` groups by the
-    seeded vertices of ``group_by``, within ``most`` rows and the core's last but one; None
-    where there is none."""
+def _groups(plan, prefix, rows, n, group_by, enough, core):
+    """(rows, n, their groups by the seeded vertices of ``group_by``): ``rows``' where they have
+    ``enough`` groups, else those of the least depth past them that has, within
+    :data:`DEEPER_ROWS` times ``n`` rows (and :data:`MAX_SEED_ROWS`) and the core's last but one,
+    else ``rows``' again; None where that is one group."""
+    first = (rows, n, _grouped([c for u, c in rows if u in group_by], n))
+    if first[2][1].size - 1 >= enough:
+        return first
+    most = min(MAX_SEED_ROWS, DEEPER_ROWS * n)
     for depth in range(len(rows), core - 1):
         rows, n = _joined(plan, prefix, depth, rows, most)
         if rows is None or n == 0:
-            return None
+            break
         groups = _grouped([c for u, c in rows if u in group_by], n)
         if groups[1].size - 1 >= enough:
             return rows, n, groups
-    return None
+    return first if first[2][1].size - 1 >= 2 else None
 
 
 def row_cuts(n: int, tasks: int, workers=None) -> list:

@@ -408,8 +408,4 @@ class _Run:
             self._stopped = True
             running = [f for f in self.futures if not f.done()]
             self.futures = {}
-        parts.stop(self.directory)
-        if running:
-            with contextlib.suppress(Exception):        # a scheduler that is gone runs no tasks
-                self.client.run(tasks.cancel, self.name, wait=False)
-                self.client.cancel(running)
+        tasks.stop(self.client, self.name, self.directory, running)

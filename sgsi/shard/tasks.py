@@ -134,6 +134,17 @@ class _Stop:
         return self.event.is_set()
 
 
+def stop(client, name, directory, running):
+    """Stop the tasks of query ``name`` (its scratch ``directory``) from the driver, at their next
+    check: its marker goes (the tasks that see it) and every worker is told (:func:`cancel`, for
+    those that do not); the Futures ``running`` are cancelled."""
+    parts.stop(directory)
+    if running:
+        with contextlib.suppress(Exception):        # a scheduler that is gone runs no tasks
+            client.run(cancel, name, wait=False)
+            client.cancel(running)
+
+
 async def cancel(name):
     """Stop the tasks of query ``name`` on this worker, those running and those to come (the
     driver runs it on every worker's event loop with ``Client.run``, not as a task in the queue;

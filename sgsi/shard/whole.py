@@ -11,7 +11,6 @@ when the shards are submitted, its worker free for them within a few millisecond
 
 from __future__ import annotations
 
-import contextlib
 import uuid
 
 from . import parts, tasks
@@ -57,10 +56,6 @@ class Whole:
         future, self.future = self.future, None
         if future is None:
             return
-        parts.stop(self.directory)
-        if not future.done():
-            with contextlib.suppress(Exception):        # a scheduler that is gone runs no tasks
-                self.client.run(tasks.cancel, self.name, wait=False)
-                self.client.cancel([future])
+        tasks.stop(self.client, self.name, self.directory, [] if future.done() else [future])
         future.release()
         parts.remove(self.directory)
