@@ -264,6 +264,8 @@ def test_own_hits_by_table_and_by_search_agree(monkeypatch, universe):
         assert sel[hit].tolist() == sel2[hit2].tolist() == want and len(want) > 20
         assert np.array_equal(x[hit], col[want]) and np.array_equal(x2[hit2], col[want])
     sizes = be.sizes_less_own(row_tuple, etuple, evals, sstart, scount, cols)
+    monkeypatch.setattr(cpu_mod, "OWN_SEARCH_ROWS", 700)             # each column searched in 8 blocks
+    assert np.array_equal(sizes, be.sizes_less_own(row_tuple, etuple, evals, sstart, scount, cols))
     monkeypatch.setattr(cpu_mod, "OWN_TABLE_BYTES", 1 << 24)
     assert np.array_equal(sizes, be.sizes_less_own(row_tuple, etuple, evals, sstart, scount, cols))
     empty = np.zeros(len(sets), np.int64)                  # sets not packed, all empty: gaps only

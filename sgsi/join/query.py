@@ -24,6 +24,7 @@ from .. import budget as budget_mod
 from ..errors import BudgetError, Cancelled, MemoryShortage, PatternError, SgsiError
 from ..pattern import load_pattern
 from .backends import get_backend
+from .backends.base import WATCH
 from . import ordering, symmetry
 from .engine import Engine
 from .plan import REFINE_ROUNDS, make_plan
@@ -548,6 +549,17 @@ def cancel_check(cancel):
     return check
 
 
+def _watched_call(check, fn, args, kwargs):
+    """``fn(*args, **kwargs)`` once ``check()`` passed, ``check`` the thread's
+    :func:`~sgsi.join.backends.base.cancel_point` test while it runs."""
+    check()
+    before, WATCH.check = WATCH.check, check
+    try:
+        return fn(*args, **kwargs)
+    finally:
+        WATCH.check = before
+
+
 class _Watched:
     """A backend that checks for cancellation between its units of work.
 
@@ -559,7 +571,9 @@ class _Watched:
     check at each stops a query within the work of one segment, round or slice. Every other
     method of the backend checks before it runs too: a step over a large piece is a chain of
     array operations of a second or more on the CPU (a 10M-edge graph's 4-cycle: cancels took
-    1.5-4.9 s between two segments).
+    1.5-4.9 s between two segments), and a method's own passes check while it runs
+    (:func:`~sgsi.join.backends.base.cancel_point`: on human's queries one CPU call of a count's
+    leaves took 1.8 s, a pass of it per conflict column).
     """
 
     def __init__(self, backend, check):
@@ -573,20 +587,31 @@ class _Watched:
         check = self._check
 
         def checked(*args, **kwargs):
-            check()
-            return attr(*args, **kwargs)
+            return _watched_call(check, attr, args, kwargs)
         object.__setattr__(self, name, checked)        # found as an attribute from now on
         return checked
 
     def __setattr__(self, name, value):
         setattr(self._backend, name, value)
 
-    def refine_round(self, *args, **kwargs):
-        self._check()
-        return self._backend.refine_round(*args, **kwargs)
+    def member(self, *args, **kwargs):                                 # its lists through segments()
+        return _watched_call(self._check, self._backend.member, args, dict(kwargs, via=self))
 
-    def member(self, *args, **kwargs):
-        return self._backend.member(*args, via=self, **kwargs)         # its lists through segments()
+    # The units of work named above (their own frames: a test asks from inside them).
+    def refine_round(self, *args, **kwargs):
+        return _watched_call(self._check, self._backend.refine_round, args, kwargs)
+
+    def candidate_bits(self, *args, **kwargs):
+        return _watched_call(self._check, self._backend.candidate_bits, args, kwargs)
+
+    def candidate_sets(self, *args, **kwargs):
+        return _watched_call(self._check, self._backend.candidate_sets, args, kwargs)
+
+    def extend(self, *args, **kwargs):
+        return _watched_call(self._check, self._backend.extend, args, kwargs)
+
+    def pack_rows(self, *args, **kwargs):
+        return _watched_call(self._check, self._backend.pack_rows, args, kwargs)
 
     def segments(self, store, seg_ids):
         self._check()
@@ -594,18 +619,4 @@ class _Watched:
             yield item
             self._check()
 
-    def candidate_bits(self, *args, **kwargs):
-        self._check()
-        return self._backend.candidate_bits(*args, **kwargs)
 
-    def candidate_sets(self, *args, **kwargs):
-        self._check()
-        return self._backend.candidate_sets(*args, **kwargs)
-
-    def extend(self, *args, **kwargs):
-        self._check()
-        return self._backend.extend(*args, **kwargs)
-
-    def pack_rows(self, *args, **kwargs):
-        self._check()
-        return self._backend.pack_rows(*args, **kwargs)

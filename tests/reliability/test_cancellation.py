@@ -164,6 +164,33 @@ def test_cancel_is_checked_inside_a_steps_array_work(social, work, monkeypatch):
     g.close()
 
 
+def test_cancel_is_checked_inside_a_backend_call(social, monkeypatch):
+    """A cancel= that answers True only when asked from a backend method's own passes (its
+    ``cancel_point``, e.g. between the lists a step intersects) stops the query: a call of the
+    watched backend gives its passes the query's check, and only while it runs."""
+    import inspect
+
+    from sgsi.join.backends.base import WATCH
+    from sgsi.join.backends.cpu import CpuBackend
+    monkeypatch.setattr(CpuBackend, "light_entries", 0)       # lists intersected, not row by row
+    asked = []
+
+    def asked_inside():
+        inside = any(f.function == "cancel_point" for f in inspect.stack()[1:4])
+        asked.append(inside)
+        return inside
+
+    g = sgsi.open(social["store"])
+    pattern = "(a)-[:E0]->(b)-[:E1]->(c)-[:E0]->(a)"
+    assert g.count(pattern, device="cpu", homomorphism=True) > 0
+    with pytest.raises(Cancelled, match="cancelled"):
+        g.count(pattern, device="cpu", cancel=asked_inside, homomorphism=True)
+    assert any(asked)
+    assert WATCH.check is None                  # not left set after the query
+    assert g.count(pattern, device="cpu", homomorphism=True) > 0
+    g.close()
+
+
 def _interrupt_after(con, seconds, use_registration=None):
     def fire():
         time.sleep(seconds)

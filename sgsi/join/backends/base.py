@@ -10,7 +10,24 @@ arrays); ``store`` is an open :class:`~sgsi.storage.store.Store`.
 
 from __future__ import annotations
 
+import threading
 from typing import Protocol, runtime_checkable
+
+
+class _Watch(threading.local):
+    check = None        # the cancel test of the query whose backend call this thread runs
+
+
+#: Set around each backend call of a query that can be cancelled (``query._Watched``).
+WATCH = _Watch()
+
+
+def cancel_point():
+    """Raise Cancelled where the query this thread runs a backend call for was cancelled: a
+    backend method of several passes calls it between them (on the CPU one call over a large
+    piece ran past a second, each of its passes a tenth of that)."""
+    if WATCH.check is not None:
+        WATCH.check()
 
 
 @runtime_checkable

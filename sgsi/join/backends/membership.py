@@ -23,6 +23,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..stream import neighbour_lists
+from .base import cancel_point
 
 #: Bitset bytes an entry may cost (the rows of a block's linking vertices over its entries' value
 #: range) before the block's entries are searched in the sorted lists instead. A 100K-edge batch's
@@ -75,6 +76,7 @@ def member(backend, store, link, vcol, erow, evals, cap, ecount=None, cbits=None
     nblocks = (nd + per_block - 1) // per_block
     ecut = backend.to_host(ecum[np.searchsorted(block_t[ot], np.arange(nblocks + 1))])
     for b in range(nblocks):                     # a loop over blocks of the bitset
+        cancel_point()
         e0, e1 = int(ecut[b]), int(ecut[b + 1])
         if e1 == e0:
             continue
@@ -116,6 +118,7 @@ def _bitset(backend, store, p, uniq, xmin, xmax, b0, width, ranks=None):
     (x the rank of the neighbour among the members of ``ranks``, where given)."""
     bits = np.zeros(int(uniq.size) * width, dtype=np.uint8)
     for lo, _hi, nb, owner in neighbour_lists(store, backend, p, uniq):
+        cancel_point()
         if ranks is not None:           # ranks grow with ids: each owner's list stays sorted
             nb, owner = _ranked(ranks, nb, owner)
         ok = (nb >= xmin) & (nb <= xmax)
@@ -162,6 +165,7 @@ def _member_search(backend, store, p, uniq, kq, evals, ranks=None):
     found = np.zeros(evals.size, dtype=bool)
     keys = (kq.astype(np.int64) << 32) | evals.astype(np.int64)
     for lo, hi, nb, owner in neighbour_lists(store, backend, p, uniq):
+        cancel_point()
         if ranks is not None:
             nb, owner = _ranked(ranks, nb, owner)
         if nb.size == 0:
@@ -206,6 +210,7 @@ def intersect_ranked(backend, lists, bitcap):
     rank = rank.astype(np.int32)
     have, at = [], 0           # per ranked list: (count per tuple, start per tuple, bits, row base)
     for L, v, ok in zip(lists, packed, fits):
+        cancel_point()
         n = 0 if v is None else int(v.size)
         if ok:
             start = backend.prefix_sum(L.count) - L.count + at          # in ``rank``
@@ -224,6 +229,7 @@ def intersect_ranked(backend, lists, bitcap):
     probes = int(evals.size)
     alive = np.ones(evals.size, dtype=bool)
     for k, (_count, _st, bits, rowbase) in enumerate(have):
+        cancel_point()
         if bool((which != k).any()):            # the bit of a tuple's own probe list is set
             alive &= in_rows(bits, rowbase, etuple, evals, tcnt)
     keep = np.flatnonzero(alive)
