@@ -84,7 +84,7 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--binary", required=True, help="SubgraphMatching.out")
     p.add_argument("--set", default="yeast")
-    p.add_argument("--data", help="a benchmark folder instead of --set")
+    p.add_argument("--data", help="a benchmark folder instead of --set (its name titles the summary)")
     p.add_argument("--timeout", type=float, default=10.0)
     p.add_argument("--sample", type=int, help="N at random (--seed), round-robin over the groups")
     p.add_argument("--seed", type=int, default=0)
@@ -93,6 +93,8 @@ def main(argv=None):
     p.add_argument("--sgsi", help="a hard.py CSV of the same queries to set beside")
     p.add_argument("--table", metavar="CSV", help="no run: the summary of this earlier run's CSV")
     args = p.parse_args(argv)
+    if args.data:                       # the set's name in titles and default paths
+        args.set = os.path.basename(os.path.normpath(args.data))
     start = C.machine()
     if args.table:
         rows = [{**r, "match": {"True": True, "False": False}.get(r["match"])}
