@@ -431,7 +431,6 @@ class CpuBackend:
                 counts -= hits(col)
             return counts
         for sel, hit, _x in self._own_search(row_tuple, etuple, evals, sstart, scount, cols):
-            cancel_point()
             counts[sel] -= hit
         return counts
 
